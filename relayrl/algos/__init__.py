@@ -1,0 +1,41 @@
+"""Algorithm registry: each algorithm file ends with ``register(name, ConfigClass, AlgoClass)``."""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from dataclasses import dataclass
+
+from relayrl.errors import ConfigError
+
+_BUILTIN = ("ppo",)
+
+
+@dataclass(frozen=True)
+class AlgoEntry:
+    name: str
+    config_cls: type
+    algo_cls: type
+    on_policy: bool
+
+
+_REGISTRY: dict[str, AlgoEntry] = {}
+
+
+def register(name: str, config_cls: type, algo_cls: type, *, on_policy: bool) -> None:
+    _REGISTRY[name] = AlgoEntry(name, config_cls, algo_cls, on_policy)
+
+
+def available() -> list[str]:
+    for name in _BUILTIN:
+        importlib.import_module(f"relayrl.algos.{name}")
+    return sorted(_REGISTRY)
+
+
+def get_algo(name: str) -> AlgoEntry:
+    names = available()
+    if name not in _REGISTRY:
+        close = difflib.get_close_matches(name, names, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ConfigError(f"unknown algorithm {name!r}: {hint}available: {', '.join(names)}")
+    return _REGISTRY[name]

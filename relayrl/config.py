@@ -1,0 +1,245 @@
+"""Typed run configuration: per-algorithm defaults, overridden by a YAML file, overridden by --set.
+
+Every section is a pydantic model that forbids unknown keys, so a typo is an error with a
+close-match suggestion, never a silently ignored value. The docstring under each field is its help
+text and becomes a comment in ``relayrl config ALGO``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from relayrl.errors import ConfigError
+
+
+class Section(BaseModel):
+    """Base of every config section: unknown keys are errors, fields documented in place."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+
+
+class EnvConfig(Section):
+    id: str = "CartPole-v1"
+    """Gymnasium environment id."""
+    num_envs: int = Field(8, ge=1)
+    """Environment copies stepped together for training."""
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments passed to gymnasium.make."""
+    max_episode_steps: int | None = Field(None, ge=1)
+    """Override the env's time limit (null keeps the registered one)."""
+
+
+class EvalConfig(Section):
+    freq: int = Field(5000, ge=0)
+    """Evaluate every this many env steps (0: only at the end of training)."""
+    episodes: int = Field(10, ge=1)
+    """Deterministic episodes per evaluation."""
+    num_envs: int = Field(10, ge=1)
+    """Environment copies used by the evaluator; episodes are balanced across them."""
+
+
+class RunConfig(Section):
+    """Options shared by every algorithm; each algorithm adds a section named after it."""
+
+    algo: str
+    """Algorithm name (ppo, ...)."""
+    seed: int = 0
+    """Seed for torch and the environments (env k gets seed + k)."""
+    total_steps: int = Field(1_000_000, ge=1)
+    """Stop after this many env steps."""
+    stop_value: float | None = None
+    """Stop once the eval mean return reaches this (null: the env's reward_threshold, if any)."""
+    save_freq: int = Field(-1, ge=-1)
+    """Keep a periodic checkpoint every this many updates (-1: only best and last)."""
+    threads: int = Field(1, ge=0)
+    """torch threads for the learner (0: torch's default). One is fastest for small MLPs."""
+    env: EnvConfig = Field(default_factory=EnvConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+
+
+_MODELS: dict[str, type[RunConfig]] = {}
+
+
+def config_model(algo: str) -> type[RunConfig]:
+    """The RunConfig subclass for ``algo``: the common options plus a section named ``algo``."""
+    from relayrl.algos import get_algo
+
+    if algo not in _MODELS:
+        entry = get_algo(algo)
+        _MODELS[algo] = create_model(
+            f"{algo.upper()}RunConfig",
+            __base__=RunConfig,
+            **{algo: (entry.config_cls, Field(default_factory=entry.config_cls))},
+        )
+    return _MODELS[algo]
+
+
+def default_config(algo: str) -> RunConfig:
+    return config_model(algo)(algo=algo)
+
+
+# ---------------------------------------------------------------- merging and parsing
+
+
+def parse_set(item: str) -> tuple[list[str], Any]:
+    """Parse one ``--set key.path=value``; the value is YAML data (``1e-3`` reads as a float)."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set {item!r}: expected key=value, e.g. --set ppo.epochs=10")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        value = raw
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    return [part for part in key.strip().split(".")], value
+
+
+def set_path(tree: dict[str, Any], path: list[str], value: Any) -> None:
+    node = tree
+    for depth, part in enumerate(path[:-1]):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            where = ".".join(path[: depth + 1])
+            raise ConfigError(f"--set {'.'.join(path)}: {where} is a value, not a section")
+        node = child
+    node[path[-1]] = value
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Recursively merge ``override`` into a copy of ``base``; the override wins."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and key != "kwargs":
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} not found: pass an existing YAML file to --config")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}".replace("\n", " ")) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(path)!r} must hold a mapping of options, got {type(data).__name__}")
+    return data
+
+
+def build_config(
+    algo: str,
+    file_data: dict[str, Any] | None = None,
+    sets: list[str] | tuple[str, ...] = (),
+    overrides: dict[str, Any] | None = None,
+) -> RunConfig:
+    """Defaults for ``algo``, then the YAML data, then ``--set`` items, then CLI ``overrides``."""
+    tree: dict[str, Any] = default_config(algo).model_dump()
+    file_data = dict(file_data or {})
+    file_algo = file_data.pop("algo", algo)
+    if file_algo != algo:
+        raise ConfigError(f"the config file is for algo {file_algo!r} but you asked to train {algo!r}: "
+                          f"use `relayrl train {file_algo}` or `relayrl config {algo}` for a matching file")
+    tree = deep_merge(tree, file_data)
+    for item in sets:
+        path, value = parse_set(item)
+        set_path(tree, path, value)
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            set_path(tree, key.split("."), value)
+    return validate(algo, tree)
+
+
+def validate(algo: str, tree: dict[str, Any]) -> RunConfig:
+    model = config_model(algo)
+    try:
+        return model.model_validate(tree)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, model)) from None
+
+
+def format_validation_error(exc: ValidationError, model: type[BaseModel]) -> str:
+    """One line per problem: the key, the value given and what is expected."""
+    lines = []
+    for err in exc.errors():
+        loc = [str(part) for part in err["loc"]]
+        key = ".".join(loc)
+        if err["type"] == "extra_forbidden":
+            allowed = _allowed_keys(model, loc[:-1])
+            close = difflib.get_close_matches(loc[-1], allowed, n=1, cutoff=0.6)
+            hint = f"did you mean {'.'.join(loc[:-1] + close)!r}?" if close else (
+                f"valid keys here: {', '.join(sorted(allowed))}")
+            lines.append(f"unknown config key {key!r}: {hint}")
+        else:
+            lines.append(f"config key {key!r} = {err.get('input')!r}: {err['msg']}")
+    return "config error: " + "; ".join(lines)
+
+
+def _allowed_keys(model: type[BaseModel], path: list[str]) -> list[str]:
+    for part in path:
+        field = model.model_fields.get(part)
+        annotation = getattr(field, "annotation", None)
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return []
+        model = annotation
+    return list(model.model_fields)
+
+
+# ---------------------------------------------------------------- output
+
+
+def to_yaml(config: BaseModel, comments: bool = True) -> str:
+    """The config as YAML that ``--config`` accepts back; field docstrings become comments."""
+    lines: list[str] = []
+    _emit(config, lines, indent=0, comments=comments)
+    return "\n".join(lines) + "\n"
+
+
+def _emit(model: BaseModel, lines: list[str], indent: int, comments: bool) -> None:
+    pad = "  " * indent
+    for name, field in type(model).model_fields.items():
+        value = getattr(model, name)
+        if comments and field.description and not isinstance(value, BaseModel):
+            lines.append(f"{pad}# {field.description}")
+        if isinstance(value, BaseModel):
+            lines.append(f"{pad}{name}:")
+            _emit(value, lines, indent + 1, comments)
+        else:
+            dumped = yaml.safe_dump({name: value}, default_flow_style=True, width=10_000).strip()
+            if dumped.startswith("{") and dumped.endswith("}"):
+                dumped = dumped[1:-1]
+            lines.append(f"{pad}{dumped}")
+
+
+def save_config(config: BaseModel, path: Path) -> None:
+    from relayrl.io.atomic import atomic_write_text
+
+    atomic_write_text(path, to_yaml(config))
+
+
+def diff_configs(old: BaseModel, new: BaseModel) -> list[str]:
+    """Human-readable list of options whose value differs, e.g. ``ppo.epochs: 10 -> 4``."""
+    changes: list[str] = []
+
+    def walk(a: Any, b: Any, prefix: str) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for key in sorted(set(a) | set(b)):
+                walk(a.get(key), b.get(key), f"{prefix}{key}.")
+        elif a != b:
+            changes.append(f"{prefix[:-1]}: {a!r} -> {b!r}")
+
+    walk(old.model_dump(), new.model_dump(), "")
+    return changes

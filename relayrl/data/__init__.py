@@ -1,0 +1,1 @@
+"""Data: batch ops (GAE), on-policy rollout storage; replay buffers arrive with the off-policy issue."""

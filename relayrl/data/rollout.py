@@ -1,0 +1,55 @@
+"""On-policy rollout storage: preallocated [T, N] arrays filled one vector step at a time."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from relayrl.types import Batch
+
+
+class RolloutStore:
+    """Holds one rollout of ``num_steps`` vector steps for ``num_envs`` envs.
+
+    ``next_value[t]`` starts as the value of the following step (filled by ``finish``) and is
+    overwritten by ``bootstrap`` with V(final observation) for envs truncated at step t.
+    """
+
+    def __init__(self, num_steps: int, num_envs: int, obs_shape: tuple[int, ...],
+                 action_shape: tuple[int, ...], action_dtype: np.dtype):
+        self.num_steps, self.num_envs = num_steps, num_envs
+        shape = (num_steps, num_envs)
+        self.data: Batch = {
+            "obs": np.zeros((*shape, *obs_shape), dtype=np.float32),
+            "action": np.zeros((*shape, *action_shape), dtype=action_dtype),
+            "logp": np.zeros(shape, dtype=np.float32),
+            "value": np.zeros(shape, dtype=np.float32),
+            "reward": np.zeros(shape, dtype=np.float32),
+            "terminated": np.zeros(shape, dtype=bool),
+            "truncated": np.zeros(shape, dtype=bool),
+            "next_value": np.zeros(shape, dtype=np.float32),
+        }
+        self._bootstrapped = np.zeros(shape, dtype=bool)
+
+    def add(self, t: int, obs: np.ndarray, action: np.ndarray, logp: np.ndarray, value: np.ndarray,
+            reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> None:
+        d = self.data
+        d["obs"][t] = obs
+        d["action"][t] = action
+        d["logp"][t] = logp
+        d["value"][t] = value
+        d["reward"][t] = reward
+        d["terminated"][t] = terminated
+        d["truncated"][t] = truncated
+        self._bootstrapped[t] = False
+
+    def bootstrap(self, t: int, env_mask: np.ndarray, final_values: np.ndarray) -> None:
+        """Record V(final observation) for the envs in ``env_mask`` whose episode was truncated at t."""
+        self.data["next_value"][t, env_mask] = final_values
+        self._bootstrapped[t, env_mask] = True
+
+    def finish(self, last_value: np.ndarray) -> Batch:
+        """Fill ``next_value`` for steps that were not bootstrapped and return the [T, N] batch."""
+        d = self.data
+        following = np.concatenate([d["value"][1:], last_value[None].astype(np.float32)])
+        d["next_value"] = np.where(self._bootstrapped, d["next_value"], following)
+        return {key: value.copy() for key, value in d.items()}

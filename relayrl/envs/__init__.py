@@ -1,0 +1,6 @@
+"""Environments: creation by id, stop values, and vector envs."""
+
+from relayrl.envs.registry import make, spec_stop_value
+from relayrl.envs.vector import SyncVectorEnv, VectorEnv, make_vec
+
+__all__ = ["make", "spec_stop_value", "SyncVectorEnv", "VectorEnv", "make_vec"]

@@ -1,0 +1,43 @@
+"""Create Gymnasium environments by id with errors that say what to do."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+import gymnasium as gym
+
+from relayrl.errors import EnvError
+
+
+def _check_id(env_id: str) -> None:
+    if env_id in gym.registry:
+        return
+    close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(repr(c) for c in close)}?" if close else (
+        "check the spelling, or import the package that registers it")
+    raise EnvError(f"unknown environment {env_id!r}: {hint}")
+
+
+def make(env_id: str, *, max_episode_steps: int | None = None, render_mode: str | None = None,
+         **kwargs: Any) -> gym.Env:
+    """``gymnasium.make`` with a clear error for an unknown id or bad keyword arguments."""
+    _check_id(env_id)
+    extra: dict[str, Any] = {}
+    if max_episode_steps is not None:
+        extra["max_episode_steps"] = max_episode_steps
+    if render_mode is not None:
+        extra["render_mode"] = render_mode
+    try:
+        return gym.make(env_id, **extra, **kwargs)
+    except TypeError as exc:
+        raise EnvError(f"environment {env_id!r} rejected its kwargs {kwargs}: {exc}; "
+                       f"fix env.kwargs in the config") from None
+    except gym.error.DependencyNotInstalled as exc:
+        raise EnvError(f"environment {env_id!r} needs an extra package: {exc}") from None
+
+
+def spec_stop_value(env_id: str) -> float | None:
+    """The env's registered ``reward_threshold``, or None."""
+    _check_id(env_id)
+    return gym.spec(env_id).reward_threshold

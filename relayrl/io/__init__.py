@@ -1,0 +1,1 @@
+"""Persistence: run directories, checkpoints, metrics sinks, plots."""

@@ -1,0 +1,117 @@
+"""Checkpoints as safetensors + JSON: no pickle, so loading a file from someone else runs no code.
+
+A checkpoint is one file, ``NAME.safetensors``: every tensor or array of the nested training state
+under a dotted key, and in the safetensors header a JSON document (``meta``) holding the rest of
+the tree (numbers, strings, lists) plus run information (algo, env, config, counters). A copy of
+that JSON is written beside it as ``NAME.json`` for people and tools; loading reads only the
+safetensors file. Both are written atomically (temp file + rename).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save as st_save
+
+from relayrl.errors import CheckpointError
+from relayrl.io.atomic import atomic_write_bytes, atomic_write_text
+
+FORMAT_VERSION = 1
+_TENSOR, _ARRAY, _INTKEY = "__tensor__", "__ndarray__", "__int__:"
+
+
+@dataclass
+class Checkpoint:
+    path: Path
+    meta: dict[str, Any]
+    state: dict[str, Any]
+
+
+def flatten_state(tree: Any) -> tuple[Any, dict[str, torch.Tensor]]:
+    """Split a nested state into a JSON-able tree and a flat ``{key: tensor}`` dict."""
+    tensors: dict[str, torch.Tensor] = {}
+
+    def walk(node: Any, key: str) -> Any:
+        if isinstance(node, torch.Tensor):
+            tensors[key] = node.detach().cpu().clone().contiguous()
+            return {_TENSOR: key}
+        if isinstance(node, np.ndarray):
+            tensors[key] = torch.from_numpy(np.ascontiguousarray(node).copy())
+            return {_ARRAY: key}
+        if isinstance(node, dict):
+            return {(f"{_INTKEY}{k}" if isinstance(k, int) else str(k)): walk(v, f"{key}.{k}" if key else str(k))
+                    for k, v in node.items()}
+        if isinstance(node, (list, tuple)):
+            return [walk(v, f"{key}.{i}") for i, v in enumerate(node)]
+        if isinstance(node, (np.floating, np.integer, np.bool_)):
+            return node.item()
+        if node is None or isinstance(node, (bool, int, float, str)):
+            return node
+        raise TypeError(f"cannot checkpoint a {type(node).__name__} at {key!r}")
+
+    return walk(tree, ""), tensors
+
+
+def unflatten_state(tree: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    if isinstance(tree, dict):
+        if _TENSOR in tree:
+            return tensors[tree[_TENSOR]]
+        if _ARRAY in tree:
+            return tensors[tree[_ARRAY]].numpy()
+        return {(int(k[len(_INTKEY):]) if k.startswith(_INTKEY) else k): unflatten_state(v, tensors)
+                for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [unflatten_state(v, tensors) for v in tree]
+    return tree
+
+
+def save_checkpoint(path: Path, state: dict[str, Any], meta: dict[str, Any]) -> Path:
+    """Write ``state`` (nested dicts of tensors, arrays, numbers) and ``meta`` to ``path``."""
+    path = Path(path).with_suffix(".safetensors")
+    tree, tensors = flatten_state(state)
+    meta = {"format": FORMAT_VERSION, **meta, "state": tree}
+    meta_json = json.dumps(meta)
+    atomic_write_bytes(path, st_save(tensors, metadata={"relayrl": meta_json}))
+    atomic_write_text(path.with_suffix(".json"), json.dumps(meta, indent=1))
+    return path
+
+
+def load_checkpoint(path: str | Path) -> Checkpoint:
+    """Load a checkpoint file, or the best (else last) checkpoint of a run directory."""
+    path = resolve_checkpoint(path)
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            header = f.metadata() or {}
+            tensors = {key: f.get_tensor(key) for key in f.keys()}
+        meta = json.loads(header["relayrl"])
+    except (SafetensorError, OSError, KeyError, ValueError) as exc:
+        raise CheckpointError(f"checkpoint {str(path)!r} is unreadable or not a relayrl checkpoint ({exc}); "
+                              "use another one, e.g. checkpoints/best or checkpoints/last of the run") from None
+    if meta.get("format") != FORMAT_VERSION:
+        raise CheckpointError(f"checkpoint {str(path)!r} has format {meta.get('format')!r}, this relayrl reads "
+                              f"format {FORMAT_VERSION}: use the relayrl version that wrote it")
+    state = unflatten_state(meta.pop("state"), tensors)
+    return Checkpoint(path=path, meta=meta, state=state)
+
+
+def resolve_checkpoint(path: str | Path, prefer: tuple[str, ...] = ("best", "last")) -> Path:
+    path = Path(path)
+    if path.is_dir():
+        folder = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+        for name in prefer:
+            candidate = folder / f"{name}.safetensors"
+            if candidate.is_file():
+                return candidate
+        raise CheckpointError(f"no checkpoint ({' or '.join(prefer)}) in {str(folder)!r}: "
+                              "pass a run directory that has trained, or a .safetensors file")
+    if path.suffix in ("", ".json"):
+        path = path.with_suffix(".safetensors")
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {str(path)!r} not found: pass a run directory or a .safetensors file")
+    return path

@@ -1,0 +1,37 @@
+"""The run directory (DESIGN.md): config.yaml, metrics.jsonl, TensorBoard events, checkpoints/, summary.json."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from relayrl.io.atomic import atomic_write_text
+
+SUMMARY_KEYS = (
+    "algo", "env", "seed", "backend", "env_steps", "updates", "wall_time_s", "env_steps_per_s",
+    "best_eval_return", "last_eval_return", "stop_value", "solved",
+    "time_to_stop_value_s", "env_steps_to_stop_value",
+)
+
+
+def new_run_dir(env_id: str, algo: str, root: Path = Path("runs")) -> Path:
+    """``runs/<env>_<algo>_<timestamp>``; a suffix keeps two runs started in one second apart."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = root / f"{env_id.replace('/', '-')}_{algo}_{stamp}"
+    path, k = base, 1
+    while path.exists():
+        path, k = Path(f"{base}-{k}"), k + 1
+    return path
+
+
+def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
+    missing = [key for key in SUMMARY_KEYS if key not in summary]
+    if missing:
+        raise ValueError(f"summary lacks {missing}")
+    atomic_write_text(Path(run_dir) / "summary.json", json.dumps(summary, indent=2) + "\n")
+
+
+def read_summary(run_dir: Path) -> dict[str, Any]:
+    return json.loads((Path(run_dir) / "summary.json").read_text())

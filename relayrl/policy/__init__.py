@@ -1,0 +1,1 @@
+"""Policies, networks, action distributions and observation normalisation."""

@@ -1,0 +1,79 @@
+"""Evaluate a saved policy: ``relayrl eval RUN_DIR|CHECKPOINT``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from relayrl.algos import get_algo
+from relayrl.config import validate
+from relayrl.envs.registry import make
+from relayrl.envs.vector import make_vec
+from relayrl.errors import CheckpointError, EnvError
+from relayrl.io.checkpoint import Checkpoint, load_checkpoint
+from relayrl.train.evaluator import Evaluator
+
+
+def load_policy(ckpt: Checkpoint, env_id: str | None = None):
+    """Rebuild the policy stored in ``ckpt`` for ``env_id`` (default: the env it was trained on)."""
+    algo_name = ckpt.meta.get("algo")
+    config = validate(algo_name, ckpt.meta["config"])
+    env_id = env_id or config.env.id
+    env = make(env_id, **config.env.kwargs)
+    try:
+        algo = get_algo(algo_name).algo_cls(getattr(config, algo_name), env.observation_space,
+                                            env.action_space, 1)
+        algo.policy.set_weights(ckpt.state["algo"])
+    except (RuntimeError, ValueError) as exc:
+        raise CheckpointError(f"checkpoint {str(ckpt.path)!r} does not fit {env_id}: "
+                              f"{str(exc).splitlines()[0]}") from None
+    finally:
+        env.close()
+    return algo.policy, config, env_id
+
+
+def evaluate_checkpoint(path: Path, episodes: int = 10, env_id: str | None = None, seed: int = 0,
+                        render: str | None = None) -> dict[str, Any]:
+    if episodes < 1:
+        raise CheckpointError(f"--episodes {episodes}: evaluate at least 1 episode")
+    ckpt = load_checkpoint(path)
+    policy, config, env_id = load_policy(ckpt, env_id)
+    env_args = dict(env_kwargs=config.env.kwargs, max_episode_steps=config.env.max_episode_steps)
+    with make_vec(env_id, min(episodes, 10), **env_args) as venv:
+        result = Evaluator(venv, episodes, seed=seed).evaluate(policy)
+    out: dict[str, Any] = {
+        "env": env_id, "checkpoint": str(ckpt.path), "episodes": len(result.returns),
+        "return_mean": result.mean, "return_std": result.std,
+        "length_mean": float(result.lengths.mean()), "length_std": float(result.lengths.std()),
+    }
+    if render is not None:
+        target = Path(render) if render else ckpt.path.parent.parent / "episode.gif"
+        out["gif"] = str(record_episode(policy, env_id, config, target, seed))
+    return out
+
+
+def record_episode(policy, env_id: str, config, path: Path, seed: int = 0, max_frames: int = 1000) -> Path:
+    """Run one deterministic episode with ``render_mode="rgb_array"`` and write it as a GIF."""
+    from relayrl.io.video import write_gif
+
+    try:
+        env = make(env_id, render_mode="rgb_array", max_episode_steps=config.env.max_episode_steps,
+                   **config.env.kwargs)
+    except EnvError:
+        raise
+    if "rgb_array" not in env.metadata.get("render_modes", []):
+        env.close()
+        raise EnvError(f"{env_id} cannot render to rgb_array, so no episode can be recorded; drop --render")
+    obs, _ = env.reset(seed=seed)
+    frames = [env.render()]
+    done = False
+    while not done and len(frames) < max_frames:
+        action = policy.act(np.asarray(obs)[None], "eval").env_action[0]
+        obs, _, terminated, truncated, _ = env.step(action)
+        frames.append(env.render())
+        done = terminated or truncated
+    fps = int(env.metadata.get("render_fps") or 30)
+    env.close()
+    return write_gif(frames, path, fps)

@@ -1,0 +1,239 @@
+"""The on-policy training driver: collect a rollout, learn from it, evaluate, checkpoint, repeat.
+
+``train(config)`` is what ``relayrl train`` runs; tests and benchmarks call it directly. It writes
+the run directory described in DESIGN.md and returns the summary.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from relayrl.algos import get_algo
+from relayrl.config import RunConfig, save_config
+from relayrl.envs.registry import spec_stop_value
+from relayrl.envs.vector import make_vec
+from relayrl.errors import CheckpointError, NonFiniteError
+from relayrl.io.checkpoint import load_checkpoint, save_checkpoint
+from relayrl.io.metrics import MetricsLogger
+from relayrl.io.rundir import new_run_dir, write_summary
+from relayrl.train.collector import OnPolicyCollector
+from relayrl.train.evaluator import Evaluator
+from relayrl.train.learner import HookContext, Learner
+from relayrl.train.progress import ProgressDisplay
+
+EVAL_SEED_OFFSET = 10_000
+RESUME_SEED_OFFSET = 1_000_003
+
+
+@dataclass
+class RunState:
+    """Counters and results that survive a resume (stored in every checkpoint's meta)."""
+
+    env_steps: int = 0
+    updates: int = 0
+    iteration: int = 0
+    wall_time_s: float = 0.0
+    best_eval_return: float | None = None
+    last_eval_return: float | None = None
+    last_eval_steps: int = -1
+    time_to_stop_value_s: float | None = None
+    env_steps_to_stop_value: int | None = None
+    eval_count: int = 0
+    resumes: int = 0
+
+
+def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool = False,
+          previous: Path | str | None = None, quiet: bool = True, tensorboard: bool = True,
+          stop_event: threading.Event | None = None) -> dict[str, Any]:
+    """Train ``config.algo`` on ``config.env.id`` until the stop value or ``total_steps``.
+
+    Args:
+        run_dir: where to write the run (default ``runs/<env>_<algo>_<timestamp>``).
+        resume: continue the run in ``run_dir`` from its last checkpoint.
+        previous: start from this checkpoint's policy weights (and normaliser) only.
+        stop_event: when set (e.g. by Ctrl-C), training stops after the current iteration,
+            writing the last checkpoint and the summary.
+    """
+    entry = get_algo(config.algo)
+    if not entry.on_policy:
+        raise NotImplementedError(f"{config.algo} needs the off-policy loop")
+    algo_cfg = getattr(config, config.algo)
+    stop_value = config.stop_value if config.stop_value is not None else spec_stop_value(config.env.id)
+    run_dir = Path(run_dir) if run_dir is not None else new_run_dir(config.env.id, config.algo)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "checkpoints").mkdir(exist_ok=True)
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    torch.manual_seed(config.seed)
+    np.random.seed(config.seed)
+
+    env_args = dict(env_kwargs=config.env.kwargs, max_episode_steps=config.env.max_episode_steps)
+    venv = make_vec(config.env.id, config.env.num_envs, **env_args)
+    eval_venv = make_vec(config.env.id, min(config.eval.num_envs, config.eval.episodes), **env_args)
+    algo = entry.algo_cls(algo_cfg, venv.single_observation_space, venv.single_action_space, config.env.num_envs)
+    state = RunState()
+    if resume:
+        state = _restore(run_dir, algo)
+    elif previous is not None:
+        _load_previous(previous, algo, config)
+    save_config(config, run_dir / "config.yaml")
+
+    collector = OnPolicyCollector(venv, algo.policy, algo_cfg.num_steps)
+    collector.reset(seed=config.seed + RESUME_SEED_OFFSET * state.resumes)
+    evaluator = Evaluator(eval_venv, config.eval.episodes, seed=config.seed + EVAL_SEED_OFFSET)
+    evaluator.count = state.eval_count
+    logger = MetricsLogger(run_dir, tensorboard=tensorboard)
+    learner = Learner(algo, HookContext(env_steps=state.env_steps, updates=state.updates, iteration=state.iteration))
+    display = ProgressDisplay(config.total_steps, f"{config.algo} {config.env.id}", quiet, start=state.env_steps)
+    start = time.perf_counter()
+    wall_offset = state.wall_time_s
+
+    def wall() -> float:
+        return wall_offset + time.perf_counter() - start
+
+    def checkpoint(name: str) -> None:
+        state.env_steps, state.updates, state.iteration = learner.ctx.env_steps, learner.ctx.updates, learner.ctx.iteration
+        state.wall_time_s, state.eval_count = wall(), evaluator.count
+        meta = {"algo": config.algo, "env": config.env.id, "config": config.model_dump(), "run": vars(state)}
+        save_checkpoint(run_dir / "checkpoints" / name,
+                        {"algo": algo.state_dict(), "rng": {"torch": torch.get_rng_state()}}, meta)
+
+    def evaluate() -> bool:
+        result = evaluator.evaluate(algo.policy)
+        state.last_eval_return, state.last_eval_steps = result.mean, learner.ctx.env_steps
+        logger.log("eval", learner.ctx.env_steps, wall(), {
+            "eval/return_mean": result.mean, "eval/return_std": result.std,
+            "eval/length_mean": float(result.lengths.mean()), "eval/episodes": len(result.returns)})
+        if state.best_eval_return is None or result.mean > state.best_eval_return:
+            state.best_eval_return = result.mean
+            checkpoint("best")
+        reached = stop_value is not None and result.mean >= stop_value
+        if reached and state.time_to_stop_value_s is None:
+            state.time_to_stop_value_s, state.env_steps_to_stop_value = wall(), learner.ctx.env_steps
+        checkpoint("last")
+        return reached
+
+    # ---- hooks: logging every iteration, periodic checkpoints every save_freq updates
+    timing = {"collect_s": 0.0, "learn_s": 0.0, "steps": 0}
+
+    def log_iteration(ctx: HookContext) -> None:
+        returns, lengths = collector.pop_episodes()
+        elapsed = timing["collect_s"] + timing["learn_s"]
+        values: dict[str, Any] = {f"train/{k}": v for k, v in ctx.metrics.items()}
+        values.update({"updates": ctx.updates, "iteration": ctx.iteration,
+                       "time/collect_s": timing["collect_s"], "time/learn_s": timing["learn_s"],
+                       "time/steps_per_s": timing["steps"] / elapsed if elapsed else 0.0})
+        if returns:
+            values.update({"train/return_mean": float(np.mean(returns)),
+                           "train/length_mean": float(np.mean(lengths)), "train/episodes": len(returns)})
+        logger.log("train", ctx.env_steps, wall(), values)
+
+    last_periodic = {"updates": state.updates}
+
+    def periodic_checkpoint(ctx: HookContext) -> None:
+        if config.save_freq > 0 and ctx.updates // config.save_freq > last_periodic["updates"] // config.save_freq:
+            checkpoint(f"update_{ctx.updates:09d}")
+            last_periodic["updates"] = ctx.updates
+
+    learner.register_hook("after_iter", log_iteration, priority=10)
+    learner.register_hook("after_iter", periodic_checkpoint, priority=20)
+
+    # ---- the loop
+    ctx = learner.ctx
+    stop_reason = "total_steps"
+    rollout = None
+    try:
+        learner.call_hooks("before_run")
+        if algo_cfg.prenorm and not resume and getattr(algo.policy, "obs_rms", None) is not None:
+            ctx.env_steps += collector.warmup(algo_cfg.prenormalize_steps)
+        next_eval = _next_multiple(ctx.env_steps, config.eval.freq)
+        while ctx.env_steps < config.total_steps:
+            if stop_event is not None and stop_event.is_set():
+                stop_reason = "interrupted"
+                break
+            t0 = time.perf_counter()
+            rollout = collector.collect()
+            t1 = time.perf_counter()
+            ctx.env_steps += rollout["reward"].size
+            timing["collect_s"], timing["steps"] = t1 - t0, rollout["reward"].size
+            learner.train(rollout, progress=ctx.env_steps / config.total_steps)
+            timing["learn_s"] = time.perf_counter() - t1
+            rate = timing["steps"] / (timing["collect_s"] + timing["learn_s"])
+            if config.eval.freq and ctx.env_steps >= next_eval:
+                next_eval = _next_multiple(ctx.env_steps, config.eval.freq)
+                if evaluate():
+                    stop_reason = "stop_value"
+                    break
+            display.update(ctx.env_steps, rate, state.last_eval_return)
+        if stop_reason == "total_steps" and state.last_eval_steps != ctx.env_steps:
+            if evaluate():
+                stop_reason = "stop_value"
+        if stop_reason == "interrupted":
+            checkpoint("last")
+        learner.ctx.stop_reason = stop_reason
+        learner.call_hooks("after_run")
+    except KeyboardInterrupt:
+        stop_reason = "interrupted"  # a second Ctrl-C: stop now, keep the checkpoints already written
+        raise
+    except NonFiniteError:
+        stop_reason = "nonfinite"
+        if rollout is not None:
+            np.savez(run_dir / "nonfinite_batch.npz", **rollout)
+        raise
+    finally:
+        display.close()
+        logger.close()
+        venv.close()
+        eval_venv.close()
+        state.env_steps, state.updates = ctx.env_steps, ctx.updates
+        state.wall_time_s = wall()
+        summary = _summary(config, state, stop_value, stop_reason)
+        write_summary(run_dir, summary)
+    summary["run_dir"] = str(run_dir)
+    return summary
+
+
+def _next_multiple(steps: int, freq: int) -> int:
+    return (steps // freq + 1) * freq if freq else 0
+
+
+def _summary(config: RunConfig, state: RunState, stop_value: float | None, stop_reason: str) -> dict[str, Any]:
+    return {
+        "algo": config.algo, "env": config.env.id, "seed": config.seed, "backend": "inline",
+        "env_steps": state.env_steps, "updates": state.updates, "wall_time_s": round(state.wall_time_s, 4),
+        "env_steps_per_s": round(state.env_steps / state.wall_time_s, 2) if state.wall_time_s > 0 else 0.0,
+        "best_eval_return": state.best_eval_return, "last_eval_return": state.last_eval_return,
+        "stop_value": stop_value, "solved": state.time_to_stop_value_s is not None,
+        "time_to_stop_value_s": None if state.time_to_stop_value_s is None else round(state.time_to_stop_value_s, 4),
+        "env_steps_to_stop_value": state.env_steps_to_stop_value,
+        "stop_reason": stop_reason,
+    }
+
+
+def _restore(run_dir: Path, algo: Any) -> RunState:
+    ckpt = load_checkpoint(run_dir / "checkpoints" / "last.safetensors")
+    algo.load_state_dict(ckpt.state["algo"])
+    torch.set_rng_state(ckpt.state["rng"]["torch"])
+    state = RunState(**ckpt.meta["run"])
+    state.resumes += 1
+    return state
+
+
+def _load_previous(previous: Path | str, algo: Any, config: RunConfig) -> None:
+    ckpt = load_checkpoint(previous)
+    if ckpt.meta.get("algo") != config.algo:
+        raise CheckpointError(f"--previous {str(ckpt.path)!r} holds a {ckpt.meta.get('algo')!r} policy, "
+                              f"not {config.algo!r}: pass a checkpoint of the same algorithm")
+    try:
+        algo.policy.set_weights(ckpt.state["algo"])
+    except (RuntimeError, ValueError, KeyError) as exc:
+        first = str(exc).splitlines()[0]
+        raise CheckpointError(f"--previous {str(ckpt.path)!r} does not fit this env/network "
+                              f"({ckpt.meta.get('env')} -> {config.env.id}): {first}") from None
