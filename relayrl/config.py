@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
@@ -18,9 +18,14 @@ from relayrl.errors import ConfigError
 
 
 class Section(BaseModel):
-    """Base of every config section: unknown keys are errors, fields documented in place."""
+    """Base of every config section: unknown keys are errors, fields documented in place.
+
+    ``aliases`` maps names users bring from other libraries (``n_epochs``, ``learning_rate``) to
+    the field(s) to use instead; they only feed the "did you mean" hint, never the parsing.
+    """
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+    aliases: ClassVar[dict[str, str]] = {}
 
 
 class EnvConfig(Section):
@@ -178,24 +183,30 @@ def format_validation_error(exc: ValidationError, model: type[BaseModel]) -> str
         loc = [str(part) for part in err["loc"]]
         key = ".".join(loc)
         if err["type"] == "extra_forbidden":
-            allowed = _allowed_keys(model, loc[:-1])
-            close = difflib.get_close_matches(loc[-1], allowed, n=1, cutoff=0.6)
-            hint = f"did you mean {'.'.join(loc[:-1] + close)!r}?" if close else (
-                f"valid keys here: {', '.join(sorted(allowed))}")
+            section = _section(model, loc[:-1])
+            allowed = list(section.model_fields) if section else []
+            aliases = section.aliases if section else {}
+            close = difflib.get_close_matches(loc[-1], allowed + list(aliases), n=1, cutoff=0.6)
+            prefix = "".join(f"{part}." for part in loc[:-1])
+            if close:
+                target = aliases.get(close[0], close[0])
+                hint = "did you mean " + " or ".join(repr(prefix + t) for t in target.split(",")) + "?"
+            else:
+                hint = f"valid keys here: {', '.join(sorted(allowed))}"
             lines.append(f"unknown config key {key!r}: {hint}")
         else:
             lines.append(f"config key {key!r} = {err.get('input')!r}: {err['msg']}")
     return "config error: " + "; ".join(lines)
 
 
-def _allowed_keys(model: type[BaseModel], path: list[str]) -> list[str]:
+def _section(model: type[BaseModel], path: list[str]) -> type[Section] | None:
     for part in path:
         field = model.model_fields.get(part)
         annotation = getattr(field, "annotation", None)
         if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
-            return []
+            return None
         model = annotation
-    return list(model.model_fields)
+    return model  # type: ignore[return-value]
 
 
 # ---------------------------------------------------------------- output

@@ -6,7 +6,7 @@ Reads top to bottom: config, network, policy (collect / eval modes over one mode
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -25,6 +25,13 @@ from relayrl.types import Batch, Mode, PolicyOutput
 
 
 class PPOConfig(Section):
+    aliases: ClassVar[dict[str, str]] = {
+        "learning_rate": "actor_lr,critic_lr", "lr": "actor_lr,critic_lr", "n_epochs": "epochs",
+        "n_steps": "num_steps", "ent_coef": "entropy_coef", "clip_range": "clip", "clip_range_vf": "value_clip",
+        "max_grad_norm": "grad_clip", "target_kl": "kl", "discount": "gamma", "lam": "gae_lambda",
+        "minibatch_size": "batch_size", "normalize_advantages": "normalize_advantage", "norm_obs": "obs_norm",
+        "norm_reward": "normalize_reward", "net_arch": "hidden_sizes", "eps": "adam_eps"}
+
     num_steps: int = Field(32, ge=1)
     """Vector steps collected per iteration (the rollout holds num_steps x env.num_envs steps)."""
     epochs: int = Field(10, ge=1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 from relayrl.algos import get_algo
@@ -58,16 +59,17 @@ def record_episode(policy, env_id: str, config, path: Path, seed: int = 0, max_f
     """Run one deterministic episode with ``render_mode="rgb_array"`` and write it as a GIF."""
     from relayrl.io.video import write_gif
 
-    try:
-        env = make(env_id, render_mode="rgb_array", max_episode_steps=config.env.max_episode_steps,
-                   **config.env.kwargs)
-    except EnvError:
-        raise
+    env = make(env_id, render_mode="rgb_array", max_episode_steps=config.env.max_episode_steps,
+               **config.env.kwargs)
     if "rgb_array" not in env.metadata.get("render_modes", []):
         env.close()
         raise EnvError(f"{env_id} cannot render to rgb_array, so no episode can be recorded; drop --render")
     obs, _ = env.reset(seed=seed)
-    frames = [env.render()]
+    try:
+        frames = [env.render()]
+    except gym.error.DependencyNotInstalled as exc:
+        env.close()
+        raise EnvError(f"{env_id} cannot render here: {exc}") from None
     done = False
     while not done and len(frames) < max_frames:
         action = policy.act(np.asarray(obs)[None], "eval").env_action[0]

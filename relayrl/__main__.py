@@ -1,0 +1,5 @@
+import sys
+
+from relayrl.cli import main
+
+sys.exit(main())

@@ -1,0 +1,123 @@
+"""The command line as a user meets it: exit codes and one-line messages, no tracebacks."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+TINY = ["--set", "env.num_envs=2", "--set", "ppo.num_steps=16", "--set", "ppo.batch_size=16",
+        "--set", "ppo.epochs=1", "--set", "eval.episodes=2", "--set", "eval.freq=64", "--quiet"]
+
+
+def relayrl(*args, cwd=None, timeout=120):
+    return subprocess.run([sys.executable, "-m", "relayrl", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, timeout=timeout)
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["train", "ppo", "--env", "CartPole-v1", "--set", "ppo.lerning_rate=3"], "did you mean 'ppo.actor_lr' or 'ppo.critic_lr'"),
+    (["train", "ppo", "--env", "CartPole-v1", "--set", "ppo.epochs=many"], "ppo.epochs"),
+    (["train", "ppo", "--env", "CartPole-v1", "--set", "env.num_envs=0"], "greater than or equal to 1"),
+    (["train", "ppo", "--env", "CartPol-v1", "--quiet"], "did you mean 'CartPole-v1'"),
+    (["train", "ppx", "--env", "CartPole-v1"], "unknown algorithm 'ppx'"),
+    (["train", "ppo", "--config", "nope.yaml"], "config file 'nope.yaml' not found"),
+    (["eval", "no/such/run"], "not found"),
+])
+def test_user_mistakes_exit_2_with_one_clear_line(args, expected, tmp_path):
+    result = relayrl(*args, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert expected in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()  # nothing half-written
+
+
+def test_config_prints_yaml_that_train_accepts_back(tmp_path):
+    result = relayrl("config", "ppo")
+    assert result.returncode == 0
+    data = yaml.safe_load(result.stdout)
+    assert data["algo"] == "ppo" and data["env"]["id"] == "CartPole-v1"
+    path = tmp_path / "ppo.yaml"
+    path.write_text(result.stdout)
+    run = relayrl("train", "ppo", "--config", path, "--total-steps", 64, "--run-dir", tmp_path / "run", *TINY)
+    assert run.returncode == 0, run.stderr
+    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert saved["total_steps"] == 64 and saved["env"]["num_envs"] == 2
+
+
+def test_train_eval_plot_end_to_end(tmp_path):
+    run_dir = tmp_path / "run"
+    train = relayrl("train", "ppo", "--env", "CartPole-v1", "--total-steps", 256, "--seed", 3,
+                    "--run-dir", run_dir, *TINY)
+    assert train.returncode == 0, train.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["env_steps"] == 256 and summary["seed"] == 3 and summary["stop_value"] == 475.0
+    assert list(run_dir.glob("events.out.tfevents.*"))
+    ev = relayrl("eval", run_dir, "--episodes", 3, "--render", tmp_path / "ep.gif")
+    assert ev.returncode == 0, ev.stderr
+    assert "return" in ev.stdout and "±" in ev.stdout and "over 3 episodes" in ev.stdout
+    assert (tmp_path / "ep.gif").read_bytes()[:6] in (b"GIF87a", b"GIF89a")
+    plot = relayrl("plot", run_dir, "-o", tmp_path / "curve.png")
+    assert plot.returncode == 0, plot.stderr
+    assert (tmp_path / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_ctrl_c_saves_last_checkpoint_and_summary_exit_130(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "relayrl", "train", "ppo", "--env", "CartPole-v1",
+                             "--total-steps", "10000000", "--run-dir", str(run_dir), *TINY],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = run_dir / "metrics.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 3):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stop_reason"] == "interrupted" and summary["env_steps"] > 0
+    last = json.loads((run_dir / "checkpoints" / "last.json").read_text())
+    assert last["run"]["env_steps"] == summary["env_steps"]
+    assert "Traceback" not in err
+
+
+def test_resume_continues_counters_and_reports_changes(tmp_path):
+    run_dir = tmp_path / "run"
+    first = relayrl("train", "ppo", "--total-steps", 128, "--run-dir", run_dir, *TINY)
+    assert first.returncode == 0, first.stderr
+    before = json.loads((run_dir / "summary.json").read_text())
+    second = relayrl("train", "ppo", "--resume", run_dir, "--total-steps", 256, "--set", "ppo.epochs=2", "--quiet")
+    assert second.returncode == 0, second.stderr
+    assert "changed option: ppo.epochs: 1 -> 2" in second.stderr
+    assert "total_steps: 128 -> 256" in second.stderr
+    after = json.loads((run_dir / "summary.json").read_text())
+    assert after["env_steps"] == 256 and after["updates"] > before["updates"]
+    steps = [json.loads(line)["env_steps"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+             if json.loads(line)["event"] == "train"]
+    assert steps == sorted(steps) and steps[-1] == 256 and steps[0] == 32
+    wall = [json.loads(line)["wall_time_s"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert wall == sorted(wall)  # the clock continues from the first session
+
+
+def test_previous_starts_a_new_run_from_weights(tmp_path):
+    first = relayrl("train", "ppo", "--total-steps", 128, "--run-dir", tmp_path / "a", *TINY)
+    assert first.returncode == 0, first.stderr
+    second = relayrl("train", "ppo", "--previous", tmp_path / "a" / "checkpoints" / "last.safetensors",
+                     "--total-steps", 64, "--run-dir", tmp_path / "b", *TINY)
+    assert second.returncode == 0, second.stderr
+    wrong_env = relayrl("train", "ppo", "--env", "Acrobot-v1", "--previous", tmp_path / "a",
+                        "--total-steps", 64, "--run-dir", tmp_path / "c", *TINY)
+    assert wrong_env.returncode == 2 and "does not fit" in wrong_env.stderr
+
+
+def test_corrupt_checkpoint_is_reported_not_crashed(tmp_path):
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(os.urandom(64))
+    result = relayrl("eval", bad)
+    assert result.returncode == 2 and "unreadable" in result.stderr and "Traceback" not in result.stderr
