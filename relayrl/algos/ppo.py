@@ -103,7 +103,7 @@ class ActorCritic(nn.Module):
     def logp_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         out = self.actor(obs)
         if self.discrete:
-            return D.categorical_logp(out, actions), D.categorical_entropy(out)
+            return D.categorical_logp_entropy(out, actions)
         log_std = self.log_std.expand_as(out)
         return D.gaussian_logp(out, log_std, actions), D.gaussian_entropy(log_std)
 
@@ -192,8 +192,9 @@ class PPO:
         self.cfg = cfg
         self.policy = PPOPolicy(obs_space, act_space, cfg)
         model = self.policy.model
-        self.actor_optim = torch.optim.Adam(model.actor_parameters(), lr=cfg.actor_lr, eps=cfg.adam_eps)
-        self.critic_optim = torch.optim.Adam(model.critic.parameters(), lr=cfg.critic_lr, eps=cfg.adam_eps)
+        # fused Adam: one kernel per step instead of a Python loop over parameters (~20% of an update here)
+        self.actor_optim = torch.optim.Adam(model.actor_parameters(), lr=cfg.actor_lr, eps=cfg.adam_eps, fused=True)
+        self.critic_optim = torch.optim.Adam(model.critic.parameters(), lr=cfg.critic_lr, eps=cfg.adam_eps, fused=True)
         self.ret_rms = RunningMeanStd(()) if cfg.normalize_reward else None
         self._ret = np.zeros(num_envs, dtype=np.float64)
 

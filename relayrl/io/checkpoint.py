@@ -42,7 +42,7 @@ def flatten_state(tree: Any) -> tuple[Any, dict[str, torch.Tensor]]:
             tensors[key] = node.detach().cpu().clone().contiguous()
             return {_TENSOR: key}
         if isinstance(node, np.ndarray):
-            tensors[key] = torch.from_numpy(np.ascontiguousarray(node).copy())
+            tensors[key] = torch.from_numpy(np.array(node, order="C", copy=True))  # keeps 0-d arrays 0-d
             return {_ARRAY: key}
         if isinstance(node, dict):
             return {(f"{_INTKEY}{k}" if isinstance(k, int) else str(k)): walk(v, f"{key}.{k}" if key else str(k))

@@ -24,6 +24,13 @@ def categorical_logp(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tenso
     return F.log_softmax(logits, dim=-1).gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
 
 
+def categorical_logp_entropy(logits: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probability of ``actions`` and entropy, sharing one log-softmax."""
+    logp_all = F.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+    return logp, -(logp_all.exp() * logp_all).sum(-1)
+
+
 def categorical_entropy(logits: torch.Tensor) -> torch.Tensor:
     logp = F.log_softmax(logits, dim=-1)
     return -(logp.exp() * logp).sum(-1)

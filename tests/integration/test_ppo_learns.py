@@ -1,0 +1,110 @@
+"""PPO trains for real on Gymnasium environments."""
+
+import json
+
+import numpy as np
+import pytest
+
+from relayrl.config import build_config
+from relayrl.errors import NonFiniteError
+from relayrl.io.checkpoint import load_checkpoint
+from relayrl.io.metrics import read_metrics
+from relayrl.train.loop import train
+
+TIME_KEYS = ("wall_time_s", "time/")
+
+
+def test_ppo_learns_cartpole_on_a_small_budget(tmp_path):
+    config = build_config("ppo", None, [], {"total_steps": 30_000, "stop_value": 300, "seed": 0})
+    summary = train(config, run_dir=tmp_path / "run")
+    assert summary["solved"] and summary["best_eval_return"] >= 300
+    assert summary["env_steps_to_stop_value"] <= 30_000
+    events = read_metrics(tmp_path / "run")
+    train_events = [e for e in events if e["event"] == "train"]
+    for key in ("train/return_mean", "train/loss/policy", "train/loss/value", "train/approx_kl",
+                "train/clip_frac", "train/loss/entropy", "train/explained_variance", "train/lr/actor",
+                "time/steps_per_s", "time/collect_s", "time/learn_s"):
+        assert any(key in e for e in train_events), key
+    # the best checkpoint holds the policy that reached the stop value
+    best = load_checkpoint(tmp_path / "run")
+    assert best.path.name == "best.safetensors" and best.meta["run"]["best_eval_return"] >= 300
+
+
+def test_same_seed_gives_identical_metrics(tmp_path, tiny_config):
+    def run(name):
+        train(tiny_config(total_steps=320, seed=5), run_dir=tmp_path / name, tensorboard=False)
+        return [{k: v for k, v in e.items() if not k.startswith(TIME_KEYS)} for e in read_metrics(tmp_path / name)]
+
+    first, second = run("a"), run("b")
+    assert first == second and len(first) > 5
+    third = train(tiny_config(total_steps=320, seed=6), run_dir=tmp_path / "c", tensorboard=False)
+    assert [e for e in read_metrics(tmp_path / "c") if e["event"] == "train"] != [
+        e for e in first if e["event"] == "train"] or third["env_steps"] != 320
+
+
+def test_resume_matches_the_counters_of_an_uninterrupted_run(tmp_path, tiny_config):
+    train(tiny_config(total_steps=160, seed=1), run_dir=tmp_path / "r", tensorboard=False)
+    summary = train(tiny_config(total_steps=320, seed=1), run_dir=tmp_path / "r", resume=True, tensorboard=False)
+    straight = train(tiny_config(total_steps=320, seed=1), run_dir=tmp_path / "s", tensorboard=False)
+    assert summary["env_steps"] == straight["env_steps"] == 320
+    assert summary["updates"] == straight["updates"]
+    last = load_checkpoint(tmp_path / "r" / "checkpoints" / "last.safetensors")
+    assert last.meta["run"]["resumes"] == 1 and last.meta["run"]["env_steps"] == 320
+
+
+def test_checkpoint_weights_round_trip_bit_identical(tmp_path, tiny_config):
+    from relayrl.train.evaluate import load_policy
+
+    train(tiny_config(total_steps=128), run_dir=tmp_path / "r", tensorboard=False)
+    ckpt = load_checkpoint(tmp_path / "r" / "checkpoints" / "last.safetensors")
+    policy, _, _ = load_policy(ckpt)
+    for name, tensor in policy.model.state_dict().items():
+        assert tensor.equal(ckpt.state["algo"]["model"][name])
+    obs = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    again, _, _ = load_policy(load_checkpoint(ckpt.path))
+    np.testing.assert_array_equal(policy.act(obs, "eval").action, again.act(obs, "eval").action)
+
+
+def test_periodic_checkpoints_every_save_freq_updates(tmp_path, tiny_config):
+    summary = train(tiny_config(total_steps=256, save_freq=8), run_dir=tmp_path / "r", tensorboard=False)
+    periodic = sorted(p.name for p in (tmp_path / "r" / "checkpoints").glob("update_*.safetensors"))
+    # 8 iterations x (2 epochs x 2 minibatches) = 32 updates: one checkpoint every 8
+    assert summary["updates"] == 32
+    assert periodic == [f"update_{n:09d}.safetensors" for n in (8, 16, 24, 32)]
+
+
+def test_non_finite_loss_stops_with_message_and_keeps_last_good_checkpoint(tmp_path, tiny_config):
+    config = tiny_config("env.id=relayrl-test/NanReward-v0", total_steps=640)
+    with pytest.raises(NonFiniteError, match="loss became nan"):
+        train(config, run_dir=tmp_path / "r", tensorboard=False)
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["stop_reason"] == "nonfinite"
+    assert (tmp_path / "r" / "nonfinite_batch.npz").is_file()
+
+
+def test_obs_norm_with_prenorm_fills_statistics_before_training(tmp_path, tiny_config):
+    config = tiny_config("ppo.obs_norm=true", "ppo.prenorm=true", "ppo.prenormalize_steps=10",
+                         "ppo.update_norm=false", total_steps=96)
+    summary = train(config, run_dir=tmp_path / "r", tensorboard=False)
+    state = load_checkpoint(tmp_path / "r" / "checkpoints" / "last.safetensors").state["algo"]
+    # 10 warm-up vector steps of 2 envs fill the statistics; update_norm=false freezes them after
+    assert float(state["obs_rms"]["count"]) == 20
+    assert summary["env_steps"] >= 96
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_default_ppo_solves_cartpole(tmp_path, seed):
+    config = build_config("ppo", None, [], {"seed": seed, "total_steps": 150_000})
+    summary = train(config, run_dir=tmp_path / "run", tensorboard=False)
+    assert summary["solved"], summary
+    assert summary["last_eval_return"] >= 475
+
+
+@pytest.mark.slow
+def test_default_ppo_makes_clear_progress_on_pendulum(tmp_path):
+    config = build_config("ppo", None, ["eval.freq=20000"], {"env.id": "Pendulum-v1", "total_steps": 200_000})
+    summary = train(config, run_dir=tmp_path / "run", tensorboard=False)
+    evals = [e["eval/return_mean"] for e in read_metrics(tmp_path / "run") if e["event"] == "eval"]
+    # a random policy scores about -1200 on Pendulum-v1
+    assert evals[0] < -900 and summary["best_eval_return"] > -400, evals
