@@ -32,19 +32,19 @@ class PPOConfig(Section):
         "minibatch_size": "batch_size", "normalize_advantages": "normalize_advantage", "norm_obs": "obs_norm",
         "norm_reward": "normalize_reward", "net_arch": "hidden_sizes", "eps": "adam_eps"}
 
-    num_steps: int = Field(32, ge=1)
+    num_steps: int = Field(64, ge=1)
     """Vector steps collected per iteration (the rollout holds num_steps x env.num_envs steps)."""
-    epochs: int = Field(10, ge=1)
+    epochs: int = Field(5, ge=1)
     """Passes over each rollout."""
     batch_size: int = Field(256, ge=1)
     """Minibatch size in steps."""
-    gamma: float = Field(0.98, ge=0.0, le=1.0)
+    gamma: float = Field(0.99, ge=0.0, le=1.0)
     """Discount factor."""
-    gae_lambda: float = Field(0.8, ge=0.0, le=1.0)
+    gae_lambda: float = Field(0.95, ge=0.0, le=1.0)
     """GAE lambda (bias-variance trade-off of the advantage)."""
-    actor_lr: float = Field(1e-3, gt=0.0)
+    actor_lr: float = Field(3e-3, gt=0.0)
     """Actor learning rate (Adam)."""
-    critic_lr: float = Field(1e-3, gt=0.0)
+    critic_lr: float = Field(3e-3, gt=0.0)
     """Critic learning rate (Adam)."""
     adam_eps: float = Field(1e-5, gt=0.0)
     """Adam epsilon."""
@@ -74,7 +74,7 @@ class PPOConfig(Section):
     """Vector steps run to fill the statistics when prenorm is on."""
     reward_scale: float = Field(1.0, gt=0.0)
     """Multiply rewards by this before computing advantages."""
-    normalize_reward: bool = False
+    normalize_reward: bool = True
     """Divide rewards by the running std of the discounted return."""
     hidden_sizes: list[int] = Field(default_factory=lambda: [64, 64])
     """Hidden layer sizes of the actor and of the critic."""

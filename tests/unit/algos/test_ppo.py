@@ -89,12 +89,14 @@ def test_non_finite_loss_raises_with_advice():
 
 def test_reward_normalisation_scales_by_return_std():
     algo = make_algo("ppo.normalize_reward=true", "ppo.gamma=0.0")
-    rollout = fake_rollout(reward=10.0)
+    rollout = fake_rollout()
+    rollout["reward"] = np.random.default_rng(0).normal(3.0, 4.0, size=(8, 4)).astype(np.float32)
+    # with gamma 0 the discounted return is the reward itself, so rewards end up with unit std
     scaled = algo.scale_rewards(rollout)
-    # with gamma 0 the discounted return is the reward itself: constant 10, so std ~ 0 -> eps-bounded
-    assert np.all(np.isfinite(scaled))
-    algo2 = make_algo("ppo.reward_scale=0.5")
-    np.testing.assert_allclose(algo2.scale_rewards(rollout), 5.0)
+    assert np.std(scaled) == pytest.approx(1.0, abs=1e-3)
+    np.testing.assert_allclose(scaled / rollout["reward"], scaled[0, 0] / rollout["reward"][0, 0], rtol=1e-5)
+    plain = make_algo("ppo.reward_scale=0.5", "ppo.normalize_reward=false")
+    np.testing.assert_allclose(plain.scale_rewards(fake_rollout(reward=10.0)), 5.0)
 
 
 def test_state_dict_round_trip_restores_optimizer_and_normalizer():
