@@ -10,7 +10,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -51,7 +51,8 @@ class RunState:
 
 def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool = False,
           previous: Path | str | None = None, quiet: bool = True, tensorboard: bool = True,
-          stop_event: threading.Event | None = None) -> dict[str, Any]:
+          stop_event: threading.Event | None = None,
+          hooks: Sequence[tuple[str, Callable[[HookContext], None], dict[str, Any]]] = ()) -> dict[str, Any]:
     """Train ``config.algo`` on ``config.env.id`` until the stop value or ``total_steps``.
 
     Args:
@@ -60,6 +61,8 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
         previous: start from this checkpoint's policy weights (and normaliser) only.
         stop_event: when set (e.g. by Ctrl-C), training stops after the current iteration,
             writing the last checkpoint and the summary.
+        hooks: extra learner hooks as ``(position, fn, options)``, e.g.
+            ``("after_iter", print_kl, {"freq": 10, "priority": 50})``; ``fn`` gets a HookContext.
     """
     entry = get_algo(config.algo)
     if not entry.on_policy:
@@ -144,6 +147,8 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
 
     learner.register_hook("after_iter", log_iteration, priority=10)
     learner.register_hook("after_iter", periodic_checkpoint, priority=20)
+    for position, fn, options in hooks:
+        learner.register_hook(position, fn, **options)
 
     # ---- the loop
     ctx = learner.ctx

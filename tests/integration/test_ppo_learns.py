@@ -108,3 +108,19 @@ def test_default_ppo_makes_clear_progress_on_pendulum(tmp_path):
     evals = [e["eval/return_mean"] for e in read_metrics(tmp_path / "run") if e["event"] == "eval"]
     # a random policy scores about -1200 on Pendulum-v1
     assert evals[0] < -900 and summary["best_eval_return"] > -400, evals
+
+
+def test_user_hooks_see_a_named_context_at_every_position(tmp_path, tiny_config):
+    seen = []
+
+    def record(ctx):
+        seen.append((ctx.iteration, ctx.env_steps, ctx.updates, sorted(ctx.metrics)[:1], ctx.stop_reason))
+
+    hooks = [("before_run", lambda ctx: seen.append("start"), {}),
+             ("after_iter", record, {"freq": 2}),
+             ("after_run", lambda ctx: seen.append(("end", ctx.stop_reason)), {})]
+    train(tiny_config(total_steps=128), run_dir=tmp_path / "r", tensorboard=False, hooks=hooks)
+    assert seen[0] == "start" and seen[-1] == ("end", "total_steps")
+    iterations = [item[0] for item in seen[1:-1]]
+    assert iterations == [2, 4]  # 4 iterations of 32 steps, every second one
+    assert seen[1][1] == 64 and seen[1][2] > 0 and seen[1][3] == ["approx_kl"]
