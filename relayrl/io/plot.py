@@ -59,9 +59,10 @@ def plot_runs(run_dirs: list[Path], output: Path) -> Path:
                 if len(data) == 1:
                     ax.plot(*data[0], label=name)
                     continue
-                grid = np.linspace(0, max(x.max() for x, _ in data), 200)
-                # each run counts only up to where it ended
-                ys = np.array([np.where(grid <= x.max(), np.interp(grid, x, y), np.nan) for x, y in data])
+                grid = np.linspace(min(x.min() for x, _ in data), max(x.max() for x, _ in data), 200)
+                # each run counts only over the span it covers: no extrapolation past its ends
+                ys = np.array([np.where((grid >= x.min()) & (grid <= x.max()), np.interp(grid, x, y), np.nan)
+                               for x, y in data])
                 with np.errstate(all="ignore"):
                     mean, std = np.nanmean(ys, axis=0), np.nanstd(ys, axis=0)
                 line, = ax.plot(grid, mean, label=name)
