@@ -69,23 +69,33 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
         raise NotImplementedError(f"{config.algo} needs the off-policy loop")
     algo_cfg = getattr(config, config.algo)
     stop_value = config.stop_value if config.stop_value is not None else spec_stop_value(config.env.id)
+    if resume and run_dir is None:
+        raise CheckpointError("resume needs the run directory to continue")
     run_dir = Path(run_dir) if run_dir is not None else new_run_dir(config.env.id, config.algo)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "checkpoints").mkdir(exist_ok=True)
     if config.threads:
         torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     np.random.seed(config.seed)
 
+    # everything that can fail on bad input happens before the run directory is written
     env_args = dict(env_kwargs=config.env.kwargs, max_episode_steps=config.env.max_episode_steps)
     venv = make_vec(config.env.id, config.env.num_envs, **env_args)
-    eval_venv = make_vec(config.env.id, min(config.eval.num_envs, config.eval.episodes), **env_args)
-    algo = entry.algo_cls(algo_cfg, venv.single_observation_space, venv.single_action_space, config.env.num_envs)
-    state = RunState()
-    if resume:
-        state = _restore(run_dir, algo)
-    elif previous is not None:
-        _load_previous(previous, algo, config)
+    eval_venv = None
+    try:
+        eval_venv = make_vec(config.env.id, min(config.eval.num_envs, config.eval.episodes), **env_args)
+        algo = entry.algo_cls(algo_cfg, venv.single_observation_space, venv.single_action_space,
+                              config.env.num_envs)
+        state = RunState()
+        if resume:
+            state = _restore(run_dir, algo)
+        elif previous is not None:
+            _load_previous(previous, algo, config)
+    except BaseException:
+        venv.close()
+        if eval_venv is not None:
+            eval_venv.close()
+        raise
+    (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
     save_config(config, run_dir / "config.yaml")
 
     collector = OnPolicyCollector(venv, algo.policy, algo_cfg.num_steps)

@@ -114,6 +114,7 @@ def test_previous_starts_a_new_run_from_weights(tmp_path):
     wrong_env = relayrl("train", "ppo", "--env", "Acrobot-v1", "--previous", tmp_path / "a",
                         "--total-steps", 64, "--run-dir", tmp_path / "c", *TINY)
     assert wrong_env.returncode == 2 and "does not fit" in wrong_env.stderr
+    assert not (tmp_path / "c").exists()  # a refused start writes no run directory
 
 
 def test_corrupt_checkpoint_is_reported_not_crashed(tmp_path):
