@@ -12,7 +12,7 @@ class ProgressDisplay:
         if quiet:
             return
         self._progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("[bold]{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(),
             TextColumn("steps"), TextColumn("{task.fields[sps]:>7.0f} steps/s"),
             TextColumn("eval {task.fields[eval]}"), TimeElapsedColumn(), TextColumn("ETA"),
             TimeRemainingColumn(), console=Console(stderr=True), refresh_per_second=4)
