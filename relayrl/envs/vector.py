@@ -2,13 +2,15 @@
 
 Usage::
 
-    venv = make_vec("CartPole-v1", num_envs=8, seed=0)
-    obs = venv.reset()
-    while training:
-        result = venv.step(actions)          # send(actions) + recv()
-        # result.obs is the next obs to act on; result.final_obs[i] is the last obs of an episode
-        # that ended on this step (terminated[i] or truncated[i]), for bootstrapping.
-    venv.close()
+    with make_vec("CartPole-v1", num_envs=8, manager="subproc", workers=2, seed=0) as venv:
+        obs = venv.reset(seed=0)
+        for _ in range(1000):
+            result = venv.step(actions)   # send(actions) + recv()
+            # result.obs: next observations to act on; result.final_obs[i]: last observation of an
+            # episode that ended on this step (terminated[i] or truncated[i]), for bootstrapping.
+
+Managers: ``sync`` (in process), ``subproc`` (worker processes, shared memory), ``async`` (subproc
+whose ``recv`` returns the envs that are ready; ``send`` then takes actions for those env ids).
 """
 
 from __future__ import annotations
@@ -18,21 +20,28 @@ from typing import Any, Callable
 import gymnasium as gym
 import numpy as np
 
+from relayrl.envs import spaces
 from relayrl.envs.registry import make
+from relayrl.envs.runner import EnvRunner, StepArrays, action_dtype
 from relayrl.errors import EnvError
 from relayrl.types import StepResult
 
 EnvFactory = Callable[[], gym.Env]
+MANAGERS = ("sync", "subproc", "async")
+
+
+class ActionError(EnvError, ValueError):
+    """Actions of the wrong shape, dtype or range; raised before anything is sent to an env."""
 
 
 class VectorEnv:
-    """Interface shared by every manager (sync here; shared-memory subprocess ones later)."""
+    """Interface shared by every manager."""
 
     num_envs: int
     single_observation_space: gym.Space
     single_action_space: gym.Space
 
-    def reset(self, seed: int | None = None) -> np.ndarray:
+    def reset(self, seed: int | None = None) -> Any:
         raise NotImplementedError
 
     def send(self, actions: np.ndarray) -> None:
@@ -45,6 +54,11 @@ class VectorEnv:
         self.send(actions)
         return self.recv()
 
+    @property
+    def stats(self) -> dict[str, int]:
+        """Fault counters: env errors, worker restarts, timeouts."""
+        return {"errors": 0, "restarts": 0, "timeouts": 0}
+
     def close(self) -> None:
         pass
 
@@ -54,95 +68,152 @@ class VectorEnv:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+    # ---- shared helpers
+    def _setup_spaces(self, obs_space: gym.Space, act_space: gym.Space) -> None:
+        self.single_observation_space, self.single_action_space = obs_space, act_space
+        spaces.leaves(obs_space)  # refuses unsupported observation spaces with a clear message
+        self._act_dtype = action_dtype(act_space)
+        self._act_shape = tuple(act_space.shape)
+
+    def _check_actions(self, actions: Any, count: int) -> np.ndarray:
+        actions = np.asarray(actions)
+        space = self.single_action_space
+        expected = (count, *self._act_shape)
+        if actions.shape != expected:
+            raise ActionError(f"actions have shape {actions.shape}, expected {expected} "
+                              f"({count} envs, action space {space})")
+        if self._act_dtype.kind in "iub":
+            if actions.dtype.kind not in "iub":
+                raise ActionError(f"actions have dtype {actions.dtype}, expected integers for {space}")
+            low, high = _int_bounds(space)
+            if actions.size and ((actions < low).any() or (actions > high).any()):
+                raise ActionError(f"actions out of range for {space}: got values from {actions.min()} "
+                                  f"to {actions.max()}")
+        elif actions.dtype.kind not in "fiu":
+            raise ActionError(f"actions have dtype {actions.dtype}, expected numbers for {space}")
+        elif not np.isfinite(actions).all():
+            raise ActionError(f"actions contain NaN or infinity: {actions}")
+        return actions
+
+
+def _int_bounds(space: gym.Space) -> tuple[np.ndarray, np.ndarray]:
+    if isinstance(space, gym.spaces.Discrete):
+        return np.asarray(space.start), np.asarray(space.start + space.n - 1)
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return np.asarray(space.start), np.asarray(space.start + space.nvec - 1)
+    if isinstance(space, gym.spaces.MultiBinary):
+        return np.asarray(0), np.asarray(1)
+    return np.asarray(space.low), np.asarray(space.high)
+
+
+def result_from(arrays: StepArrays, obs_space: gym.Space, rows: Any, env_ids: np.ndarray,
+                infos: list[dict]) -> StepResult:
+    """A StepResult holding copies of ``rows`` of ``arrays`` (the next step cannot overwrite it)."""
+    return StepResult(
+        obs=spaces.copy_batch(obs_space, arrays.obs, rows),
+        reward=arrays.reward[rows].copy(), terminated=arrays.terminated[rows].copy(),
+        truncated=arrays.truncated[rows].copy(),
+        final_obs=spaces.copy_batch(obs_space, arrays.final_obs, rows),
+        env_ids=env_ids, info=infos)
+
 
 class SyncVectorEnv(VectorEnv):
-    """All envs in this process, stepped in order. Observations land in one preallocated array."""
+    """All envs in this process, stepped in order, results in preallocated arrays."""
 
-    def __init__(self, factories: list[EnvFactory]):
+    def __init__(self, factories: list[EnvFactory], max_restarts: int = 3):
         if not factories:
             raise EnvError("a vector env needs at least one environment (num_envs >= 1)")
-        self.envs = [factory() for factory in factories]
-        self.num_envs = len(self.envs)
-        self.single_observation_space = self.envs[0].observation_space
-        self.single_action_space = self.envs[0].action_space
-        space = self.single_observation_space
-        if not isinstance(space, gym.spaces.Box):
-            raise EnvError(f"observation space {space} is not supported yet: relayrl handles Box "
-                           "observations; wrap the env with gymnasium.wrappers.FlattenObservation")
-        self._obs = np.zeros((self.num_envs, *space.shape), dtype=space.dtype)
-        self._final_obs = np.zeros_like(self._obs)
-        self._reward = np.zeros(self.num_envs, dtype=np.float32)
-        self._terminated = np.zeros(self.num_envs, dtype=bool)
-        self._truncated = np.zeros(self.num_envs, dtype=bool)
+        probe = factories[0]()
+        self._setup_spaces(probe.observation_space, probe.action_space)
+        probe.close()
+        self.num_envs = len(factories)
+        self.arrays = StepArrays.allocate(self.single_observation_space, self.single_action_space, self.num_envs)
+        self.runner = EnvRunner(factories, self.arrays, max_restarts=max_restarts)
         self._env_ids = np.arange(self.num_envs)
-        self._action_shape = self.single_action_space.shape
-        self._discrete = isinstance(self.single_action_space, gym.spaces.Discrete)
-        self._actions: np.ndarray | None = None
+        self._pending = False
 
-    def reset(self, seed: int | None = None) -> np.ndarray:
-        for k, env in enumerate(self.envs):
-            obs, _ = env.reset(seed=None if seed is None else seed + k)
-            self._obs[k] = obs
-        if seed is not None:
-            for k, env in enumerate(self.envs):
-                env.action_space.seed(seed + k)
-        return self._obs.copy()
+    @property
+    def envs(self) -> list[gym.Env]:
+        return self.runner.envs
+
+    def reset(self, seed: int | None = None) -> Any:
+        self.runner.reset(seed)
+        self._pending = False
+        return spaces.copy_batch(self.single_observation_space, self.arrays.obs)
 
     def send(self, actions: np.ndarray) -> None:
-        actions = np.asarray(actions)
-        expected = (self.num_envs, *self._action_shape)
-        if actions.shape != expected:
-            raise EnvError(f"actions have shape {actions.shape}, expected {expected} "
-                           f"(num_envs={self.num_envs}, action space {self.single_action_space})")
-        self._actions = actions
+        self.arrays.actions[:] = self._check_actions(actions, self.num_envs)
+        self._pending = True
 
     def recv(self) -> StepResult:
-        if self._actions is None:
+        if not self._pending:
             raise EnvError("recv() called without a pending send(actions)")
-        actions, self._actions = self._actions, None
-        infos = []
-        obs_buf, reward, terminated, truncated = self._obs, self._reward, self._terminated, self._truncated
-        for k, env in enumerate(self.envs):
-            action = int(actions[k]) if self._discrete else actions[k]
-            obs, r, term, trunc, info = env.step(action)
-            reward[k] = r
-            terminated[k] = term
-            truncated[k] = trunc
-            if term or trunc:
-                self._final_obs[k] = obs
-                obs, reset_info = env.reset()
-                if reset_info:
-                    info = {**info, "reset_info": reset_info}
-            obs_buf[k] = obs
-            infos.append(info)
-        return StepResult(obs=obs_buf.copy(), reward=reward.copy(), terminated=terminated.copy(),
-                          truncated=truncated.copy(), final_obs=self._final_obs.copy(),
-                          env_ids=self._env_ids, info=infos)
+        self._pending = False
+        found = self.runner.step()
+        infos = [found.get(k, {}) for k in range(self.num_envs)]
+        return result_from(self.arrays, self.single_observation_space, slice(None), self._env_ids, infos)
+
+    @property
+    def stats(self) -> dict[str, int]:
+        return {"errors": self.runner.errors, "restarts": 0, "timeouts": 0}
 
     def render(self, index: int = 0) -> Any:
-        return self.envs[index].render()
+        return self.runner.envs[index].render()
 
     def close(self) -> None:
-        for env in self.envs:
-            env.close()
-        self.envs = []
+        self.runner.close()
 
 
-def make_vec(env_id_or_factory: str | EnvFactory, num_envs: int, *, seed: int | None = None,
-             env_kwargs: dict[str, Any] | None = None, max_episode_steps: int | None = None,
-             render_mode: str | None = None) -> VectorEnv:
-    """Build ``num_envs`` copies of an env (by Gymnasium id or factory) in a SyncVectorEnv."""
+class EnvMaker:
+    """A picklable factory: ``gymnasium.make(env_id, **kwargs)`` through relayrl's checks."""
+
+    def __init__(self, env_id: str, kwargs: dict[str, Any] | None = None, max_episode_steps: int | None = None,
+                 render_mode: str | None = None):
+        self.env_id, self.kwargs = env_id, dict(kwargs or {})
+        self.max_episode_steps, self.render_mode = max_episode_steps, render_mode
+
+    def __call__(self) -> gym.Env:
+        return make(self.env_id, max_episode_steps=self.max_episode_steps, render_mode=self.render_mode,
+                    **self.kwargs)
+
+
+def make_vec(env_id_or_factory: str | EnvFactory, num_envs: int, *, manager: str = "sync",
+             workers: int | None = None, seed: int | None = None,
+             env_kwargs: dict[str, Any] | list[dict[str, Any]] | None = None,
+             max_episode_steps: int | None = None, render_mode: str | None = None, **options: Any) -> VectorEnv:
+    """Build ``num_envs`` copies of an env (Gymnasium id or factory) under ``manager``.
+
+    Args:
+        env_kwargs: keyword arguments for every env, or a list with one dict per env (ids only).
+        workers: processes for ``subproc`` / ``async`` (default: one per core, at most num_envs).
+        seed: when given, envs are reset with seeds ``seed + k``.
+        options: manager options: ``max_restarts``; for subproc/async ``step_timeout``,
+            ``reset_timeout``; for async ``wait_num``.
+    """
+    if manager not in MANAGERS:
+        raise EnvError(f"unknown env manager {manager!r}: use one of {', '.join(MANAGERS)}")
+    if num_envs < 1:
+        raise EnvError(f"num_envs must be at least 1, got {num_envs}")
     if callable(env_id_or_factory):
+        if env_kwargs:
+            raise EnvError("env_kwargs apply to env ids; bind arguments into the factory instead")
         factories = [env_id_or_factory] * num_envs
     else:
-        env_id = env_id_or_factory
-        kwargs = dict(env_kwargs or {})
+        per_env = env_kwargs if isinstance(env_kwargs, list) else [env_kwargs or {}] * num_envs
+        if len(per_env) != num_envs:
+            raise EnvError(f"env_kwargs has {len(per_env)} entries for {num_envs} envs: give one per env")
+        factories = [EnvMaker(env_id_or_factory, kw, max_episode_steps, render_mode) for kw in per_env]
+    if manager == "sync":
+        unknown = set(options) - {"max_restarts"}
+        if unknown:
+            raise EnvError(f"options {sorted(unknown)} do not apply to the sync manager")
+        venv: VectorEnv = SyncVectorEnv(factories, **options)
+    else:
+        from relayrl.envs.subproc import SubprocVectorEnv
 
-        def factory() -> gym.Env:
-            return make(env_id, max_episode_steps=max_episode_steps, render_mode=render_mode, **kwargs)
-
-        factories = [factory] * num_envs
-    venv = SyncVectorEnv(factories)
+        if manager == "subproc" and "wait_num" in options:
+            raise EnvError("wait_num applies to the async manager only")
+        venv = SubprocVectorEnv(factories, workers=workers, asynchronous=manager == "async", **options)
     if seed is not None:
         venv.reset(seed=seed)
     return venv

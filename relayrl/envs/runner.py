@@ -1,0 +1,169 @@
+"""EnvRunner: steps a slice of environments and writes results into preallocated arrays.
+
+The in-process manager and every subprocess worker run this same code, so all managers produce
+identical trajectories for the same seeds and actions. Arrays may be plain numpy arrays or views
+into shared memory; the runner never allocates per step.
+
+Fault handling, per env: an exception in ``step`` ends that env's episode as truncated, with the
+traceback in ``info["env_error"]`` and the last good observation as ``final_obs``; the env is
+rebuilt from its factory and reset. After ``max_restarts`` consecutive failures of the same env,
+``EnvFailure`` is raised instead of looping.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+
+from relayrl.envs import spaces
+from relayrl.errors import EnvError
+
+EnvFactory = Callable[[], gym.Env]
+
+
+class EnvFailure(EnvError):
+    """An env kept failing after ``max_restarts`` rebuilds."""
+
+
+@dataclass
+class StepArrays:
+    """The arrays one step writes: obs and final_obs leaves, reward, flags, and the actions read."""
+
+    obs: list[np.ndarray]
+    final_obs: list[np.ndarray]
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    actions: np.ndarray
+
+    @classmethod
+    def allocate(cls, obs_space: gym.Space, act_space: gym.Space, n: int) -> "StepArrays":
+        return cls(obs=spaces.allocate(obs_space, n)[0], final_obs=spaces.allocate(obs_space, n)[0],
+                   reward=np.zeros(n, np.float32), terminated=np.zeros(n, bool), truncated=np.zeros(n, bool),
+                   actions=np.zeros((n, *act_space.shape), dtype=action_dtype(act_space)))
+
+    @staticmethod
+    def layout(obs_space: gym.Space, act_space: gym.Space, n: int) -> list[tuple[str, tuple[int, ...], np.dtype]]:
+        """(name, shape, dtype) of every array, for laying them out in one shared-memory block."""
+        out = []
+        for prefix in ("obs", "final_obs"):
+            out += [(f"{prefix}.{i}", (n, *leaf.shape), leaf.dtype) for i, leaf in enumerate(spaces.leaves(obs_space))]
+        out += [("reward", (n,), np.dtype(np.float32)), ("terminated", (n,), np.dtype(bool)),
+                ("truncated", (n,), np.dtype(bool)),
+                ("actions", (n, *act_space.shape), action_dtype(act_space))]
+        return out
+
+    @classmethod
+    def from_named(cls, arrays: dict[str, np.ndarray]) -> "StepArrays":
+        count = sum(1 for key in arrays if key.startswith("obs."))
+        return cls(obs=[arrays[f"obs.{i}"] for i in range(count)],
+                   final_obs=[arrays[f"final_obs.{i}"] for i in range(count)],
+                   reward=arrays["reward"], terminated=arrays["terminated"], truncated=arrays["truncated"],
+                   actions=arrays["actions"])
+
+
+def action_dtype(space: gym.Space) -> np.dtype:
+    if isinstance(space, gym.spaces.Discrete):
+        return np.dtype(np.int64)
+    if isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary, gym.spaces.MultiDiscrete)):
+        return np.dtype(space.dtype)
+    raise EnvError(f"action space {space} is not supported: use Box, Discrete, MultiBinary or MultiDiscrete")
+
+
+class EnvRunner:
+    """Steps envs ``offset .. offset + len(factories) - 1`` (global ids) into rows of ``arrays``."""
+
+    def __init__(self, factories: list[EnvFactory], arrays: StepArrays, offset: int = 0, max_restarts: int = 3):
+        self.factories, self.arrays, self.offset, self.max_restarts = factories, arrays, offset, max_restarts
+        self.envs = [factory() for factory in factories]
+        self.obs_space = self.envs[0].observation_space
+        self.discrete = isinstance(self.envs[0].action_space, gym.spaces.Discrete)
+        self.failures = np.zeros(len(self.envs), dtype=np.int64)  # consecutive, per env
+        self.errors = 0
+        self._plain = len(arrays.obs) == 1  # one leaf: skip the structure walk on the hot path
+
+    def _write_obs(self, target: list[np.ndarray], k: int, obs: Any) -> None:
+        if self._plain:
+            target[0][k] = obs
+            return
+        for array, value in zip(target, spaces.flatten(self.obs_space, obs)):
+            array[k] = value
+
+    def reset(self, seed: int | None = None) -> dict[int, dict]:
+        """Reset every env (env k gets ``seed + offset + k``); returns non-empty reset infos by row."""
+        infos = {}
+        for k in range(len(self.envs)):
+            obs, info = self._reset_one(k, None if seed is None else seed + self.offset + k)
+            self._write_obs(self.arrays.obs, k, obs)
+            if info:
+                infos[k] = info
+        return infos
+
+    def _reset_one(self, k: int, seed: int | None) -> tuple[Any, dict]:
+        while True:
+            try:
+                obs, info = self.envs[k].reset(seed=seed)
+                if seed is not None:
+                    self.envs[k].action_space.seed(seed)
+                return obs, info
+            except Exception:
+                self._fail(k, traceback.format_exc())
+
+    def _fail(self, k: int, tb: str) -> None:
+        """Count a failure of env k and rebuild it, or raise once it failed too often in a row."""
+        self.errors += 1
+        self.failures[k] += 1
+        if self.failures[k] > self.max_restarts:
+            raise EnvFailure(f"env {self.offset + k} failed {self.failures[k]} times in a row "
+                             f"(max_restarts={self.max_restarts}); fix the env or raise max_restarts. "
+                             f"Last error:\n{tb}")
+        try:
+            self.envs[k].close()
+        except Exception:
+            pass
+        self.envs[k] = self.factories[k]()
+
+    def step(self) -> dict[int, dict]:
+        """Step every env with ``arrays.actions``; autoreset keeps the final observation.
+
+        Returns the non-empty infos by row (most steps: an empty dict, nothing to send).
+        """
+        a = self.arrays
+        infos: dict[int, dict] = {}
+        for k, env in enumerate(self.envs):
+            action = int(a.actions[k]) if self.discrete else a.actions[k]
+            try:
+                obs, reward, terminated, truncated, info = env.step(action)
+            except Exception:
+                tb = traceback.format_exc()
+                for src, dst in zip(a.obs, a.final_obs):  # the last good observation ends the episode
+                    dst[k] = src[k]
+                self._fail(k, tb)
+                obs, reset_info = self._reset_one(k, None)
+                self._write_obs(a.obs, k, obs)
+                a.reward[k], a.terminated[k], a.truncated[k] = 0.0, False, True
+                infos[k] = {"env_error": tb, **({"reset_info": reset_info} if reset_info else {})}
+                continue
+            self.failures[k] = 0
+            a.reward[k], a.terminated[k], a.truncated[k] = reward, terminated, truncated
+            if terminated or truncated:
+                self._write_obs(a.final_obs, k, obs)
+                obs, reset_info = self._reset_one(k, None)
+                if reset_info:
+                    info = {**info, "reset_info": reset_info}
+            self._write_obs(a.obs, k, obs)
+            if info:
+                infos[k] = info
+        return infos
+
+    def close(self) -> None:
+        for env in self.envs:
+            try:
+                env.close()
+            except Exception:
+                pass
+        self.envs = []
