@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
@@ -37,6 +37,15 @@ class EnvConfig(Section):
     """Keyword arguments passed to gymnasium.make."""
     max_episode_steps: int | None = Field(None, ge=1)
     """Override the env's time limit (null keeps the registered one)."""
+    manager: Literal["auto", "sync", "subproc", "async"] = "auto"
+    """How envs are stepped: in process (sync), in worker processes through shared memory (subproc,
+    async), or auto: subproc when a timed step shows the workers would save more than they cost."""
+    workers: int | None = Field(None, ge=1)
+    """Worker processes for subproc/async (null: one per core, at most num_envs)."""
+    step_timeout: float | None = Field(60.0, gt=0)
+    """Seconds before a hung env worker is killed and respawned (subproc/async; null: never)."""
+    max_restarts: int = Field(3, ge=0)
+    """Consecutive failures of one env or worker tolerated before training stops with an error."""
 
 
 class EvalConfig(Section):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import importlib
 from typing import Any
 
 import gymnasium as gym
@@ -10,9 +11,16 @@ import gymnasium as gym
 from relayrl.errors import EnvError
 
 
-def _check_id(env_id: str) -> None:
+def _check_id(env_id: str) -> str:
+    """The registered id for ``env_id``; ``"package.module:EnvId"`` imports the module first."""
+    if ":" in env_id:
+        module, _, env_id = env_id.partition(":")
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise EnvError(f"cannot import {module!r} to register {env_id!r}: {exc}") from None
     if env_id in gym.registry:
-        return
+        return env_id
     close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.6)
     hint = f"did you mean {' or '.join(repr(c) for c in close)}?" if close else (
         "check the spelling, or import the package that registers it")
@@ -21,8 +29,12 @@ def _check_id(env_id: str) -> None:
 
 def make(env_id: str, *, max_episode_steps: int | None = None, render_mode: str | None = None,
          **kwargs: Any) -> gym.Env:
-    """``gymnasium.make`` with a clear error for an unknown id or bad keyword arguments."""
-    _check_id(env_id)
+    """``gymnasium.make`` with a clear error for an unknown id or bad keyword arguments.
+
+    ``env_id`` may be ``"package.module:EnvId"`` to import the module that registers the env first
+    (that is how worker processes find envs registered by user code).
+    """
+    env_id = _check_id(env_id)
     extra: dict[str, Any] = {}
     if max_episode_steps is not None:
         extra["max_episode_steps"] = max_episode_steps
@@ -39,5 +51,4 @@ def make(env_id: str, *, max_episode_steps: int | None = None, render_mode: str 
 
 def spec_stop_value(env_id: str) -> float | None:
     """The env's registered ``reward_threshold``, or None."""
-    _check_id(env_id)
-    return gym.spec(env_id).reward_threshold
+    return gym.spec(_check_id(env_id)).reward_threshold

@@ -23,13 +23,14 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import pickle  # only between this process and its own workers on this machine: no trust boundary
+import select
 import signal
 import sys
 import time
 import traceback
 import weakref
 from dataclasses import dataclass
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
@@ -43,6 +44,54 @@ from relayrl.types import StepResult
 
 STEP, RESET, CLOSE = b"S", b"R", b"C"
 OK, INFO, FAIL = b"K", b"I", b"F"
+_WITH_PAYLOAD = (RESET, INFO, FAIL)
+
+
+# Messages are one kind byte, plus a 4-byte length and a payload for the kinds that carry one, written
+# straight to the pipe's file descriptor: one syscall per message on the hot path (STEP / OK).
+def _send(fd: int, kind: bytes, payload: bytes = b"") -> None:
+    data = kind + len(payload).to_bytes(4, "little") + payload if kind in _WITH_PAYLOAD else kind
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    chunks = []
+    while n:
+        chunk = os.read(fd, n)
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def _wait_readable(poller: select.poll, spin_s: float, timeout_ms: int | None = None) -> list:
+    """Poll without blocking for up to ``spin_s`` (yielding the CPU between polls), then block.
+
+    On a VM an idle vCPU halts and takes tens of microseconds to wake; a short, yielding spin keeps
+    it awake across the gap between two steps without taking cycles from runnable processes.
+    """
+    if spin_s > 0:
+        end = time.perf_counter() + spin_s
+        while True:
+            events = poller.poll(0)
+            if events:
+                return events
+            if time.perf_counter() >= end:
+                break
+            os.sched_yield()
+    return poller.poll(timeout_ms)
+
+
+def _recv(fd: int) -> tuple[bytes, bytes]:
+    kind = os.read(fd, 1)
+    if not kind:
+        raise EOFError
+    if kind in _WITH_PAYLOAD:
+        return kind, _read_exact(fd, int.from_bytes(_read_exact(fd, 4), "little"))
+    return kind, b""
 
 
 # ---------------------------------------------------------------- worker process
@@ -61,33 +110,39 @@ def _die_with_parent() -> None:
 
 
 def _worker_main(factories: list[EnvFactory], offset: int, shm_name: str, layout: Layout, conn: Connection,
-                 max_restarts: int) -> None:
+                 max_restarts: int, spin_s: float) -> None:
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     shm = AttachedArrays(shm_name, layout)
     rows = slice(offset, offset + len(factories))
     arrays = StepArrays.from_named({name: array[rows] for name, array in shm.arrays.items()})
     runner = None
+    fd = conn.fileno()
     try:
         runner = EnvRunner(factories, arrays, offset=offset, max_restarts=max_restarts)
-        conn.send_bytes(OK)
+        _send(fd, OK)
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
         while True:
             try:
-                message = conn.recv_bytes()
+                _wait_readable(poller, spin_s)
+                command, payload = _recv(fd)
             except (EOFError, OSError):
                 break
-            command = message[:1]
             if command == STEP:
                 infos = runner.step()
             elif command == RESET:
-                infos = runner.reset(int(message[1:]) if len(message) > 1 else None)
+                infos = runner.reset(int(payload) if payload else None)
             else:
                 break
-            conn.send_bytes(INFO + pickle.dumps(infos) if infos else OK)
+            if infos:
+                _send(fd, INFO, pickle.dumps(infos))
+            else:
+                _send(fd, OK)
     except BaseException as exc:
         text = str(exc) if isinstance(exc, EnvFailure) else traceback.format_exc()
         try:
-            conn.send_bytes(FAIL + text.encode())
+            _send(fd, FAIL, text.encode())
         except (OSError, ValueError):
             pass
     finally:
@@ -117,7 +172,7 @@ class _Worker:
 def _shutdown(workers: list[_Worker], shm: SharedArrays) -> None:
     for w in workers:
         try:
-            w.conn.send_bytes(CLOSE)
+            _send(w.conn.fileno(), CLOSE)
         except (OSError, ValueError, AttributeError):
             pass
     for w in workers:
@@ -140,12 +195,16 @@ class SubprocVectorEnv(VectorEnv):
         step_timeout / reset_timeout: seconds before a worker is declared hung, killed and respawned
             (None: wait forever).
         max_restarts: consecutive failures of one env (or worker) tolerated before ``EnvFailure``.
+        spin_us: poll without blocking (yielding the CPU) this long before blocking, on both sides.
+            Measured on the 2-vCPU machine: 50 µs gave +0-10% steps/s on CartPole, within noise, so
+            the default is 0: an idle side costs no CPU at all.
         start_method: multiprocessing start method; ``forkserver`` is safe with threads (torch).
     """
 
     def __init__(self, factories: list[EnvFactory], workers: int | None = None, asynchronous: bool = False,
                  wait_num: int | None = None, step_timeout: float | None = 60.0,
-                 reset_timeout: float | None = 60.0, max_restarts: int = 3, start_method: str = "forkserver"):
+                 reset_timeout: float | None = 60.0, max_restarts: int = 3, spin_us: float = 0.0,
+                 start_method: str = "forkserver"):
         if not factories:
             raise EnvError("a vector env needs at least one environment (num_envs >= 1)")
         probe = factories[0]()
@@ -160,13 +219,17 @@ class SubprocVectorEnv(VectorEnv):
         if not 1 <= self.wait_num <= n:
             raise EnvError(f"wait_num={wait_num} must be between 1 and num_envs={n}")
         self.step_timeout, self.reset_timeout, self.max_restarts = step_timeout, reset_timeout, max_restarts
+        self.spin_us = spin_us
         self._factories = factories
         self._layout = StepArrays.layout(self.single_observation_space, self.single_action_space, n)
         self._shm = SharedArrays(self._layout)
         self.arrays = StepArrays.from_named(self._shm.arrays)
         bounds = np.linspace(0, n, n_workers + 1).round().astype(int)
         self._workers = [_Worker(i, int(a), int(b - a)) for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
-        self._owner = np.repeat(np.arange(n_workers), [w.count for w in self._workers])
+        self._env_ids = [np.arange(w.offset, w.offset + w.count) for w in self._workers]
+        self._all_ids = np.arange(n)
+        self._poll = select.poll()
+        self._fd_owner: dict[int, int] = {}  # pipe fd or process sentinel -> worker index
         self._ctx = mp.get_context(start_method)
         if start_method == "forkserver":
             self._ctx.set_forkserver_preload(["relayrl.envs.subproc"])
@@ -190,8 +253,8 @@ class SubprocVectorEnv(VectorEnv):
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
         w.process = self._ctx.Process(
             target=_worker_main, name=f"relayrl-env-{w.index}", daemon=True,
-            args=(self._factories[w.rows], w.offset, self._shm.name, self._layout, child_conn,
-                  self.max_restarts))
+            args=(self._factories[w.rows], w.offset, self._shm.name, self._layout, child_conn, self.max_restarts,
+                  self.spin_us * 1e-6))
         try:
             w.process.start()
         except (pickle.PicklingError, AttributeError, TypeError) as exc:
@@ -200,39 +263,62 @@ class SubprocVectorEnv(VectorEnv):
         finally:
             child_conn.close()
         w.conn = parent_conn
+        for fd in (w.conn.fileno(), w.process.sentinel):
+            self._poll.register(fd, select.POLLIN)
+            self._fd_owner[fd] = w.index
+
+    def _retire(self, w: _Worker) -> None:
+        for fd in (w.conn.fileno(), w.process.sentinel):
+            self._poll.unregister(fd)
+            self._fd_owner.pop(fd, None)
+        w.process.kill()
+        w.process.join(timeout=5.0)
+        w.conn.close()
+
+    def _collect(self, waiting: set[int], deadline: float) -> dict[int, tuple[str, Any]]:
+        """Block (no spinning) until at least one of ``waiting`` answers, dies, or ``deadline`` passes."""
+        timeout = None if deadline == float("inf") else max(0, int((deadline - time.monotonic()) * 1000) + 1)
+        answers: dict[int, tuple[str, Any]] = {}
+        for fd, _ in _wait_readable(self._poll, self.spin_us * 1e-6, timeout):
+            index = self._fd_owner.get(fd)
+            if index is None or index not in waiting or index in answers:
+                continue
+            w = self._workers[index]
+            if fd == w.conn.fileno():
+                try:
+                    answers[index] = self._decode(w, *_recv(fd))
+                except (EOFError, OSError):
+                    answers[index] = ("dead", None)
+            else:
+                answers[index] = ("dead", None)
+        now = time.monotonic()
+        for index in waiting:
+            if index not in answers and now >= self._workers[index].deadline:
+                answers[index] = ("timeout", None)
+        return answers
+
+    def _await(self, w: _Worker, timeout: float | None) -> tuple[str, Any]:
+        w.deadline = float("inf") if timeout is None else time.monotonic() + timeout
+        while True:
+            answers = self._collect({w.index}, w.deadline)
+            if w.index in answers:
+                return answers[w.index]
 
     def _expect_ready(self, w: _Worker) -> None:
-        status, payload = self._await(w, None if self.reset_timeout is None else time.monotonic() + self.reset_timeout)
+        status, payload = self._await(w, self.reset_timeout)
         if status != "ok":
             raise EnvError(f"env worker {w.index} failed to start ({status}): {payload or 'no message'}. "
                            "A script that creates subprocess envs must do so under "
                            "`if __name__ == '__main__':` (workers re-import the main module)")
 
-    def _await(self, w: _Worker, deadline: float | None) -> tuple[str, Any]:
-        """Wait for worker w's answer: ("ok", infos) | ("dead", None) | ("timeout", None); raises on FAIL."""
-        while True:
-            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready = wait([w.conn, w.process.sentinel], timeout)
-            if w.conn in ready:
-                try:
-                    message = w.conn.recv_bytes()
-                except (EOFError, OSError):
-                    return "dead", None
-                return self._decode(w, message)
-            if w.process.sentinel in ready:
-                return "dead", None
-            if deadline is not None and time.monotonic() >= deadline:
-                return "timeout", None
-
-    def _decode(self, w: _Worker, message: bytes) -> tuple[str, Any]:
-        kind = message[:1]
+    def _decode(self, w: _Worker, kind: bytes, payload: bytes) -> tuple[str, Any]:
         if kind == OK:
             return "ok", {}
         if kind == INFO:
-            infos = pickle.loads(message[1:])
+            infos = pickle.loads(payload)
             self._counters["errors"] += sum("env_error" in info for info in infos.values())
             return "ok", infos
-        text = message[1:].decode(errors="replace")
+        text = payload.decode(errors="replace")
         self.close()
         raise EnvFailure(f"env worker {w.index} (envs {w.offset}-{w.offset + w.count - 1}) failed: {text}")
 
@@ -247,31 +333,29 @@ class SubprocVectorEnv(VectorEnv):
             raise EnvFailure(f"env worker {w.index} (envs {w.offset}-{w.offset + w.count - 1}) failed "
                              f"{w.failures} times in a row ({reason}); fix the env, or raise max_restarts "
                              "or step_timeout")
-        w.process.kill()
-        w.process.join(timeout=5.0)
-        w.conn.close()
+        self._retire(w)
         self._spawn(w)
         self._expect_ready(w)
-        w.conn.send_bytes(RESET)
-        status, _ = self._await(w, None if self.reset_timeout is None else time.monotonic() + self.reset_timeout)
+        _send(w.conn.fileno(), RESET)
+        status, _ = self._await(w, self.reset_timeout)
         if status != "ok":
             return self._recover(w, status)
         a = self.arrays
         for src, dst in zip(self._last_obs, a.final_obs):
             dst[w.rows] = src[w.rows]
         a.reward[w.rows], a.terminated[w.rows], a.truncated[w.rows] = 0.0, False, True
-        message = (f"env worker {w.index} {'timed out after ' + str(self.step_timeout) + ' s' if reason == 'timeout' else 'died'}"
-                   f"; restarted with fresh envs")
+        what = f"timed out after {self.step_timeout} s" if reason == "timeout" else "died"
+        message = f"env worker {w.index} {what}; restarted with fresh envs"
         return {row: {"env_error": message} for row in range(w.count)}
 
     # ---- VectorEnv API
     def reset(self, seed: int | None = None) -> Any:
         self._drain()
-        command = RESET + (b"" if seed is None else str(int(seed)).encode())
+        payload = b"" if seed is None else str(int(seed)).encode()
         for w in self._workers:
-            w.conn.send_bytes(command)
+            _send(w.conn.fileno(), RESET, payload)
         for w in self._workers:
-            status, _ = self._await(w, None if self.reset_timeout is None else time.monotonic() + self.reset_timeout)
+            status, _ = self._await(w, self.reset_timeout)
             if status != "ok":
                 self._recover(w, status)
         self._ready = [w.index for w in self._workers]
@@ -281,29 +365,33 @@ class SubprocVectorEnv(VectorEnv):
 
     def _drain(self) -> None:
         """Collect answers of workers still stepping (async), so a reset starts from a quiet state."""
-        for index in sorted(self._pending):
-            w = self._workers[index]
-            status, _ = self._await(w, None if self.step_timeout is None else w.deadline)
-            if status != "ok":
-                self._recover(w, status)
-        self._pending.clear()
+        while self._pending:
+            for index, (status, _) in self._collect(self._pending, min(
+                    self._workers[i].deadline for i in self._pending)).items():
+                self._pending.discard(index)
+                if status != "ok":
+                    self._recover(self._workers[index], status)
 
     def ready_env_ids(self) -> np.ndarray:
         """Env ids whose actions the next ``send`` takes, in order."""
-        return np.concatenate([np.arange(self._workers[i].offset, self._workers[i].offset + self._workers[i].count)
-                               for i in sorted(self._ready)]) if self._ready else np.zeros(0, dtype=int)
+        if len(self._ready) == len(self._workers):
+            return self._all_ids
+        return np.concatenate([self._env_ids[i] for i in self._ready]) if self._ready else self._all_ids[:0]
 
     def send(self, actions: np.ndarray) -> None:
         if not self._ready:
             raise EnvError("send() called twice without recv(): every env already has an action pending")
         ids = self.ready_env_ids()
         actions = self._check_actions(actions, len(ids))
-        self.arrays.actions[ids] = actions
-        now = time.monotonic()
+        if len(ids) == self.num_envs:
+            self.arrays.actions[:] = actions
+        else:
+            self.arrays.actions[ids] = actions
+        deadline = float("inf") if self.step_timeout is None else time.monotonic() + self.step_timeout
         for index in self._ready:
             w = self._workers[index]
-            w.deadline = now + self.step_timeout if self.step_timeout is not None else float("inf")
-            w.conn.send_bytes(STEP)
+            w.deadline = deadline
+            _send(w.conn.fileno(), STEP)
             self._pending.add(index)
         self._ready = []
 
@@ -313,44 +401,34 @@ class SubprocVectorEnv(VectorEnv):
         infos: dict[int, dict[int, dict]] = {}
         ready_envs = 0
         while self._pending and ready_envs < self.wait_num:
-            waiting = [self._workers[i] for i in sorted(self._pending)]
-            deadline = min(w.deadline for w in waiting)
-            timeout = None if deadline == float("inf") else max(0.0, deadline - time.monotonic())
-            handles = wait([h for w in waiting for h in (w.conn, w.process.sentinel)], timeout)
-            now = time.monotonic()
-            for w in waiting:
-                if w.conn in handles:
-                    try:
-                        status, payload = self._decode(w, w.conn.recv_bytes())
-                    except (EOFError, OSError):
-                        status, payload = "dead", None
-                elif w.process.sentinel in handles:
-                    status, payload = "dead", None
-                elif now >= w.deadline:
-                    status, payload = "timeout", None
-                else:
-                    continue
+            deadline = min(self._workers[i].deadline for i in self._pending)
+            for index, (status, payload) in self._collect(self._pending, deadline).items():
+                w = self._workers[index]
                 if status == "ok":
                     w.failures = 0
                 else:
                     payload = self._recover(w, status)
-                infos[w.index] = payload
-                self._pending.discard(w.index)
-                self._ready.append(w.index)
+                infos[index] = payload
+                self._pending.discard(index)
+                self._ready.append(index)
                 ready_envs += w.count
         self._ready.sort()
         done = sorted(infos)
-        if not self.asynchronous:
+        if len(done) == len(self._workers):
             rows: Any = slice(None)
-            env_ids = np.arange(self.num_envs)
+            env_ids = self._all_ids
         else:
-            env_ids = np.concatenate([np.arange(self._workers[i].offset, self._workers[i].offset + self._workers[i].count)
-                                      for i in done])
+            env_ids = np.concatenate([self._env_ids[i] for i in done])
             rows = env_ids
-        row_infos = [infos[self._owner[e]].get(e - self._workers[self._owner[e]].offset, {}) for e in env_ids]
+        row_infos: list[dict] = [{} for _ in range(len(env_ids))]
+        position = 0
+        for index in done:
+            for row, info in infos[index].items():
+                row_infos[position + row] = info
+            position += self._workers[index].count
         result = result_from(self.arrays, self.single_observation_space, rows, env_ids, row_infos)
         for leaf, src in zip(self._last_obs, spaces.flatten(self.single_observation_space, result.obs)):
-            leaf[env_ids] = src
+            leaf[rows] = src
         return result
 
     @property

@@ -19,7 +19,8 @@ from relayrl.algos import get_algo
 from relayrl.config import RunConfig, save_config
 from relayrl.envs.registry import spec_stop_value
 from relayrl.envs.vector import make_vec
-from relayrl.errors import CheckpointError, NonFiniteError
+from relayrl.envs.auto import choose_manager
+from relayrl.errors import CheckpointError, ConfigError, NonFiniteError
 from relayrl.io.checkpoint import load_checkpoint, save_checkpoint
 from relayrl.io.metrics import MetricsLogger
 from relayrl.io.rundir import new_run_dir, write_summary
@@ -78,7 +79,7 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
     np.random.seed(config.seed)
 
     # everything that can fail on bad input happens before the run directory is written
-    env_args = dict(env_kwargs=config.env.kwargs, max_episode_steps=config.env.max_episode_steps)
+    env_args = _env_setup(config, entry.on_policy)
     venv = make_vec(config.env.id, config.env.num_envs, **env_args)
     eval_venv = None
     try:
@@ -140,6 +141,7 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
         returns, lengths = collector.pop_episodes()
         elapsed = timing["collect_s"] + timing["learn_s"]
         values: dict[str, Any] = {f"train/{k}": v for k, v in ctx.metrics.items()}
+        values.update({f"env/{k}": v for k, v in venv.stats.items()})
         values.update({"updates": ctx.updates, "iteration": ctx.iteration,
                        "time/collect_s": timing["collect_s"], "time/learn_s": timing["learn_s"],
                        "time/steps_per_s": timing["steps"] / elapsed if elapsed else 0.0})
@@ -213,6 +215,22 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
         write_summary(run_dir, summary)
     summary["run_dir"] = str(run_dir)
     return summary
+
+
+def _env_setup(config: RunConfig, on_policy: bool) -> dict[str, Any]:
+    """The make_vec keyword arguments (manager included) for training and evaluation envs."""
+    env = config.env
+    manager, workers = env.manager, env.workers
+    if manager == "async" and on_policy:
+        raise ConfigError(f"{config.algo} needs every env at every step: use env.manager sync or subproc, "
+                          "not async")
+    if manager == "auto":
+        manager, workers = choose_manager(env.id, env.num_envs, env.kwargs, env.workers)
+    args: dict[str, Any] = dict(env_kwargs=env.kwargs, max_episode_steps=env.max_episode_steps,
+                                manager=manager, max_restarts=env.max_restarts)
+    if manager != "sync":
+        args.update(workers=workers, step_timeout=env.step_timeout)
+    return args
 
 
 def _next_multiple(steps: int, freq: int) -> int:

@@ -1,0 +1,92 @@
+"""Small envs for tests and benchmarks, importable by worker processes.
+
+Registered ids (``import relayrl.testing.envs`` registers them):
+- ``relayrl-test/Faulty-v0``: counts steps; ``raise_at``, ``exit_at`` (os._exit), ``hang_at`` (sleep)
+  make step number k misbehave; ``fail_reset`` makes every reset raise.
+- ``relayrl-test/DictObs-v0``: Dict/Tuple observation of Box, Discrete, MultiBinary, MultiDiscrete.
+- ``relayrl-test/SlowCartPole-v0``: CartPole-v1 with ``busy_us`` microseconds of busy-waiting per step
+  (a costly env whose cost is CPU, like a physics simulator).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import gymnasium as gym
+import numpy as np
+
+
+class FaultyEnv(gym.Env):
+    """Observation = [env tag, step count]; reward 1; episode of ``length`` steps then truncated."""
+
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, tag: int = 0, length: int = 10, raise_at: int | None = None, exit_at: int | None = None,
+                 hang_at: int | None = None, hang_s: float = 30.0, fail_reset: bool = False):
+        self.tag, self.length = tag, length
+        self.raise_at, self.exit_at, self.hang_at, self.hang_s = raise_at, exit_at, hang_at, hang_s
+        self.fail_reset = fail_reset
+        self.t = 0
+        self.total = 0  # steps since construction: faults trigger once per env instance
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.tag, self.t], np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if self.fail_reset:
+            raise RuntimeError("reset always fails")
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        self.total += 1
+        if self.total == self.raise_at:
+            raise RuntimeError(f"injected failure at step {self.total}")
+        if self.total == self.exit_at:
+            os._exit(3)
+        if self.total == self.hang_at:
+            time.sleep(self.hang_s)
+        return self._obs(), 1.0, False, self.t >= self.length, {}
+
+
+class DictObsEnv(gym.Env):
+    observation_space = gym.spaces.Dict({
+        "pos": gym.spaces.Box(-1.0, 1.0, (3,), np.float64),
+        "mode": gym.spaces.Discrete(4),
+        "nested": gym.spaces.Tuple((gym.spaces.MultiBinary(5), gym.spaces.MultiDiscrete([3, 7]))),
+    })
+    action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        self.t += 1
+        obs = {"pos": np.full(3, self.np_random.uniform(-1, 1)), "mode": int(self.t % 4),
+               "nested": (self.np_random.integers(0, 2, 5).astype(np.int8),
+                          np.array([self.t % 3, self.t % 7], dtype=np.int64))}
+        return obs, float(action.sum()), False, self.t >= 7, {"t": self.t}
+
+
+class SlowCartPole(gym.Wrapper):
+    def __init__(self, busy_us: float = 200.0):
+        super().__init__(gym.make("CartPole-v1"))
+        self.busy_s = busy_us * 1e-6
+
+    def step(self, action):
+        end = time.perf_counter() + self.busy_s
+        while time.perf_counter() < end:
+            pass
+        return self.env.step(action)
+
+
+for _id, _entry in (("relayrl-test/Faulty-v0", FaultyEnv), ("relayrl-test/DictObs-v0", DictObsEnv),
+                    ("relayrl-test/SlowCartPole-v0", SlowCartPole)):
+    if _id not in gym.registry:
+        gym.register(_id, entry_point=_entry, disable_env_checker=True)
