@@ -233,7 +233,7 @@ def _emit(model: BaseModel, lines: list[str], indent: int, comments: bool) -> No
     for name, field in type(model).model_fields.items():
         value = getattr(model, name)
         if comments and field.description and not isinstance(value, BaseModel):
-            lines.append(f"{pad}# {field.description}")
+            lines.extend(f"{pad}# {line.strip()}" for line in field.description.splitlines())
         if isinstance(value, BaseModel):
             lines.append(f"{pad}{name}:")
             _emit(value, lines, indent + 1, comments)

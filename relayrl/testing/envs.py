@@ -61,17 +61,19 @@ class DictObsEnv(gym.Env):
     })
     action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
 
+    def _obs(self):
+        return {"pos": self.np_random.uniform(-1, 1, 3), "mode": int(self.t % 4),
+                "nested": (self.np_random.integers(0, 2, 5).astype(np.int8),
+                           np.array([self.t % 3, self.t % 7], dtype=np.int64))}
+
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
         self.t = 0
-        return self.observation_space.sample(), {}
+        return self._obs(), {}
 
     def step(self, action):
         self.t += 1
-        obs = {"pos": np.full(3, self.np_random.uniform(-1, 1)), "mode": int(self.t % 4),
-               "nested": (self.np_random.integers(0, 2, 5).astype(np.int8),
-                          np.array([self.t % 3, self.t % 7], dtype=np.int64))}
-        return obs, float(action.sum()), False, self.t >= 7, {"t": self.t}
+        return self._obs(), float(action.sum()), False, self.t >= 7, {"t": self.t}
 
 
 class SlowCartPole(gym.Wrapper):

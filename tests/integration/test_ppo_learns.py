@@ -124,3 +124,20 @@ def test_user_hooks_see_a_named_context_at_every_position(tmp_path, tiny_config)
     iterations = [item[0] for item in seen[1:-1]]
     assert iterations == [2, 4]  # 4 iterations of 32 steps, every second one
     assert seen[1][1] == 64 and seen[1][2] > 0 and seen[1][3] == ["approx_kl"]
+
+
+def test_training_survives_env_faults_and_logs_them(tmp_path, tiny_config):
+    # every env instance raises on its 5th step; worker-side rebuilds keep training going
+    config = tiny_config("env.id=relayrl.testing.envs:relayrl-test/Faulty-v0", "env.kwargs={raise_at: 5}",
+                         "env.manager=subproc", "env.workers=2", total_steps=256)
+    summary = train(config, run_dir=tmp_path / "r", tensorboard=False)
+    assert summary["env_steps"] == 256
+    errors = [e["env/errors"] for e in read_metrics(tmp_path / "r") if e["event"] == "train"]
+    assert errors[-1] > 0 and errors == sorted(errors)
+
+
+def test_ppo_refuses_the_async_manager(tiny_config):
+    from relayrl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="not async"):
+        train(tiny_config("env.manager=async"))
