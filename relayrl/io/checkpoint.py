@@ -37,14 +37,26 @@ def flatten_state(tree: Any) -> tuple[Any, dict[str, torch.Tensor]]:
     """Split a nested state into a JSON-able tree and a flat ``{key: tensor}`` dict."""
     tensors: dict[str, torch.Tensor] = {}
 
+    def unique(key: str) -> str:  # {1: a, "1": b} or {"a.b": x, "a": {"b": y}} give equal dotted paths
+        name, n = key, 1
+        while name in tensors:
+            name, n = f"{key}#{n}", n + 1
+        return name
+
     def walk(node: Any, key: str) -> Any:
         if isinstance(node, torch.Tensor):
+            key = unique(key)
             tensors[key] = node.detach().cpu().clone().contiguous()
             return {_TENSOR: key}
         if isinstance(node, np.ndarray):
+            key = unique(key)
             tensors[key] = torch.from_numpy(np.array(node, order="C", copy=True))  # keeps 0-d arrays 0-d
             return {_ARRAY: key}
         if isinstance(node, dict):
+            for k in node:
+                if not isinstance(k, (str, int)) or isinstance(k, bool):
+                    raise TypeError(f"cannot checkpoint a dict key {k!r} of type {type(k).__name__} at {key!r}: "
+                                    "use str or int keys")
             return {(f"{_INTKEY}{k}" if isinstance(k, int) else str(k)): walk(v, f"{key}.{k}" if key else str(k))
                     for k, v in node.items()}
         if isinstance(node, (list, tuple)):
@@ -93,10 +105,15 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     except (SafetensorError, OSError, KeyError, ValueError) as exc:
         raise CheckpointError(f"checkpoint {str(path)!r} is unreadable or not a relayrl checkpoint ({exc}); "
                               "use another one, e.g. checkpoints/best or checkpoints/last of the run") from None
-    if meta.get("format") != FORMAT_VERSION:
-        raise CheckpointError(f"checkpoint {str(path)!r} has format {meta.get('format')!r}, this relayrl reads "
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_VERSION:
+        found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
+        raise CheckpointError(f"checkpoint {str(path)!r} has format {found!r}, this relayrl reads "
                               f"format {FORMAT_VERSION}: use the relayrl version that wrote it")
-    state = unflatten_state(meta.pop("state"), tensors)
+    try:
+        state = unflatten_state(meta.pop("state"), tensors)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise CheckpointError(f"checkpoint {str(path)!r} is damaged: its metadata does not match its tensors "
+                              f"({type(exc).__name__}: {exc}); use another checkpoint of the run") from None
     return Checkpoint(path=path, meta=meta, state=state)
 
 

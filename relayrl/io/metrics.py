@@ -24,12 +24,12 @@ class MetricsLogger:
 
     def log(self, event: str, env_steps: int, wall_time_s: float, values: dict[str, Any]) -> None:
         record = {"event": event, "env_steps": int(env_steps), "wall_time_s": round(wall_time_s, 4)}
-        for key, value in values.items():
-            record[key] = _jsonable(value)
+        values = {key: _jsonable(value) for key, value in values.items()}
+        record.update(values)
         self._file.write(json.dumps(record) + "\n")
         if self._tb is not None:
             for key, value in values.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):  # None: non-finite
                     self._tb.add_scalar(key, value, env_steps)
 
     def close(self) -> None:

@@ -329,9 +329,6 @@ def test_resolve_errors_on_empty_dir(tmp_path):
 # ------------------------------------------------------------------------------------------- known bugs
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: tensor keys are built from str(key) joined with '.', so "
-                   "{1: a, '1': b} or {'a.b': x, 'a': {'b': y}} map two tensors to one safetensors key and "
-                   "one is silently overwritten")
 @pytest.mark.parametrize("state", [
     {1: torch.ones(1), "1": torch.zeros(1)},
     {"a.b": torch.ones(1), "a": {"b": torch.zeros(1)}},
@@ -341,8 +338,6 @@ def test_distinct_keys_never_share_a_tensor(tmp_path, state):
     assert_same(state, loaded)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a bool dict key is saved as '__int__:True' (bool is an int) and "
-                   "loading then fails with a raw ValueError from int('True')")
 def test_bool_dict_key_round_trips_or_is_refused_at_save(tmp_path):
     try:
         path = save_checkpoint(tmp_path / "boolkey", {True: 1}, {})
@@ -351,9 +346,6 @@ def test_bool_dict_key_round_trips_or_is_refused_at_save(tmp_path):
     assert load_checkpoint(path).state == {True: 1}
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a readable safetensors file whose relayrl metadata is malformed "
-                   "(missing 'state', dangling tensor reference, non-object JSON) raises a raw "
-                   "KeyError/AttributeError instead of CheckpointError")
 @pytest.mark.parametrize("meta", [
     {"format": FORMAT_VERSION},
     {"format": FORMAT_VERSION, "state": {"w": {"__tensor__": "missing"}}},

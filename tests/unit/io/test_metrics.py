@@ -104,9 +104,6 @@ def test_no_tensorboard_files_when_disabled(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["metrics.jsonl"]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (minor): numpy scalars that are not Python float subclasses "
-                   "(np.float32, np.int64) are written to metrics.jsonl but silently dropped from TensorBoard, "
-                   "because MetricsLogger.log checks isinstance(value, (int, float)) without .item()")
 def test_numpy_scalars_reach_tensorboard(tmp_path):
     logger = MetricsLogger(tmp_path, tensorboard=True)
     logger.log("train", 5, 1.0, {"train/loss": np.float32(0.5), "train/episodes": np.int64(3)})
