@@ -82,7 +82,7 @@ class EnvRunner:
         self.envs = [factory() for factory in factories]
         self.obs_space = self.envs[0].observation_space
         self.discrete = isinstance(self.envs[0].action_space, gym.spaces.Discrete)
-        self.failures = np.zeros(len(self.envs), dtype=np.int64)  # consecutive, per env
+        self.failures = [0] * len(self.envs)  # consecutive failures, per env
         self.errors = 0
         self._plain = len(arrays.obs) == 1  # one leaf: skip the structure walk on the hot path
 
@@ -134,10 +134,13 @@ class EnvRunner:
         """
         a = self.arrays
         infos: dict[int, dict] = {}
+        n = len(self.envs)
+        # per-env scalars go through Python lists and land in the arrays in one write each
+        actions = a.actions.tolist() if self.discrete else a.actions
+        rewards, terms, truncs = [0.0] * n, [False] * n, [False] * n
         for k, env in enumerate(self.envs):
-            action = int(a.actions[k]) if self.discrete else a.actions[k]
             try:
-                obs, reward, terminated, truncated, info = env.step(action)
+                obs, reward, terminated, truncated, info = env.step(actions[k])
             except Exception:
                 tb = traceback.format_exc()
                 for src, dst in zip(a.obs, a.final_obs):  # the last good observation ends the episode
@@ -145,11 +148,12 @@ class EnvRunner:
                 self._fail(k, tb)
                 obs, reset_info = self._reset_one(k, None)
                 self._write_obs(a.obs, k, obs)
-                a.reward[k], a.terminated[k], a.truncated[k] = 0.0, False, True
+                truncs[k] = True
                 infos[k] = {"env_error": tb, **({"reset_info": reset_info} if reset_info else {})}
                 continue
-            self.failures[k] = 0
-            a.reward[k], a.terminated[k], a.truncated[k] = reward, terminated, truncated
+            if self.failures[k]:
+                self.failures[k] = 0
+            rewards[k], terms[k], truncs[k] = reward, terminated, truncated
             if terminated or truncated:
                 self._write_obs(a.final_obs, k, obs)
                 obs, reset_info = self._reset_one(k, None)
@@ -158,6 +162,7 @@ class EnvRunner:
             self._write_obs(a.obs, k, obs)
             if info:
                 infos[k] = info
+        a.reward[:], a.terminated[:], a.truncated[:] = rewards, terms, truncs
         return infos
 
     def close(self) -> None:
