@@ -72,28 +72,31 @@ class VectorEnv:
     def _setup_spaces(self, obs_space: gym.Space, act_space: gym.Space) -> None:
         self.single_observation_space, self.single_action_space = obs_space, act_space
         spaces.leaves(obs_space)  # refuses unsupported observation spaces with a clear message
-        self._act_dtype = action_dtype(act_space)
-        self._act_shape = tuple(act_space.shape)
+        action_dtype(act_space)  # and unsupported action spaces
 
     def _check_actions(self, actions: Any, count: int) -> np.ndarray:
-        actions = np.asarray(actions)
-        space = self.single_action_space
-        expected = (count, *self._act_shape)
-        if actions.shape != expected:
-            raise ActionError(f"actions have shape {actions.shape}, expected {expected} "
-                              f"({count} envs, action space {space})")
-        if self._act_dtype.kind in "iub":
-            if actions.dtype.kind not in "iub":
-                raise ActionError(f"actions have dtype {actions.dtype}, expected integers for {space}")
-            low, high = _int_bounds(space)
-            if actions.size and ((actions < low).any() or (actions > high).any()):
-                raise ActionError(f"actions out of range for {space}: got values from {actions.min()} "
-                                  f"to {actions.max()}")
-        elif actions.dtype.kind not in "fiu":
-            raise ActionError(f"actions have dtype {actions.dtype}, expected numbers for {space}")
-        elif not np.isfinite(actions).all():
-            raise ActionError(f"actions contain NaN or infinity: {actions}")
-        return actions
+        return check_actions(self.single_action_space, actions, count)
+
+
+def check_actions(space: gym.Space, actions: Any, count: int) -> np.ndarray:
+    """``actions`` as an array, or ActionError if its shape, dtype or range does not fit ``space``."""
+    actions = np.asarray(actions)
+    expected = (count, *space.shape)
+    if actions.shape != expected:
+        raise ActionError(f"actions have shape {actions.shape}, expected {expected} "
+                          f"({count} envs, action space {space})")
+    if action_dtype(space).kind in "iub":
+        if actions.dtype.kind not in "iub":
+            raise ActionError(f"actions have dtype {actions.dtype}, expected integers for {space}")
+        low, high = _int_bounds(space)
+        if actions.size and ((actions < low).any() or (actions > high).any()):
+            raise ActionError(f"actions out of range for {space}: got values from {actions.min()} "
+                              f"to {actions.max()}")
+    elif actions.dtype.kind not in "fiu":
+        raise ActionError(f"actions have dtype {actions.dtype}, expected numbers for {space}")
+    elif not np.isfinite(actions).all():
+        raise ActionError(f"actions contain NaN or infinity: {actions}")
+    return actions
 
 
 def _int_bounds(space: gym.Space) -> tuple[np.ndarray, np.ndarray]:

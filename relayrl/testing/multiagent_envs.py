@@ -1,0 +1,50 @@
+"""A PettingZoo ParallelEnv whose agents come and go, for tests of the multi-agent batch."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+from pettingzoo.utils.env import ParallelEnv
+
+
+class SpawningEnv(ParallelEnv):
+    """a_0 and a_1 start; a_2 appears after step 2; a_0 terminates at step 3; all truncate at ``length``.
+
+    Observation: [agent number, step]; reward: the action taken.
+    """
+
+    metadata = {"name": "relayrl_spawning_v0"}
+
+    def __init__(self, length: int = 5):
+        self.length = length
+        self.possible_agents = ["a_0", "a_1", "a_2"]
+        self._obs_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+        self._act_space = gym.spaces.Discrete(3)
+
+    def observation_space(self, agent):
+        return self._obs_space
+
+    def action_space(self, agent):
+        return self._act_space
+
+    def _obs(self, agent):
+        return np.array([int(agent[-1]), self.t], np.float32)
+
+    def reset(self, seed=None, options=None):
+        self.t = 0
+        self.agents = ["a_0", "a_1"]
+        return {a: self._obs(a) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions):
+        self.t += 1
+        rewards = {a: float(actions[a]) for a in actions}
+        terminated = {a: a == "a_0" and self.t == 3 for a in actions}
+        truncated = {a: self.t >= self.length for a in actions}
+        obs = {a: self._obs(a) for a in actions}
+        infos = {a: {"t": self.t} for a in actions}
+        self.agents = [a for a in self.agents if not (terminated[a] or truncated[a])]
+        if self.t == 2:  # a newcomer gets an entry in every dict (PettingZoo's convention)
+            self.agents.append("a_2")
+            obs["a_2"], rewards["a_2"], terminated["a_2"], truncated["a_2"], infos["a_2"] = (
+                self._obs("a_2"), 0.0, False, False, {})
+        return obs, rewards, terminated, truncated, infos
