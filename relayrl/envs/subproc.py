@@ -2,12 +2,16 @@
 
 Each worker owns a contiguous slice of envs and runs the same EnvRunner as the sync manager on
 views of one shared-memory block: actions, observations, rewards and flags never get pickled.
-Per step the parent writes the actions, sends each worker a one-byte command on a pipe and blocks
-in ``multiprocessing.connection.wait`` on the workers' pipes and process sentinels; a worker
-answers with one byte (or, rarely, the info dicts or an error). Nobody spins: on this 2-core
-machine a pipe round trip measured ~53 µs, the same as a semaphore (~51 µs) or a raw os.pipe
-(~55 µs), so the pipe was kept because it also carries the rare messages and lets the parent wait
-on worker death (sentinels) and on any subset of workers (async) in one call.
+Per step the parent writes the actions, sends each worker a one-byte command on a pipe and waits
+in one ``select.poll`` over the workers' pipes and process sentinels; a worker answers with one
+byte (or, rarely, the info dicts or an error). On the 2-vCPU machine a blocking pipe round trip
+measured ~53 µs, the same as a semaphore (~51 µs) or a raw os.pipe (~55 µs): the cost is waking a
+halted vCPU, not the primitive. The pipe was kept because it also carries the rare messages and
+lets the parent wait on worker death (sentinels) and on any subset of workers (async) in one call.
+Both sides first poll without blocking for up to ``spin_us`` (default 1 ms), calling
+``sched_yield`` between polls so a runnable process always gets the CPU first, then block: an
+idle side costs nothing after that millisecond. Measured (median of 3): CartPole x32 went from
+82k to 131k steps/s, a 200 µs/step env from 1.5x to 1.8x the sync manager.
 
 Faults: a worker that dies (SIGKILL, segfault) or exceeds ``step_timeout`` (measured by the parent;
 the parent kills it) is respawned with fresh envs; each of its envs' episodes ends as truncated
@@ -195,15 +199,14 @@ class SubprocVectorEnv(VectorEnv):
         step_timeout / reset_timeout: seconds before a worker is declared hung, killed and respawned
             (None: wait forever).
         max_restarts: consecutive failures of one env (or worker) tolerated before ``EnvFailure``.
-        spin_us: poll without blocking (yielding the CPU) this long before blocking, on both sides.
-            Measured on the 2-vCPU machine: 50 µs gave +0-10% steps/s on CartPole, within noise, so
-            the default is 0: an idle side costs no CPU at all.
+        spin_us: poll without blocking (yielding the CPU between polls) this long before blocking,
+            on both sides (0: block at once).
         start_method: multiprocessing start method; ``forkserver`` is safe with threads (torch).
     """
 
     def __init__(self, factories: list[EnvFactory], workers: int | None = None, asynchronous: bool = False,
                  wait_num: int | None = None, step_timeout: float | None = 60.0,
-                 reset_timeout: float | None = 60.0, max_restarts: int = 3, spin_us: float = 0.0,
+                 reset_timeout: float | None = 60.0, max_restarts: int = 3, spin_us: float = 1000.0,
                  start_method: str = "forkserver"):
         if not factories:
             raise EnvError("a vector env needs at least one environment (num_envs >= 1)")
