@@ -28,8 +28,7 @@ import gymnasium as gym
 import numpy as np
 
 from relayrl.envs import spaces
-from relayrl.envs.runner import action_dtype
-from relayrl.envs.vector import check_actions
+from relayrl.envs.vector import ActionSpec, check_actions
 from relayrl.errors import EnvError
 
 
@@ -78,7 +77,7 @@ class MultiAgentVectorEnv:
                                    f"{env.action_space(agent)}, unlike {agents[0]!r}: one shared policy needs "
                                    "the same observation and action space for every agent")
         spaces.leaves(self.single_observation_space)  # refuses unsupported spaces clearly
-        action_dtype(self.single_action_space)
+        self._action_spec = ActionSpec(self.single_action_space)
         self._obs: list[dict[str, Any]] = [{} for _ in self.envs]
         self._rows: list[tuple[int, str]] = []
 
@@ -109,7 +108,7 @@ class MultiAgentVectorEnv:
         """Actions for the rows of the last decision batch, in its order."""
         if not self._rows and not any(env.agents for env in self.envs):
             raise EnvError("step() before reset(): call reset(seed) first")
-        actions = check_actions(self.single_action_space, actions, len(self._rows))
+        actions = check_actions(self._action_spec, actions, len(self._rows))
         per_env: list[dict[str, Any]] = [{} for _ in self.envs]
         discrete = isinstance(self.single_action_space, gym.spaces.Discrete)
         for (i, agent), action in zip(self._rows, actions):

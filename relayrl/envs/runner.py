@@ -81,7 +81,6 @@ class EnvRunner:
         self.factories, self.arrays, self.offset, self.max_restarts = factories, arrays, offset, max_restarts
         self.envs = [factory() for factory in factories]
         self.obs_space = self.envs[0].observation_space
-        self.discrete = isinstance(self.envs[0].action_space, gym.spaces.Discrete)
         self.failures = [0] * len(self.envs)  # consecutive failures, per env
         self.errors = 0
         self._plain = len(arrays.obs) == 1  # one leaf: skip the structure walk on the hot path
@@ -135,8 +134,10 @@ class EnvRunner:
         a = self.arrays
         infos: dict[int, dict] = {}
         n = len(self.envs)
-        # per-env scalars go through Python lists and land in the arrays in one write each
-        actions = a.actions.tolist() if self.discrete else a.actions
+        # per-env scalars go through Python lists and land in the arrays in one write each; actions go
+        # out as numpy scalars/rows, as Gymnasium's own vector envs send them (its Discrete check is
+        # faster on np.int64 than on a Python int)
+        actions = a.actions
         rewards, terms, truncs = [0.0] * n, [False] * n, [False] * n
         for k, env in enumerate(self.envs):
             try:

@@ -72,28 +72,39 @@ class VectorEnv:
     def _setup_spaces(self, obs_space: gym.Space, act_space: gym.Space) -> None:
         self.single_observation_space, self.single_action_space = obs_space, act_space
         spaces.leaves(obs_space)  # refuses unsupported observation spaces with a clear message
-        action_dtype(act_space)  # and unsupported action spaces
+        self._action_spec = ActionSpec(act_space)  # and unsupported action spaces
 
     def _check_actions(self, actions: Any, count: int) -> np.ndarray:
-        return check_actions(self.single_action_space, actions, count)
+        return check_actions(self._action_spec, actions, count)
 
 
-def check_actions(space: gym.Space, actions: Any, count: int) -> np.ndarray:
-    """``actions`` as an array, or ActionError if its shape, dtype or range does not fit ``space``."""
+class ActionSpec:
+    """What ``check_actions`` needs of an action space, computed once."""
+
+    def __init__(self, space: gym.Space):
+        self.space, self.shape = space, tuple(space.shape)
+        self.integer = action_dtype(space).kind in "iub"
+        if self.integer:
+            low, high = _int_bounds(space)
+            self.low, self.high = (int(low), int(high)) if low.ndim == 0 and high.ndim == 0 else (low, high)
+
+
+def check_actions(spec: ActionSpec | gym.Space, actions: Any, count: int) -> np.ndarray:
+    """``actions`` as an array, or ActionError if its shape, dtype or range does not fit the space."""
+    if not isinstance(spec, ActionSpec):
+        spec = ActionSpec(spec)
     actions = np.asarray(actions)
-    expected = (count, *space.shape)
-    if actions.shape != expected:
-        raise ActionError(f"actions have shape {actions.shape}, expected {expected} "
-                          f"({count} envs, action space {space})")
-    if action_dtype(space).kind in "iub":
+    if actions.shape != (count, *spec.shape):
+        raise ActionError(f"actions have shape {actions.shape}, expected {(count, *spec.shape)} "
+                          f"({count} envs, action space {spec.space})")
+    if spec.integer:
         if actions.dtype.kind not in "iub":
-            raise ActionError(f"actions have dtype {actions.dtype}, expected integers for {space}")
-        low, high = _int_bounds(space)
-        if actions.size and ((actions < low).any() or (actions > high).any()):
-            raise ActionError(f"actions out of range for {space}: got values from {actions.min()} "
+            raise ActionError(f"actions have dtype {actions.dtype}, expected integers for {spec.space}")
+        if actions.size and ((actions < spec.low).any() or (actions > spec.high).any()):
+            raise ActionError(f"actions out of range for {spec.space}: got values from {actions.min()} "
                               f"to {actions.max()}")
     elif actions.dtype.kind not in "fiu":
-        raise ActionError(f"actions have dtype {actions.dtype}, expected numbers for {space}")
+        raise ActionError(f"actions have dtype {actions.dtype}, expected numbers for {spec.space}")
     elif not np.isfinite(actions).all():
         raise ActionError(f"actions contain NaN or infinity: {actions}")
     return actions

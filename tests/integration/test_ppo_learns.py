@@ -141,3 +141,15 @@ def test_ppo_refuses_the_async_manager(tiny_config):
 
     with pytest.raises(ConfigError, match="not async"):
         train(tiny_config("env.manager=async"))
+
+
+@pytest.mark.parametrize("fault", ["env.kwargs={exit_at: 7}", "env.kwargs={hang_at: 7, hang_s: 30}"])
+def test_training_survives_dying_and_hanging_workers(tmp_path, tiny_config, fault):
+    config = tiny_config("env.id=relayrl.testing.envs:relayrl-test/Faulty-v0", fault, "env.manager=subproc",
+                         "env.workers=2", "env.step_timeout=0.3", "eval.freq=0", total_steps=64)
+    summary = train(config, run_dir=tmp_path / "r", tensorboard=False)
+    assert summary["env_steps"] == 64
+    last = [e for e in read_metrics(tmp_path / "r") if e["event"] == "train"][-1]
+    assert last["env/restarts"] > 0
+    if "hang" in fault:
+        assert last["env/timeouts"] == last["env/restarts"]

@@ -172,3 +172,13 @@ def _alive(pid: int) -> bool:
             return "State:\tZ" not in f.read()
     except FileNotFoundError:
         return False
+
+
+def test_a_worker_killed_from_outside_is_respawned():
+    with make_vec(FAULTY, 4, manager="subproc", workers=2, seed=0) as venv:
+        venv.step(np.zeros(4, np.int64))
+        os.kill(venv.pids[0], 9)
+        r = venv.step(np.zeros(4, np.int64))
+        assert list(r.truncated) == [True, True, False, False] and "died" in r.info[0]["env_error"]
+        assert venv.stats["restarts"] == 1
+        assert not venv.step(np.zeros(4, np.int64)).truncated.any()
