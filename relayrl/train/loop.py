@@ -204,6 +204,9 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
         if rollout is not None:
             np.savez(run_dir / "nonfinite_batch.npz", **rollout)
         raise
+    except Exception:
+        stop_reason = "error"  # e.g. an env that keeps failing; the checkpoints written so far stay
+        raise
     finally:
         display.close()
         logger.close()
