@@ -1,0 +1,7 @@
+"""Replay: a storage (preallocated ring of named arrays) composed with a sampler (uniform or prioritized)."""
+
+from relayrl.data.replay.buffer import ReplayBuffer
+from relayrl.data.replay.sampler import PrioritizedSampler, UniformSampler
+from relayrl.data.replay.storage import ArrayStorage
+
+__all__ = ["ArrayStorage", "PrioritizedSampler", "ReplayBuffer", "UniformSampler"]

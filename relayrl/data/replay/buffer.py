@@ -1,0 +1,200 @@
+"""ReplayBuffer: ArrayStorage + a sampler, with DI-engine's use-count and staleness eviction,
+a throughput monitor, save/load without pickle, and offline dataset preloading.
+
+    buffer = ReplayBuffer(1_000_000, sampler="prioritized")
+    buffer.add(batch)                       # dict of [n, ...] arrays
+    sample = buffer.sample(256)             # + "index" (item ids) and "weight" (IS weights)
+    buffer.update_priorities(sample["index"], td_errors)
+
+``index`` values are item ids (``generation * capacity + row``): an update for an item that was
+overwritten since it was sampled is ignored.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from relayrl.data.replay.sampler import PrioritizedSampler, UniformSampler
+from relayrl.data.replay.storage import ArrayStorage
+from relayrl.errors import CheckpointError, ConfigError
+from relayrl.types import Batch
+
+
+class ThroughputMonitor:
+    """Push and sample rates (items/s), exponentially averaged over ``window_s``."""
+
+    def __init__(self, window_s: float = 30.0):
+        self.window_s = window_s
+        self.pushed = self.sampled = 0
+        self._rates = {"push": 0.0, "sample": 0.0}
+        self._last = {"push": time.monotonic(), "sample": time.monotonic()}
+
+    def record(self, kind: str, n: int) -> None:
+        now = time.monotonic()
+        dt = max(now - self._last[kind], 1e-6)
+        decay = np.exp(-dt / self.window_s)
+        self._rates[kind] = decay * self._rates[kind] + (1 - decay) * (n / dt)
+        self._last[kind] = now
+        if kind == "push":
+            self.pushed += n
+        else:
+            self.sampled += n
+
+    def stats(self) -> dict[str, float]:
+        return {"replay/push_per_s": self._rates["push"], "replay/sample_per_s": self._rates["sample"],
+                "replay/pushed": float(self.pushed), "replay/sampled": float(self.sampled)}
+
+
+class ReplayBuffer:
+    """Args:
+        capacity: rows kept; the oldest are overwritten.
+        sampler: "uniform" or "prioritized" (then ``alpha``, ``beta``, ``beta_steps``, ``eps``).
+        max_use: evict an item once it has been sampled this many times (None: never).
+        max_staleness: evict items whose ``version`` is this many versions behind the learner's
+            (``sample(n, version=...)``); batches must then carry a ``version`` column.
+        seed: seeds the sampling generator.
+    """
+
+    def __init__(self, capacity: int, *, sampler: str = "uniform", max_use: int | None = None,
+                 max_staleness: int | None = None, seed: int | None = None, **sampler_options: Any):
+        self.storage = ArrayStorage(capacity)
+        evicting = max_use is not None or max_staleness is not None
+        if sampler == "uniform":
+            if sampler_options:
+                raise ConfigError(f"options {sorted(sampler_options)} need sampler='prioritized'")
+            self.sampler: UniformSampler | PrioritizedSampler = UniformSampler(capacity, track_evictions=evicting)
+        elif sampler == "prioritized":
+            self.sampler = PrioritizedSampler(capacity, **sampler_options)
+        else:
+            raise ConfigError(f"unknown replay sampler {sampler!r}: use 'uniform' or 'prioritized'")
+        if max_use is not None and max_use < 1:
+            raise ConfigError(f"max_use must be at least 1, got {max_use}")
+        self.max_use, self.max_staleness = max_use, max_staleness
+        self.use_count = np.zeros(capacity, dtype=np.int64) if max_use is not None else None
+        self.live = np.zeros(capacity, dtype=bool) if evicting else None
+        self.rng = np.random.default_rng(seed)
+        self.monitor = ThroughputMonitor()
+        self.evicted = 0
+
+    @property
+    def capacity(self) -> int:
+        return self.storage.capacity
+
+    def __len__(self) -> int:
+        return self.storage.size if self.live is None else int(self.live.sum())
+
+    def add(self, batch: Batch) -> np.ndarray:
+        if self.max_staleness is not None and "version" not in batch:
+            raise ValueError("max_staleness needs a 'version' column in every batch added")
+        rows = self.storage.add(batch)
+        self.sampler.on_write(rows)
+        if self.use_count is not None:
+            self.use_count[rows] = 0
+        if self.live is not None:
+            self.live[rows] = True
+        self.monitor.record("push", len(rows))
+        return self.storage.generation[rows] * self.capacity + rows
+
+    def sample(self, n: int, version: int | None = None) -> Batch | None:
+        """``n`` items (with ``index`` and ``weight``), or None when nothing is left to sample."""
+        if self.max_staleness is not None:
+            if version is None:
+                raise ValueError("this buffer evicts stale items: pass sample(n, version=learner_version)")
+            self._evict_stale(version)
+        if len(self) == 0:
+            return None
+        rows, weights = self.sampler.sample(n, self.storage.size, self.rng)
+        batch = self.storage.get(rows)
+        batch["index"] = self.storage.generation[rows] * self.capacity + rows
+        batch["weight"] = weights
+        if self.use_count is not None:
+            np.add.at(self.use_count, rows, 1)
+            worn = np.unique(rows[self.use_count[rows] >= self.max_use])
+            self._evict(worn)
+        self.monitor.record("sample", n)
+        return batch
+
+    def update_priorities(self, index: np.ndarray, priority: np.ndarray) -> int:
+        """Set priorities of sampled items; returns how many were applied (overwritten or evicted
+        items are skipped)."""
+        index = np.asarray(index, dtype=np.int64)
+        rows, generation = index % self.capacity, index // self.capacity
+        keep = self.storage.generation[rows] == generation
+        if self.live is not None:
+            keep &= self.live[rows]
+        self.sampler.update(rows[keep], np.asarray(priority)[keep])
+        return int(keep.sum())
+
+    def _evict(self, rows: np.ndarray) -> None:
+        rows = rows[self.live[rows]]
+        if len(rows):
+            self.live[rows] = False
+            self.sampler.on_evict(rows)
+            self.evicted += len(rows)
+
+    def _evict_stale(self, version: int) -> None:
+        order = self.storage.oldest_rows()
+        stale = version - self.storage.arrays["version"][order].reshape(len(order), -1)[:, 0] >= self.max_staleness
+        self._evict(order[stale])
+
+    def stats(self) -> dict[str, float]:
+        return {**self.monitor.stats(), "replay/size": float(len(self)), "replay/evicted": float(self.evicted)}
+
+    # ---- persistence (safetensors + JSON, never pickle)
+    def state_dict(self) -> dict[str, Any]:
+        state = {"storage": self.storage.state_dict(), "sampler": self.sampler.state_dict(),
+                 "rng": self.rng.bit_generator.state, "evicted": self.evicted}
+        if self.use_count is not None:
+            state["use_count"] = self.use_count.copy()
+        if self.live is not None:
+            state["live"] = self.live.copy()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.storage.load_state_dict(state["storage"])
+        self.sampler.load_state_dict(state["sampler"])
+        self.rng.bit_generator.state = state["rng"]
+        self.evicted = int(state["evicted"])
+        if self.use_count is not None:
+            self.use_count = np.asarray(state["use_count"]).copy()
+        if self.live is not None:
+            self.live = np.asarray(state["live"]).copy()
+
+    def save(self, path: str | Path) -> Path:
+        from relayrl.io.checkpoint import save_checkpoint
+
+        return save_checkpoint(Path(path), self.state_dict(), {"kind": "replay_buffer", "capacity": self.capacity})
+
+    def load(self, path: str | Path) -> None:
+        from relayrl.io.checkpoint import load_checkpoint
+
+        ckpt = load_checkpoint(path)
+        if ckpt.meta.get("kind") != "replay_buffer":
+            raise CheckpointError(f"{str(ckpt.path)!r} is not a replay buffer file")
+        try:
+            self.load_state_dict(ckpt.state)
+        except (KeyError, ValueError, TypeError) as exc:
+            raise CheckpointError(f"replay buffer file {str(ckpt.path)!r} does not fit this buffer: {exc}") from None
+
+    def load_dataset(self, path: str | Path) -> int:
+        """Append an offline dataset (TMRL's ``dataset_path``): an ``.npz`` or ``.safetensors`` file of
+        equally long named arrays. Returns the number of rows added. Never unpickles."""
+        path = Path(path)
+        if not path.is_file():
+            raise CheckpointError(f"dataset {str(path)!r} not found")
+        try:
+            if path.suffix == ".npz":
+                with np.load(path, allow_pickle=False) as data:
+                    arrays = {k: data[k] for k in data.files}
+            else:
+                from safetensors.numpy import load_file
+
+                arrays = load_file(str(path))
+            self.add(arrays)
+        except (ValueError, OSError, KeyError) as exc:
+            raise CheckpointError(f"dataset {str(path)!r} cannot be loaded into this buffer: {exc}") from None
+        return len(next(iter(arrays.values())))

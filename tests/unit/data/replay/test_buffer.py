@@ -1,0 +1,158 @@
+import numpy as np
+import pytest
+
+from relayrl.data.replay import ReplayBuffer
+from relayrl.errors import CheckpointError, ConfigError
+
+
+def transitions(n, start=0, obs_dim=3, version=None):
+    batch = {"obs": np.arange(start, start + n, dtype=np.float32)[:, None].repeat(obs_dim, 1),
+             "action": np.arange(start, start + n) % 2, "reward": np.ones(n, np.float32)}
+    if version is not None:
+        batch["version"] = np.full(n, version, np.int64)
+    return batch
+
+
+def test_ring_wraps_and_keeps_the_newest_rows():
+    buf = ReplayBuffer(5, seed=0)
+    buf.add(transitions(3))
+    buf.add(transitions(4, start=3))  # 7 items into 5 rows: 0 and 1 are gone
+    assert len(buf) == 5
+    stored = sorted(buf.storage.arrays["obs"][:, 0])
+    assert stored == [2, 3, 4, 5, 6]
+    buf.add(transitions(12, start=100))  # more than capacity at once: the newest 5
+    assert sorted(buf.storage.arrays["obs"][:, 0]) == [107, 108, 109, 110, 111]
+
+
+def test_samples_are_copies_with_index_and_weight():
+    buf = ReplayBuffer(10, seed=0)
+    buf.add(transitions(10))
+    s = buf.sample(4)
+    assert set(s) == {"obs", "action", "reward", "index", "weight"} and s["obs"].shape == (4, 3)
+    s["obs"][:] = -1
+    assert (buf.storage.arrays["obs"] >= 0).all()  # never aliases storage
+    np.testing.assert_array_equal(s["weight"], 1.0)
+
+
+def test_prioritized_frequencies_follow_priorities():
+    buf = ReplayBuffer(4, sampler="prioritized", alpha=1.0, eps=0.0, seed=0)
+    index = buf.add(transitions(4))
+    buf.update_priorities(index, np.array([1.0, 2.0, 3.0, 4.0]))
+    counts = np.zeros(4)
+    for _ in range(500):
+        s = buf.sample(32)
+        np.add.at(counts, (s["index"] % 4), 1)
+    freq = counts / counts.sum()
+    np.testing.assert_allclose(freq, [0.1, 0.2, 0.3, 0.4], atol=0.02)
+
+
+def test_importance_weights_are_normalised_and_beta_anneals():
+    buf = ReplayBuffer(4, sampler="prioritized", alpha=1.0, beta=0.5, beta_steps=10, eps=0.0, seed=0)
+    index = buf.add(transitions(4))
+    buf.update_priorities(index, np.array([1.0, 2.0, 3.0, 4.0]))
+    s = buf.sample(64)
+    rows = s["index"] % 4
+    p = np.array([0.1, 0.2, 0.3, 0.4])
+    expected = (4 * p[rows]) ** -0.5 / (4 * 0.1) ** -0.5
+    np.testing.assert_allclose(s["weight"], expected, rtol=1e-5)
+    assert s["weight"].max() <= 1.0
+    for _ in range(20):
+        buf.sample(8)
+    assert buf.sampler.beta == 1.0
+
+
+def test_priority_update_for_an_overwritten_item_is_ignored():
+    buf = ReplayBuffer(2, sampler="prioritized", alpha=1.0, eps=0.0, seed=0)
+    old = buf.add(transitions(2))
+    new = buf.add(transitions(1, start=10))  # overwrites row 0
+    assert buf.update_priorities(old, np.array([100.0, 5.0])) == 1  # only row 1 still holds its item
+    assert buf.sampler.sum[0] == 1.0 and buf.sampler.sum[1] == 5.0
+    assert buf.update_priorities(new, np.array([7.0])) == 1 and buf.sampler.sum[0] == 7.0
+
+
+def test_max_use_evicts_items_sampled_that_often():
+    buf = ReplayBuffer(4, max_use=2, seed=0)
+    buf.add(transitions(4))
+    seen = np.zeros(4, int)
+    while True:
+        s = buf.sample(1)
+        if s is None:
+            break
+        seen[int(s["index"][0] % 4)] += 1
+    np.testing.assert_array_equal(seen, [2, 2, 2, 2])
+    assert buf.evicted == 4 and len(buf) == 0
+    buf.add(transitions(1, start=9))  # a new item is sampleable again
+    assert buf.sample(1)["obs"][0, 0] == 9
+
+
+def test_max_staleness_evicts_old_versions():
+    buf = ReplayBuffer(10, max_staleness=2, seed=0)
+    buf.add(transitions(3, version=0))
+    buf.add(transitions(3, start=3, version=1))
+    s = buf.sample(50, version=2)  # version 0 is 2 behind: evicted
+    assert set(s["obs"][:, 0]) == {3, 4, 5} and len(buf) == 3
+    assert buf.sample(5, version=3) is None  # everything is stale now
+    with pytest.raises(ValueError, match="version"):
+        buf.sample(5)
+    with pytest.raises(ValueError, match="'version' column"):
+        buf.add(transitions(2))
+
+
+def test_save_load_round_trip_continues_identically(tmp_path):
+    buf = ReplayBuffer(8, sampler="prioritized", seed=3)
+    index = buf.add(transitions(6))
+    buf.update_priorities(index, np.arange(6.0))
+    buf.sample(4)
+    path = buf.save(tmp_path / "replay")
+    other = ReplayBuffer(8, sampler="prioritized", seed=99)
+    other.load(path)
+    a, b = buf.sample(16), other.sample(16)
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key])
+    assert buf.stats()["replay/size"] == other.stats()["replay/size"] == 6
+
+
+def test_corrupt_or_mismatched_buffer_files_give_clear_errors(tmp_path):
+    buf = ReplayBuffer(8, seed=0)
+    buf.add(transitions(4))
+    path = buf.save(tmp_path / "replay")
+    with pytest.raises(CheckpointError, match="capacity"):
+        ReplayBuffer(16).load(path)
+    other = ReplayBuffer(8)
+    other.add({"x": np.zeros((2, 5))})
+    with pytest.raises(CheckpointError, match="schema"):
+        other.load(path)
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"\x00" * 40)
+    with pytest.raises(CheckpointError, match="unreadable"):
+        ReplayBuffer(8).load(bad)
+
+
+def test_offline_dataset_preload_without_pickle(tmp_path):
+    data = transitions(5)
+    np.savez(tmp_path / "data.npz", **data)
+    buf = ReplayBuffer(10, seed=0)
+    assert buf.load_dataset(tmp_path / "data.npz") == 5 and len(buf) == 5
+    np.save(tmp_path / "objects.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    np.savez(tmp_path / "evil.npz", obs=np.array([{"a": 1}], dtype=object))
+    with pytest.raises(CheckpointError, match="cannot be loaded"):
+        ReplayBuffer(10).load_dataset(tmp_path / "evil.npz")
+
+
+def test_sampler_option_errors():
+    with pytest.raises(ConfigError, match="prioritized"):
+        ReplayBuffer(4, alpha=0.5)
+    with pytest.raises(ConfigError, match="unknown replay sampler"):
+        ReplayBuffer(4, sampler="lifo")
+
+
+def test_memory_is_the_arrays_plus_a_constant():
+    buf = ReplayBuffer(1_000_000, seed=0)
+    chunk = {"obs": np.zeros((1000, 17), np.float32), "action": np.zeros((1000, 6), np.float32),
+             "reward": np.zeros(1000, np.float32), "next_obs": np.zeros((1000, 17), np.float32),
+             "terminated": np.zeros(1000, bool)}
+    buf.add(chunk)
+    data = sum(a.nbytes for a in buf.storage.arrays.values())
+    assert data == 1_000_000 * (17 * 4 * 2 + 6 * 4 + 4 + 1)
+    overhead = buf.storage.generation.nbytes
+    assert overhead == 8_000_000  # one int64 per row, nothing per transition in Python
