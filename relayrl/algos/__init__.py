@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from relayrl.errors import ConfigError
 
-_BUILTIN = ("ppo",)
+_BUILTIN = ("ppo", "dqn")
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,36 @@ from relayrl.envs.vector import VectorEnv
 from relayrl.types import Batch
 
 
+class EpisodeStats:
+    """Returns and lengths of the episodes that finish in a VectorEnv, tracked from step results."""
+
+    def __init__(self, num_envs: int):
+        self._return = np.zeros(num_envs, dtype=np.float64)
+        self._length = np.zeros(num_envs, dtype=np.int64)
+        self.returns: list[float] = []
+        self.lengths: list[int] = []
+
+    def reset(self) -> None:
+        self._return[:] = 0
+        self._length[:] = 0
+
+    def track(self, result) -> None:
+        self._return += result.reward
+        self._length += 1
+        done = result.terminated | result.truncated
+        if done.any():
+            for k in np.flatnonzero(done):
+                self.returns.append(float(self._return[k]))
+                self.lengths.append(int(self._length[k]))
+            self._return[done] = 0
+            self._length[done] = 0
+
+    def pop(self) -> tuple[list[float], list[int]]:
+        returns, lengths = self.returns, self.lengths
+        self.returns, self.lengths = [], []
+        return returns, lengths
+
+
 class OnPolicyCollector:
     """``collect()`` steps every env ``num_steps`` times with ``policy.act(obs, "collect")``."""
 
@@ -17,15 +47,11 @@ class OnPolicyCollector:
         self.store = RolloutStore(num_steps, venv.num_envs, venv.single_observation_space.shape,
                                   policy.action_shape, policy.action_dtype)
         self._obs: np.ndarray | None = None
-        self._ep_return = np.zeros(venv.num_envs, dtype=np.float64)
-        self._ep_length = np.zeros(venv.num_envs, dtype=np.int64)
-        self.finished_returns: list[float] = []
-        self.finished_lengths: list[int] = []
+        self.episodes = EpisodeStats(venv.num_envs)
 
     def reset(self, seed: int | None) -> None:
         self._obs = self.venv.reset(seed=seed)
-        self._ep_return[:] = 0
-        self._ep_length[:] = 0
+        self.episodes.reset()
 
     def warmup(self, steps: int) -> int:
         """Run the policy without storing anything, updating its observation statistics (prenorm)."""
@@ -52,18 +78,8 @@ class OnPolicyCollector:
         return store.finish(policy.value(self._obs))
 
     def _track(self, result) -> np.ndarray:
-        self._ep_return += result.reward
-        self._ep_length += 1
-        done = result.terminated | result.truncated
-        if done.any():
-            for k in np.flatnonzero(done):
-                self.finished_returns.append(float(self._ep_return[k]))
-                self.finished_lengths.append(int(self._ep_length[k]))
-            self._ep_return[done] = 0
-            self._ep_length[done] = 0
+        self.episodes.track(result)
         return result.obs
 
     def pop_episodes(self) -> tuple[list[float], list[int]]:
-        returns, lengths = self.finished_returns, self.finished_lengths
-        self.finished_returns, self.finished_lengths = [], []
-        return returns, lengths
+        return self.episodes.pop()

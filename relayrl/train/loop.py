@@ -27,6 +27,7 @@ from relayrl.io.rundir import new_run_dir, write_summary
 from relayrl.train.collector import OnPolicyCollector
 from relayrl.train.evaluator import Evaluator
 from relayrl.train.learner import HookContext, Learner
+from relayrl.train.offpolicy import OffPolicySource
 from relayrl.train.progress import ProgressDisplay
 
 EVAL_SEED_OFFSET = 10_000
@@ -66,8 +67,6 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
             ``("after_iter", print_kl, {"freq": 10, "priority": 50})``; ``fn`` gets a HookContext.
     """
     entry = get_algo(config.algo)
-    if not entry.on_policy:
-        raise NotImplementedError(f"{config.algo} needs the off-policy loop")
     algo_cfg = getattr(config, config.algo)
     stop_value = config.stop_value if config.stop_value is not None else spec_stop_value(config.env.id)
     if resume and run_dir is None:
@@ -86,9 +85,9 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
         eval_venv = make_vec(config.env.id, min(config.eval.num_envs, config.eval.episodes), **env_args)
         algo = entry.algo_cls(algo_cfg, venv.single_observation_space, venv.single_action_space,
                               config.env.num_envs)
-        state = RunState()
+        state, source_state = RunState(), {}
         if resume:
-            state = _restore(run_dir, algo)
+            state, source_state = _restore(run_dir, algo)
         elif previous is not None:
             _load_previous(previous, algo, config)
     except BaseException:
@@ -99,12 +98,18 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
     (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
     save_config(config, run_dir / "config.yaml")
 
-    collector = OnPolicyCollector(venv, algo.policy, algo_cfg.num_steps)
-    collector.reset(seed=config.seed + RESUME_SEED_OFFSET * state.resumes)
+    if entry.on_policy:
+        source: Any = _OnPolicySource(algo, venv, algo_cfg)
+    else:
+        source = OffPolicySource(algo, venv, algo_cfg, seed=config.seed, total_steps=config.total_steps)
+        if resume:
+            source.restore(run_dir / "checkpoints", source_state)
+    source.reset(seed=config.seed + RESUME_SEED_OFFSET * state.resumes)
     evaluator = Evaluator(eval_venv, config.eval.episodes, seed=config.seed + EVAL_SEED_OFFSET)
     evaluator.count = state.eval_count
     logger = MetricsLogger(run_dir, tensorboard=tensorboard)
-    learner = Learner(algo, HookContext(env_steps=state.env_steps, updates=state.updates, iteration=state.iteration))
+    learner = Learner(algo if entry.on_policy else source.learning,
+                      HookContext(env_steps=state.env_steps, updates=state.updates, iteration=state.iteration))
     display = ProgressDisplay(config.total_steps, f"{config.algo} {config.env.id}", quiet, start=state.env_steps)
     start = time.perf_counter()
     wall_offset = state.wall_time_s
@@ -115,9 +120,12 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
     def checkpoint(name: str) -> None:
         state.env_steps, state.updates, state.iteration = learner.ctx.env_steps, learner.ctx.updates, learner.ctx.iteration
         state.wall_time_s, state.eval_count = wall(), evaluator.count
-        meta = {"algo": config.algo, "env": config.env.id, "config": config.model_dump(), "run": vars(state)}
+        meta = {"algo": config.algo, "env": config.env.id, "config": config.model_dump(), "run": vars(state),
+                "source": source.state()}
         save_checkpoint(run_dir / "checkpoints" / name,
                         {"algo": algo.state_dict(), "rng": {"torch": torch.get_rng_state()}}, meta)
+        if name == "last":  # what a resume needs besides the learner: the replay buffer, if any
+            source.save(run_dir / "checkpoints")
 
     def evaluate() -> bool:
         result = evaluator.evaluate(algo.policy)
@@ -138,7 +146,7 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
     timing = {"collect_s": 0.0, "learn_s": 0.0, "steps": 0}
 
     def log_iteration(ctx: HookContext) -> None:
-        returns, lengths = collector.pop_episodes()
+        returns, lengths = source.pop_episodes()
         elapsed = timing["collect_s"] + timing["learn_s"]
         values: dict[str, Any] = {f"train/{k}": v for k, v in ctx.metrics.items()}
         values.update({f"env/{k}": v for k, v in venv.stats.items()})
@@ -165,22 +173,22 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
     # ---- the loop
     ctx = learner.ctx
     stop_reason = "total_steps"
-    rollout = None
+    work = None
     try:
         learner.call_hooks("before_run")
-        if algo_cfg.prenorm and not resume and getattr(algo.policy, "obs_rms", None) is not None:
-            ctx.env_steps += collector.warmup(algo_cfg.prenormalize_steps)
+        if getattr(algo_cfg, "prenorm", False) and not resume and getattr(algo.policy, "obs_rms", None) is not None:
+            ctx.env_steps += source.collector.warmup(algo_cfg.prenormalize_steps)
         next_eval = _next_multiple(ctx.env_steps, config.eval.freq)
         while ctx.env_steps < config.total_steps:
             if stop_event is not None and stop_event.is_set():
                 stop_reason = "interrupted"
                 break
             t0 = time.perf_counter()
-            rollout = collector.collect()
+            work, steps = source.gather(ctx.env_steps, ctx.updates)  # a rollout, or a number of replay updates
             t1 = time.perf_counter()
-            ctx.env_steps += rollout["reward"].size
-            timing["collect_s"], timing["steps"] = t1 - t0, rollout["reward"].size
-            learner.train(rollout, progress=ctx.env_steps / config.total_steps)
+            ctx.env_steps += steps
+            timing["collect_s"], timing["steps"] = t1 - t0, steps
+            learner.train(work, progress=ctx.env_steps / config.total_steps)
             timing["learn_s"] = time.perf_counter() - t1
             rate = timing["steps"] / (timing["collect_s"] + timing["learn_s"])
             if config.eval.freq and ctx.env_steps >= next_eval:
@@ -201,8 +209,8 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
         raise
     except NonFiniteError:
         stop_reason = "nonfinite"
-        if rollout is not None:
-            np.savez(run_dir / "nonfinite_batch.npz", **rollout)
+        if isinstance(work, dict):
+            np.savez(run_dir / "nonfinite_batch.npz", **work)
         raise
     except Exception:
         stop_reason = "error"  # e.g. an env that keeps failing; the checkpoints written so far stay
@@ -253,13 +261,36 @@ def _summary(config: RunConfig, state: RunState, stop_value: float | None, stop_
     }
 
 
-def _restore(run_dir: Path, algo: Any) -> RunState:
+def _restore(run_dir: Path, algo: Any) -> tuple[RunState, dict[str, Any]]:
     ckpt = load_checkpoint(run_dir / "checkpoints" / "last.safetensors")
     algo.load_state_dict(ckpt.state["algo"])
     torch.set_rng_state(ckpt.state["rng"]["torch"])
     state = RunState(**ckpt.meta["run"])
     state.resumes += 1
-    return state
+    return state, ckpt.meta.get("source", {})
+
+
+class _OnPolicySource:
+    """Rollouts for on-policy algorithms: ``gather`` returns ([T, N] rollout, env steps)."""
+
+    def __init__(self, algo: Any, venv: Any, cfg: Any):
+        self.collector = OnPolicyCollector(venv, algo.policy, cfg.num_steps)
+
+    def reset(self, seed: int | None) -> None:
+        self.collector.reset(seed)
+
+    def gather(self, env_steps: int, updates: int) -> tuple[dict, int]:
+        rollout = self.collector.collect()
+        return rollout, rollout["reward"].size
+
+    def pop_episodes(self) -> tuple[list[float], list[int]]:
+        return self.collector.pop_episodes()
+
+    def state(self) -> dict[str, Any]:
+        return {}
+
+    def save(self, folder: Path) -> None:
+        pass
 
 
 def _load_previous(previous: Path | str, algo: Any, config: RunConfig) -> None:

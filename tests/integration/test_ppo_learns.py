@@ -153,3 +153,27 @@ def test_training_survives_dying_and_hanging_workers(tmp_path, tiny_config, faul
     assert last["env/restarts"] > 0
     if "hang" in fault:
         assert last["env/timeouts"] == last["env/restarts"]
+
+
+def test_dqn_trains_and_resumes_with_its_replay_buffer(tmp_path):
+    sets = ["dqn.start_training=200", "dqn.steps_per_iteration=8", "dqn.buffer_size=5000", "dqn.batch_size=32",
+            "dqn.hidden_sizes=[32, 32]", "env.num_envs=4", "eval.freq=256", "eval.episodes=2", "eval.num_envs=2"]
+    first = train(build_config("dqn", None, sets, {"total_steps": 512, "seed": 0}), run_dir=tmp_path / "r",
+                  tensorboard=False)
+    replay = tmp_path / "r" / "checkpoints" / "replay.safetensors"
+    assert first["env_steps"] == 512 and first["updates"] > 0 and replay.is_file()
+    resumed = train(build_config("dqn", None, sets, {"total_steps": 1024, "seed": 0}), run_dir=tmp_path / "r",
+                    resume=True, tensorboard=False)
+    assert resumed["env_steps"] == 1024 and resumed["updates"] > first["updates"]
+    from relayrl.data.replay import ReplayBuffer
+
+    buffer = ReplayBuffer(5000)
+    buffer.load(replay)
+    assert len(buffer) == 1024  # the buffer continued across the resume, nothing lost or doubled
+
+
+@pytest.mark.slow
+def test_default_dqn_solves_cartpole(tmp_path):
+    config = build_config("dqn", None, [], {"seed": 0, "total_steps": 100_000})
+    summary = train(config, run_dir=tmp_path / "run", tensorboard=False)
+    assert summary["solved"], summary

@@ -129,7 +129,7 @@ def test_only_truncated_envs_are_bootstrapped():
             assert batch["next_value"][t, k] == expected, (t, k)
     # one value() call per step with a truncation, with only the truncated rows, plus the last obs
     assert [len(v) for v in policy.value_obs] == [1, 1, 1, 1, 1, 2]  # t = 2, 4, 5, 8, 9, then last
-    assert collector.finished_lengths == [3, 5, 3, 3, 5]
+    assert collector.episodes.lengths == [3, 5, 3, 3, 5]
 
 
 def test_finished_episodes_are_tracked_across_rollouts():
@@ -137,8 +137,8 @@ def test_finished_episodes_are_tracked_across_rollouts():
     venv, policy, collector = make_collector(num_envs=N, num_steps=T, horizon=horizon)
     with venv:
         collector.collect()
-        assert collector.finished_lengths == [5, 5, 5, 5]
-        assert collector.finished_returns == [5.0, 5.0, 5.0, 5.0]
+        assert collector.episodes.lengths == [5, 5, 5, 5]
+        assert collector.episodes.returns == [5.0, 5.0, 5.0, 5.0]
         returns, lengths = collector.pop_episodes()
         assert (returns, lengths) == ([5.0] * 4, [5] * 4)
         assert collector.pop_episodes() == ([], [])
@@ -156,7 +156,7 @@ def test_reset_clears_episode_progress():
         collector.reset(seed=1)
         collector.collect()
         collector.collect()  # 6 steps after the reset: one episode per env
-    assert collector.finished_lengths == [5, 5]
+    assert collector.episodes.lengths == [5, 5]
 
 
 def test_warmup_steps_without_storing_and_restores_update_norm():

@@ -1,0 +1,135 @@
+"""The off-policy side of the training loop (TMRL's TrainingOffline semantics).
+
+Each iteration collects ``steps_per_iteration`` vector steps into the replay buffer (through an
+n-step accumulator), then runs the updates that are due:
+
+- none until the buffer holds ``start_training`` transitions;
+- ``updates_per_step`` updates per env step collected since then, in arrears;
+- never more than ``max_training_steps_per_env_step`` updates per env step overall: the learner
+  pauses when it gets ahead of collection (what keeps real-time workers and the learner in balance).
+
+``OffPolicySource.gather`` returns the number of updates to run; ``ReplayLearning.learn`` runs them
+from the buffer, so the Learner and its hooks drive off-policy algorithms exactly like PPO.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from relayrl.data.nstep import NStepAccumulator
+from relayrl.data.replay import ReplayBuffer
+from relayrl.envs.vector import VectorEnv
+from relayrl.train.collector import EpisodeStats
+from relayrl.types import Batch
+
+REPLAY_FILE = "replay.safetensors"
+
+
+class OffPolicyCollector:
+    """Steps a VectorEnv with ``policy.act(obs, "collect")`` and emits (n-step) transitions."""
+
+    def __init__(self, venv: VectorEnv, policy, n_step: int, gamma: float):
+        self.venv, self.policy = venv, policy
+        self.nstep = NStepAccumulator(n_step, gamma, venv.num_envs)
+        self.episodes = EpisodeStats(venv.num_envs)
+        self._obs = None
+
+    def reset(self, seed: int | None) -> None:
+        self._obs = self.venv.reset(seed=seed)
+        self.episodes.reset()
+
+    def collect(self, steps: int) -> tuple[Batch, int]:
+        chunks = []
+        for _ in range(steps):
+            out = self.policy.act(self._obs, "collect")
+            result = self.venv.step(out.env_action)
+            done = result.terminated | result.truncated
+            next_obs = np.where(done.reshape(-1, *[1] * (result.obs.ndim - 1)), result.final_obs, result.obs)
+            chunk = self.nstep.push(self._obs, out.action, result.reward, next_obs, result.terminated,
+                                    result.truncated)
+            if chunk:
+                chunks.append(chunk)
+            self.episodes.track(result)
+            self._obs = result.obs
+        batch = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]} if chunks else {}
+        return batch, steps * self.venv.num_envs
+
+    def pop_episodes(self) -> tuple[list[float], list[int]]:
+        return self.episodes.pop()
+
+
+class OffPolicySource:
+    """Collection into replay plus the update schedule; ``gather`` returns (updates due, env steps)."""
+
+    def __init__(self, algo, venv: VectorEnv, cfg, seed: int, total_steps: int):
+        self.algo, self.cfg, self.total_steps = algo, cfg, total_steps
+        options: dict[str, Any] = {"alpha": cfg.alpha, "beta": cfg.beta, "beta_steps": max(1, total_steps)} \
+            if cfg.prioritized else {}
+        self.buffer = ReplayBuffer(cfg.buffer_size, sampler="prioritized" if cfg.prioritized else "uniform",
+                                   seed=seed, **options)
+        self.collector = OffPolicyCollector(venv, algo.policy, cfg.n_step, cfg.gamma)
+        self.learning = ReplayLearning(algo, self.buffer, cfg.batch_size)
+        self.steps_at_start: int | None = None  # env steps when the buffer first reached start_training
+
+    def reset(self, seed: int | None) -> None:
+        self.collector.reset(seed)
+
+    def gather(self, env_steps: int, updates: int) -> tuple[int, int]:
+        if hasattr(self.algo, "set_progress"):
+            self.algo.set_progress(env_steps, self.total_steps)
+        batch, steps = self.collector.collect(self.cfg.steps_per_iteration)
+        if batch:
+            self.buffer.add(batch)
+        env_steps += steps
+        if len(self.buffer) < max(self.cfg.start_training, self.cfg.batch_size):
+            return 0, steps
+        if self.steps_at_start is None:
+            self.steps_at_start = env_steps - steps
+        due = int((env_steps - self.steps_at_start) * self.cfg.updates_per_step) - self.learning.updates
+        cap = self.cfg.max_training_steps_per_env_step
+        if cap is not None:
+            due = min(due, int(env_steps * cap) - updates)
+        return max(0, due), steps
+
+    def pop_episodes(self) -> tuple[list[float], list[int]]:
+        return self.collector.pop_episodes()
+
+    def save(self, folder: Path) -> None:
+        self.buffer.save(folder / REPLAY_FILE)
+
+    def state(self) -> dict[str, Any]:
+        return {"steps_at_start": -1 if self.steps_at_start is None else self.steps_at_start,
+                "replay_updates": self.learning.updates}
+
+    def restore(self, folder: Path, state: dict[str, Any]) -> None:
+        if (folder / REPLAY_FILE).is_file():
+            self.buffer.load(folder / REPLAY_FILE)
+        start = int(state.get("steps_at_start", -1))
+        self.steps_at_start = None if start < 0 else start
+        self.learning.updates = int(state.get("replay_updates", 0))
+
+
+class ReplayLearning:
+    """What the Learner drives for off-policy algorithms: ``learn(n)`` runs n replay updates."""
+
+    def __init__(self, algo, buffer: ReplayBuffer, batch_size: int):
+        self.algo, self.buffer, self.batch_size = algo, buffer, batch_size
+        self.updates = 0
+
+    def learn(self, updates: int, progress: float = 0.0) -> dict[str, float]:
+        sums: dict[str, float] = {}
+        for _ in range(updates):
+            batch = self.buffer.sample(self.batch_size)
+            metrics = self.algo.learn(batch, progress=progress)
+            if "priority" in batch:
+                self.buffer.update_priorities(batch["index"], batch["priority"])
+            for key, value in metrics.items():
+                sums[key] = sums.get(key, 0.0) + value
+        self.updates += updates
+        out = {key: value / updates for key, value in sums.items()} if updates else {}
+        out["updates"] = float(updates)
+        out.update(self.buffer.stats())
+        return out
