@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gymnasium as gym
-import numpy as np
 import pytest
 
 from relayrl.envs import make, make_vec, spec_stop_value
