@@ -36,16 +36,17 @@ def row(seed: int, which: str, r: dict) -> str:
     return f"{seed:>4} {which:>8} {t:>16} {str(r['steps']):>10} {r['updates']:>8}"
 
 
-def run_relayrl(algo: str, seed: int, budget: int, stop: float, eval_every: int, eval_episodes: int) -> dict:
-    """relayrl's default config for ``algo`` on CartPole-v1 until ``stop``; the time counts from
+def run_relayrl(algo: str, seed: int, budget: int, stop: float, eval_every: int, eval_episodes: int,
+                env_id: str = "CartPole-v1", sets: tuple[str, ...] = ()) -> dict:
+    """relayrl's default config for ``algo`` (plus ``sets``) until ``stop``; the time counts from
     the start of training (envs and model built) to the end of the evaluation that reached it."""
     import tempfile
 
     from relayrl.config import build_config
     from relayrl.train.loop import train
 
-    config = build_config(algo, None, [f"eval.freq={eval_every}", f"eval.episodes={eval_episodes}"],
-                          {"env.id": "CartPole-v1", "seed": seed, "total_steps": budget, "stop_value": stop})
+    config = build_config(algo, None, [f"eval.freq={eval_every}", f"eval.episodes={eval_episodes}", *sets],
+                          {"env.id": env_id, "seed": seed, "total_steps": budget, "stop_value": stop})
     with tempfile.TemporaryDirectory() as tmp:
         summary = train(config, run_dir=tmp, tensorboard=False)
     return {"time_s": summary["time_to_stop_value_s"], "steps": summary["env_steps_to_stop_value"],

@@ -94,7 +94,10 @@ def config_model(algo: str) -> type[RunConfig]:
 
 
 def default_config(algo: str) -> RunConfig:
-    return config_model(algo)(algo=algo)
+    """The algorithm's defaults, including its overrides of the common options."""
+    from relayrl.algos import get_algo
+
+    return config_model(algo).model_validate(deep_merge({"algo": algo}, get_algo(algo).defaults))
 
 
 # ---------------------------------------------------------------- merging and parsing

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from relayrl.errors import ConfigError
 
-_BUILTIN = ("ppo", "dqn")
+_BUILTIN = ("ppo", "dqn", "sac")
 
 
 @dataclass(frozen=True)
@@ -17,13 +17,14 @@ class AlgoEntry:
     config_cls: type
     algo_cls: type
     on_policy: bool
+    defaults: dict = field(default_factory=dict)  # overrides of the common options, e.g. {"env": {"num_envs": 1}}
 
 
 _REGISTRY: dict[str, AlgoEntry] = {}
 
 
-def register(name: str, config_cls: type, algo_cls: type, *, on_policy: bool) -> None:
-    _REGISTRY[name] = AlgoEntry(name, config_cls, algo_cls, on_policy)
+def register(name: str, config_cls: type, algo_cls: type, *, on_policy: bool, defaults: dict | None = None) -> None:
+    _REGISTRY[name] = AlgoEntry(name, config_cls, algo_cls, on_policy, defaults or {})
 
 
 def available() -> list[str]:

@@ -64,10 +64,10 @@ class DQNConfig(Section):
     """Env steps over which epsilon decays linearly from epsilon_start to epsilon_end."""
     prioritized: bool = False
     """Prioritized replay (proportional, with importance weights)."""
-    alpha: float = Field(0.6, ge=0)
-    """Prioritization exponent."""
-    beta: float = Field(0.4, ge=0, le=1)
-    """Initial importance-weight exponent, annealed to 1."""
+    priority_alpha: float = Field(0.6, ge=0)
+    """Prioritization exponent (with prioritized)."""
+    priority_beta: float = Field(0.4, ge=0, le=1)
+    """Initial importance-weight exponent, annealed to 1 (with prioritized)."""
     hidden_sizes: list[int] = Field(default_factory=lambda: [256, 256])
     """Hidden layer sizes."""
     activation: Literal["tanh", "relu", "elu", "silu"] = "relu"

@@ -66,8 +66,8 @@ class OffPolicySource:
 
     def __init__(self, algo, venv: VectorEnv, cfg, seed: int, total_steps: int):
         self.algo, self.cfg, self.total_steps = algo, cfg, total_steps
-        options: dict[str, Any] = {"alpha": cfg.alpha, "beta": cfg.beta, "beta_steps": max(1, total_steps)} \
-            if cfg.prioritized else {}
+        options: dict[str, Any] = {"alpha": cfg.priority_alpha, "beta": cfg.priority_beta,
+                                   "beta_steps": max(1, total_steps)} if cfg.prioritized else {}
         self.buffer = ReplayBuffer(cfg.buffer_size, sampler="prioritized" if cfg.prioritized else "uniform",
                                    seed=seed, **options)
         self.collector = OffPolicyCollector(venv, algo.policy, cfg.n_step, cfg.gamma)

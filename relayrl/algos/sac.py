@@ -1,0 +1,258 @@
+"""Soft Actor-Critic: twin critics batched as one network, target smoothing, automatic entropy tuning,
+tanh-squashed Gaussian policy, continuous actions.
+
+Reads top to bottom: config, networks (the twin critic is one stacked network: one batched matmul
+per layer instead of two MLPs), policy, the algorithm, registration.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from torch import nn
+
+from relayrl.algos import register
+from relayrl.config import Section
+from relayrl.errors import EnvError, NonFiniteError
+from relayrl.policy.networks import mlp
+from relayrl.types import Batch, Mode, PolicyOutput
+
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+
+
+class SACConfig(Section):
+    aliases: ClassVar[dict[str, str]] = {
+        "learning_rate": "actor_lr,critic_lr", "learning_starts": "start_training", "ent_coef": "init_alpha",
+        "net_arch": "hidden_sizes", "train_freq": "steps_per_iteration", "gradient_steps": "updates_per_step"}
+
+    buffer_size: int = Field(1_000_000, ge=1)
+    """Replay capacity in transitions."""
+    batch_size: int = Field(256, ge=1)
+    """Minibatch size per update."""
+    start_training: int = Field(1000, ge=0)
+    """Transitions in the buffer before the first update (random actions until then)."""
+    steps_per_iteration: int = Field(16, ge=1)
+    """Vector steps collected between two rounds of updates."""
+    updates_per_step: float = Field(1.0, gt=0)
+    """Updates per env step."""
+    max_training_steps_per_env_step: float | None = Field(None, gt=0)
+    """Pause updates when updates / env steps exceeds this (null: no cap)."""
+    gamma: float = Field(0.99, ge=0.0, le=1.0)
+    """Discount factor."""
+    n_step: int = Field(1, ge=1)
+    """Steps summed into each return before bootstrapping."""
+    tau: float = Field(0.005, gt=0, le=1)
+    """Target network smoothing per update."""
+    actor_lr: float = Field(3e-4, gt=0)
+    """Actor learning rate (Adam)."""
+    critic_lr: float = Field(3e-4, gt=0)
+    """Critic learning rate (Adam)."""
+    alpha_lr: float = Field(3e-4, gt=0)
+    """Entropy temperature learning rate (Adam)."""
+    init_alpha: float = Field(1.0, gt=0)
+    """Initial entropy temperature."""
+    autotune: bool = True
+    """Tune the temperature toward target_entropy (off: alpha stays init_alpha)."""
+    target_entropy: float | None = None
+    """Entropy target (null: -action dimensions)."""
+    hidden_sizes: list[int] = Field(default_factory=lambda: [256, 256])
+    """Hidden layer sizes of the actor and of each critic."""
+    prioritized: bool = False
+    """Prioritized replay on the critics' TD errors."""
+    priority_alpha: float = Field(0.6, ge=0)
+    """Prioritization exponent (with prioritized)."""
+    priority_beta: float = Field(0.4, ge=0, le=1)
+    """Initial importance-weight exponent, annealed to 1 (with prioritized)."""
+
+
+# ---------------------------------------------------------------- networks
+
+
+class TwinQ(nn.Module):
+    """Two Q networks as one: weights stacked on a leading axis of 2, evaluated with batched matmuls."""
+
+    def __init__(self, in_dim: int, hidden: list[int]):
+        super().__init__()
+        sizes = [in_dim, *hidden, 1]
+        self.weights = nn.ParameterList()
+        self.biases = nn.ParameterList()
+        for a, b in zip(sizes[:-1], sizes[1:]):
+            w = torch.empty(2, a, b)
+            for k in range(2):  # the default Linear init, per critic
+                nn.init.kaiming_uniform_(w[k].T, a=math.sqrt(5))
+            self.weights.append(nn.Parameter(w))
+            self.biases.append(nn.Parameter(torch.empty(2, 1, b).uniform_(-1 / math.sqrt(a), 1 / math.sqrt(a))))
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """Q values of both critics, shape [2, batch]."""
+        h = torch.cat([obs, action], -1).expand(2, -1, -1)
+        last = len(self.weights) - 1
+        for i, (w, b) in enumerate(zip(self.weights, self.biases)):
+            h = torch.baddbmm(b, h, w)
+            if i < last:
+                h = F.relu(h)
+        return h.squeeze(-1)
+
+
+class Actor(nn.Module):
+    def __init__(self, obs_dim: int, act_dim: int, hidden: list[int]):
+        super().__init__()
+        self.trunk = mlp(obs_dim, hidden[:-1], hidden[-1], "relu")
+        self.head = nn.Linear(hidden[-1], 2 * act_dim)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, log_std = self.head(F.relu(self.trunk(obs))).chunk(2, -1)
+        return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+
+    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A tanh-squashed sample in [-1, 1] and its log-probability (with the tanh correction)."""
+        mean, log_std = self(obs)
+        std = log_std.exp()
+        u = mean + std * torch.randn_like(mean)
+        logp = (-0.5 * ((u - mean) / std).pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        # log(1 - tanh(u)^2) in its numerically stable form
+        logp = logp - (2 * (math.log(2) - u - F.softplus(-2 * u))).sum(-1)
+        return torch.tanh(u), logp
+
+
+# ---------------------------------------------------------------- policy
+
+
+class SACPolicy:
+    """Samples in "collect" mode, tanh(mean) in "eval"; actions are learned in [-1, 1] and scaled to
+    the env's bounds for ``env_action``."""
+
+    def __init__(self, obs_space: gym.Space, act_space: gym.Space, cfg: SACConfig):
+        if not isinstance(act_space, gym.spaces.Box):
+            raise EnvError(f"SAC needs a Box (continuous) action space, got {act_space}: use DQN or PPO")
+        if not isinstance(obs_space, gym.spaces.Box):
+            raise EnvError(f"SAC needs a Box observation space, got {obs_space}")
+        if not (np.all(np.isfinite(act_space.low)) and np.all(np.isfinite(act_space.high))):
+            raise EnvError(f"SAC squashes actions into the action bounds, which must be finite: {act_space}")
+        self.act_dim = int(np.prod(act_space.shape))
+        self.action_shape = tuple(act_space.shape)
+        self.action_dtype = np.dtype(np.float32)
+        self.low = act_space.low.astype(np.float32)
+        self.scale = ((act_space.high - act_space.low) / 2).astype(np.float32)
+        self.actor = Actor(int(np.prod(obs_space.shape)), self.act_dim, cfg.hidden_sizes)
+        self.random_actions = False  # uniform actions before learning starts
+        self.update_norm = False
+        self.version = 0
+        self.rng = np.random.default_rng(int(torch.randint(2**31, ()).item()))
+
+    @torch.inference_mode()
+    def act(self, obs: np.ndarray, mode: Mode = "collect") -> PolicyOutput:
+        n = len(obs)
+        if mode == "collect" and self.random_actions:
+            action = self.rng.uniform(-1, 1, (n, self.act_dim)).astype(np.float32)
+        else:
+            x = torch.as_tensor(np.asarray(obs, dtype=np.float32)).reshape(n, -1)
+            if mode == "collect":
+                action = self.actor.sample(x)[0].numpy()
+            else:
+                action = torch.tanh(self.actor(x)[0]).numpy()
+        action = action.reshape(n, *self.action_shape)
+        return PolicyOutput(action=action, env_action=self.low + (action + 1) * self.scale)
+
+    def get_weights(self) -> dict[str, Any]:
+        return {"actor": self.actor.state_dict()}
+
+    def set_weights(self, weights: dict[str, Any], version: int | None = None) -> None:
+        self.actor.load_state_dict(weights["actor"])
+        if version is not None:
+            self.version = version
+
+
+# ---------------------------------------------------------------- algorithm
+
+
+class SAC:
+    def __init__(self, cfg: SACConfig, obs_space: gym.Space, act_space: gym.Space, num_envs: int):
+        self.cfg = cfg
+        self.policy = SACPolicy(obs_space, act_space, cfg)
+        in_dim = int(np.prod(obs_space.shape)) + self.policy.act_dim
+        self.critic = TwinQ(in_dim, cfg.hidden_sizes)
+        self.target = TwinQ(in_dim, cfg.hidden_sizes)
+        self.target.load_state_dict(self.critic.state_dict())
+        self.target.requires_grad_(False)
+        self.log_alpha = torch.tensor(math.log(cfg.init_alpha), requires_grad=True)
+        self.target_entropy = -float(self.policy.act_dim) if cfg.target_entropy is None else cfg.target_entropy
+        self.actor_optim = torch.optim.Adam(self.policy.actor.parameters(), lr=cfg.actor_lr, fused=True)
+        self.critic_optim = torch.optim.Adam(self.critic.parameters(), lr=cfg.critic_lr, fused=True)
+        self.alpha_optim = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr)
+        self.policy.random_actions = cfg.start_training > 0
+        self.updates = 0
+
+    def set_progress(self, env_steps: int, total_steps: int) -> None:
+        self.policy.random_actions = env_steps < self.cfg.start_training
+
+    def learn(self, batch: Batch, progress: float = 0.0) -> dict[str, float]:
+        cfg, actor = self.cfg, self.policy.actor
+        n = len(batch["obs"])
+        obs = torch.from_numpy(batch["obs"]).reshape(n, -1)
+        next_obs = torch.from_numpy(batch["next_obs"]).reshape(n, -1)
+        action = torch.from_numpy(batch["action"]).reshape(n, -1)
+        alpha = self.log_alpha.exp().detach()
+        # ---- critics: y = r + γ^m (1 - terminated) (min Q_target(s', a') - α log π(a'|s'))
+        with torch.no_grad():
+            next_action, next_logp = actor.sample(next_obs)
+            next_q = self.target(next_obs, next_action).min(0).values - alpha * next_logp
+            not_done = 1.0 - torch.from_numpy(batch["terminated"].astype(np.float32))
+            y = torch.from_numpy(batch["reward"]) + torch.from_numpy(batch["discount"]) * not_done * next_q
+        q = self.critic(obs, action)
+        weight = torch.from_numpy(batch["weight"]) if "weight" in batch else torch.ones(n)
+        critic_loss = 0.5 * (weight * (q - y).pow(2)).sum(0).mean()
+        if not torch.isfinite(critic_loss):
+            raise NonFiniteError(f"SAC critic loss became {critic_loss.item()}: lower critic_lr or check rewards")
+        self.critic_optim.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        self.critic_optim.step()
+        # ---- actor: maximise min Q(s, π(s)) - α log π(π(s)|s)
+        new_action, logp = actor.sample(obs)
+        self.critic.requires_grad_(False)  # gradients flow through the critics to the action only
+        q_pi = self.critic(obs, new_action).min(0).values
+        actor_loss = (alpha * logp - q_pi).mean()
+        self.actor_optim.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        self.critic.requires_grad_(True)
+        self.actor_optim.step()
+        # ---- temperature toward the entropy target
+        if cfg.autotune:
+            alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
+            self.alpha_optim.zero_grad(set_to_none=True)
+            alpha_loss.backward()
+            self.alpha_optim.step()
+        with torch.no_grad():
+            torch._foreach_lerp_(list(self.target.parameters()), list(self.critic.parameters()), cfg.tau)
+        self.updates += 1
+        self.policy.version += 1
+        batch["priority"] = (q - y).detach().abs().mean(0).numpy()
+        return {"loss/critic": critic_loss.item(), "loss/actor": actor_loss.item(), "alpha": alpha.item(),
+                "entropy": -logp.mean().item(), "q_mean": q.mean().item(), "updates": 1.0}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**self.policy.get_weights(), "critic": self.critic.state_dict(), "target": self.target.state_dict(),
+                "log_alpha": self.log_alpha.detach().clone(), "actor_optim": self.actor_optim.state_dict(),
+                "critic_optim": self.critic_optim.state_dict(), "alpha_optim": self.alpha_optim.state_dict(),
+                "updates": self.updates, "version": self.policy.version, "rng": self.policy.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.policy.set_weights(state, version=int(state["version"]))
+        self.critic.load_state_dict(state["critic"])
+        self.target.load_state_dict(state["target"])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        self.actor_optim.load_state_dict(state["actor_optim"])
+        self.critic_optim.load_state_dict(state["critic_optim"])
+        self.alpha_optim.load_state_dict(state["alpha_optim"])
+        self.updates = int(state["updates"])
+        self.policy.rng.bit_generator.state = state["rng"]
+
+
+register("sac", SACConfig, SAC, on_policy=False, defaults={"env": {"id": "Pendulum-v1", "num_envs": 1}})
