@@ -49,11 +49,11 @@ class SACConfig(Section):
     """Steps summed into each return before bootstrapping."""
     tau: float = Field(0.005, gt=0, le=1)
     """Target network smoothing per update."""
-    actor_lr: float = Field(3e-4, gt=0)
+    actor_lr: float = Field(1e-3, gt=0)
     """Actor learning rate (Adam)."""
-    critic_lr: float = Field(3e-4, gt=0)
+    critic_lr: float = Field(1e-3, gt=0)
     """Critic learning rate (Adam)."""
-    alpha_lr: float = Field(3e-4, gt=0)
+    alpha_lr: float = Field(1e-3, gt=0)
     """Entropy temperature learning rate (Adam)."""
     init_alpha: float = Field(1.0, gt=0)
     """Initial entropy temperature."""
@@ -61,8 +61,9 @@ class SACConfig(Section):
     """Tune the temperature toward target_entropy (off: alpha stays init_alpha)."""
     target_entropy: float | None = None
     """Entropy target (null: -action dimensions)."""
-    hidden_sizes: list[int] = Field(default_factory=lambda: [256, 256])
-    """Hidden layer sizes of the actor and of each critic."""
+    hidden_sizes: list[int] = Field(default_factory=lambda: [64, 64])
+    """Hidden layer sizes of the actor and of each critic (64x64: per-op overhead, not FLOPs, bounds
+    an update of this size on a CPU, and it learns Pendulum as fast as 256x256)."""
     prioritized: bool = False
     """Prioritized replay on the critics' TD errors."""
     priority_alpha: float = Field(0.6, ge=0)
@@ -89,11 +90,13 @@ class TwinQ(nn.Module):
             self.weights.append(nn.Parameter(w))
             self.biases.append(nn.Parameter(torch.empty(2, 1, b).uniform_(-1 / math.sqrt(a), 1 / math.sqrt(a))))
 
-    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        """Q values of both critics, shape [2, batch]."""
+    def forward(self, obs: torch.Tensor, action: torch.Tensor, frozen: bool = False) -> torch.Tensor:
+        """Q values of both critics, shape [2, batch]. ``frozen``: gradients reach the inputs only."""
         h = torch.cat([obs, action], -1).expand(2, -1, -1)
         last = len(self.weights) - 1
         for i, (w, b) in enumerate(zip(self.weights, self.biases)):
+            if frozen:
+                w, b = w.detach(), b.detach()
             h = torch.baddbmm(b, h, w)
             if i < last:
                 h = F.relu(h)
@@ -199,28 +202,29 @@ class SAC:
         next_obs = torch.from_numpy(batch["next_obs"]).reshape(n, -1)
         action = torch.from_numpy(batch["action"]).reshape(n, -1)
         alpha = self.log_alpha.exp().detach()
+        # one actor pass over [s; s'] serves the target (s', detached) and the actor loss (s)
+        sampled, sampled_logp = actor.sample(torch.cat([obs, next_obs]))
+        new_action, logp = sampled[:n], sampled_logp[:n]
         # ---- critics: y = r + γ^m (1 - terminated) (min Q_target(s', a') - α log π(a'|s'))
         with torch.no_grad():
-            next_action, next_logp = actor.sample(next_obs)
-            next_q = self.target(next_obs, next_action).min(0).values - alpha * next_logp
+            next_q = self.target(next_obs, sampled[n:]).min(0).values - alpha * sampled_logp[n:]
             not_done = 1.0 - torch.from_numpy(batch["terminated"].astype(np.float32))
             y = torch.from_numpy(batch["reward"]) + torch.from_numpy(batch["discount"]) * not_done * next_q
         q = self.critic(obs, action)
         weight = torch.from_numpy(batch["weight"]) if "weight" in batch else torch.ones(n)
         critic_loss = 0.5 * (weight * (q - y).pow(2)).sum(0).mean()
-        if not torch.isfinite(critic_loss):
-            raise NonFiniteError(f"SAC critic loss became {critic_loss.item()}: lower critic_lr or check rewards")
-        self.critic_optim.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        self.critic_optim.step()
-        # ---- actor: maximise min Q(s, π(s)) - α log π(π(s)|s)
-        new_action, logp = actor.sample(obs)
-        self.critic.requires_grad_(False)  # gradients flow through the critics to the action only
-        q_pi = self.critic(obs, new_action).min(0).values
+        # ---- actor: maximise min Q(s, π(s)) - α log π(π(s)|s); the critics are frozen in this term, so
+        # one backward pass over both losses gives each network exactly its own gradient
+        q_pi = self.critic(obs, new_action, frozen=True).min(0).values
         actor_loss = (alpha * logp - q_pi).mean()
+        loss = critic_loss + actor_loss
+        if not torch.isfinite(loss):
+            raise NonFiniteError(f"SAC loss became {loss.item()} (critic {critic_loss.item()}, actor "
+                                 f"{actor_loss.item()}): lower the learning rates or check the rewards")
+        self.critic_optim.zero_grad(set_to_none=True)
         self.actor_optim.zero_grad(set_to_none=True)
-        actor_loss.backward()
-        self.critic.requires_grad_(True)
+        loss.backward()
+        self.critic_optim.step()
         self.actor_optim.step()
         # ---- temperature toward the entropy target
         if cfg.autotune:

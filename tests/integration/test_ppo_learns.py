@@ -177,3 +177,21 @@ def test_default_dqn_solves_cartpole(tmp_path):
     config = build_config("dqn", None, [], {"seed": 0, "total_steps": 100_000})
     summary = train(config, run_dir=tmp_path / "run", tensorboard=False)
     assert summary["solved"], summary
+
+
+def test_sac_trains_on_pendulum_briefly_and_evaluates(tmp_path):
+    sets = ["sac.start_training=64", "sac.batch_size=32", "sac.hidden_sizes=[32, 32]", "sac.steps_per_iteration=16",
+            "eval.freq=200", "eval.episodes=2", "eval.num_envs=2"]
+    summary = train(build_config("sac", None, sets, {"total_steps": 400, "seed": 0}), run_dir=tmp_path / "r",
+                    tensorboard=False)
+    assert summary["env"] == "Pendulum-v1" and summary["env_steps"] == 400
+    assert summary["updates"] == 400 - 64  # one update per env step once training started
+    assert summary["last_eval_return"] is not None
+
+
+@pytest.mark.slow
+def test_default_sac_reaches_minus_200_on_pendulum(tmp_path):
+    config = build_config("sac", None, ["eval.freq=1000", "eval.episodes=5"],
+                          {"seed": 0, "total_steps": 20_000, "stop_value": -200})
+    summary = train(config, run_dir=tmp_path / "run", tensorboard=False)
+    assert summary["solved"], summary
