@@ -84,10 +84,11 @@ class OffPolicySource:
         if batch:
             self.buffer.add(batch)
         env_steps += steps
-        if len(self.buffer) < max(self.cfg.start_training, self.cfg.batch_size):
+        threshold = max(self.cfg.start_training, self.cfg.batch_size)
+        if len(self.buffer) < threshold:
             return 0, steps
-        if self.steps_at_start is None:
-            self.steps_at_start = env_steps - steps
+        if self.steps_at_start is None:  # the env step at which the buffer reached the threshold
+            self.steps_at_start = env_steps - (len(self.buffer) - threshold)
         due = int((env_steps - self.steps_at_start) * self.cfg.updates_per_step) - self.learning.updates
         cap = self.cfg.max_training_steps_per_env_step
         if cap is not None:
