@@ -16,13 +16,13 @@ from pydantic import Field
 from torch import nn
 
 from relayrl.algos import register
-from relayrl.config import Section
 from relayrl.errors import EnvError, NonFiniteError
 from relayrl.policy.networks import mlp
+from relayrl.train.offpolicy import ReplayLoopConfig
 from relayrl.types import Batch, Mode, PolicyOutput
 
 
-class DQNConfig(Section):
+class DQNConfig(ReplayLoopConfig):
     aliases: ClassVar[dict[str, str]] = {
         "learning_rate": "lr", "learning_starts": "start_training", "target_update_interval": "target_update_period",
         "exploration_final_eps": "epsilon_end", "exploration_fraction": "epsilon_decay_steps", "n_steps": "n_step",
@@ -32,18 +32,10 @@ class DQNConfig(Section):
     """Replay capacity in transitions."""
     batch_size: int = Field(64, ge=1)
     """Minibatch size per update."""
-    start_training: int = Field(1000, ge=0)
-    """Transitions in the buffer before the first update."""
     steps_per_iteration: int = Field(32, ge=1)
     """Vector steps collected between two rounds of updates."""
     updates_per_step: float = Field(0.5, gt=0)
     """Updates per env step (0.5: one update every two env steps)."""
-    max_training_steps_per_env_step: float | None = Field(None, gt=0)
-    """Pause updates when updates / env steps exceeds this (null: no cap)."""
-    gamma: float = Field(0.99, ge=0.0, le=1.0)
-    """Discount factor."""
-    n_step: int = Field(1, ge=1)
-    """Steps summed into each return before bootstrapping."""
     lr: float = Field(2.3e-3, gt=0)
     """Adam learning rate."""
     grad_clip: float | None = Field(10.0, gt=0)
@@ -62,12 +54,6 @@ class DQNConfig(Section):
     """Exploration rate after the decay."""
     epsilon_decay_steps: int = Field(8000, ge=1)
     """Env steps over which epsilon decays linearly from epsilon_start to epsilon_end."""
-    prioritized: bool = False
-    """Prioritized replay (proportional, with importance weights)."""
-    priority_alpha: float = Field(0.6, ge=0)
-    """Prioritization exponent (with prioritized)."""
-    priority_beta: float = Field(0.4, ge=0, le=1)
-    """Initial importance-weight exponent, annealed to 1 (with prioritized)."""
     hidden_sizes: list[int] = Field(default_factory=lambda: [256, 256])
     """Hidden layer sizes."""
     activation: Literal["tanh", "relu", "elu", "silu"] = "relu"

@@ -18,35 +18,21 @@ from pydantic import Field
 from torch import nn
 
 from relayrl.algos import register
-from relayrl.config import Section
 from relayrl.errors import EnvError, NonFiniteError
 from relayrl.policy.networks import mlp
+from relayrl.train.offpolicy import ReplayLoopConfig
 from relayrl.types import Batch, Mode, PolicyOutput
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 
 
-class SACConfig(Section):
+class SACConfig(ReplayLoopConfig):
     aliases: ClassVar[dict[str, str]] = {
         "learning_rate": "actor_lr,critic_lr", "learning_starts": "start_training", "ent_coef": "init_alpha",
         "net_arch": "hidden_sizes", "train_freq": "steps_per_iteration", "gradient_steps": "updates_per_step"}
 
-    buffer_size: int = Field(1_000_000, ge=1)
-    """Replay capacity in transitions."""
-    batch_size: int = Field(256, ge=1)
-    """Minibatch size per update."""
     start_training: int = Field(1000, ge=0)
     """Transitions in the buffer before the first update (random actions until then)."""
-    steps_per_iteration: int = Field(16, ge=1)
-    """Vector steps collected between two rounds of updates."""
-    updates_per_step: float = Field(1.0, gt=0)
-    """Updates per env step."""
-    max_training_steps_per_env_step: float | None = Field(None, gt=0)
-    """Pause updates when updates / env steps exceeds this (null: no cap)."""
-    gamma: float = Field(0.99, ge=0.0, le=1.0)
-    """Discount factor."""
-    n_step: int = Field(1, ge=1)
-    """Steps summed into each return before bootstrapping."""
     tau: float = Field(0.005, gt=0, le=1)
     """Target network smoothing per update."""
     actor_lr: float = Field(1e-3, gt=0)
@@ -64,13 +50,6 @@ class SACConfig(Section):
     hidden_sizes: list[int] = Field(default_factory=lambda: [64, 64])
     """Hidden layer sizes of the actor and of each critic (64x64: per-op overhead, not FLOPs, bounds
     an update of this size on a CPU, and it learns Pendulum as fast as 256x256)."""
-    prioritized: bool = False
-    """Prioritized replay on the critics' TD errors."""
-    priority_alpha: float = Field(0.6, ge=0)
-    """Prioritization exponent (with prioritized)."""
-    priority_beta: float = Field(0.4, ge=0, le=1)
-    """Initial importance-weight exponent, annealed to 1 (with prioritized)."""
-
 
 # ---------------------------------------------------------------- networks
 

@@ -19,6 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from pydantic import Field
+
+from relayrl.config import Section
 from relayrl.data.nstep import NStepAccumulator
 from relayrl.data.replay import ReplayBuffer
 from relayrl.envs.vector import VectorEnv
@@ -26,6 +29,33 @@ from relayrl.train.collector import EpisodeStats
 from relayrl.types import Batch
 
 REPLAY_FILE = "replay.safetensors"
+
+
+class ReplayLoopConfig(Section):
+    """Options of the replay loop, shared by every off-policy algorithm's config (which extends it)."""
+
+    buffer_size: int = Field(1_000_000, ge=1)
+    """Replay capacity in transitions."""
+    batch_size: int = Field(256, ge=1)
+    """Minibatch size per update."""
+    start_training: int = Field(1000, ge=0)
+    """Transitions in the buffer before the first update."""
+    steps_per_iteration: int = Field(16, ge=1)
+    """Vector steps collected between two rounds of updates."""
+    updates_per_step: float = Field(1.0, gt=0)
+    """Updates per env step (0.5: one update every two env steps)."""
+    max_training_steps_per_env_step: float | None = Field(None, gt=0)
+    """Pause updates when updates / env steps exceeds this (null: no cap)."""
+    gamma: float = Field(0.99, ge=0.0, le=1.0)
+    """Discount factor."""
+    n_step: int = Field(1, ge=1)
+    """Steps summed into each return before bootstrapping."""
+    prioritized: bool = False
+    """Prioritized replay (proportional, with importance weights) on the TD errors."""
+    priority_alpha: float = Field(0.6, ge=0)
+    """Prioritization exponent (with prioritized)."""
+    priority_beta: float = Field(0.4, ge=0, le=1)
+    """Initial importance-weight exponent, annealed to 1 (with prioritized)."""
 
 
 class OffPolicyCollector:
