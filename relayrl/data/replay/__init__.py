@@ -1,7 +1,8 @@
 """Replay: a storage (preallocated ring of named arrays) composed with a sampler (uniform or prioritized)."""
 
 from relayrl.data.replay.buffer import ReplayBuffer
+from relayrl.data.replay.episodes import EpisodeBuffer
 from relayrl.data.replay.sampler import PrioritizedSampler, UniformSampler
 from relayrl.data.replay.storage import ArrayStorage
 
-__all__ = ["ArrayStorage", "PrioritizedSampler", "ReplayBuffer", "UniformSampler"]
+__all__ = ["ArrayStorage", "EpisodeBuffer", "PrioritizedSampler", "ReplayBuffer", "UniformSampler"]
