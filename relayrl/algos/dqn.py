@@ -26,7 +26,7 @@ class DQNConfig(ReplayLoopConfig):
     aliases: ClassVar[dict[str, str]] = {
         "learning_rate": "lr", "learning_starts": "start_training", "target_update_interval": "target_update_period",
         "exploration_final_eps": "epsilon_end", "exploration_fraction": "epsilon_decay_steps", "n_steps": "n_step",
-        "net_arch": "hidden_sizes", "max_grad_norm": "grad_clip"}
+        "net_arch": "hidden_sizes", "max_grad_norm": "grad_clip", "alpha": "priority_alpha", "beta": "priority_beta"}
 
     buffer_size: int = Field(100_000, ge=1)
     """Replay capacity in transitions."""
