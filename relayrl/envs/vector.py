@@ -15,18 +15,17 @@ whose ``recv`` returns the envs that are ready; ``send`` then takes actions for 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from relayrl.envs import spaces
 from relayrl.envs.registry import make
-from relayrl.envs.runner import EnvRunner, StepArrays, action_dtype
+from relayrl.envs.runner import EnvFactory, EnvRunner, StepArrays, action_dtype
 from relayrl.errors import EnvError
 from relayrl.types import StepResult
 
-EnvFactory = Callable[[], gym.Env]
 MANAGERS = ("sync", "subproc", "async")
 
 

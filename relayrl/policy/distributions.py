@@ -31,11 +31,6 @@ def categorical_logp_entropy(logits: torch.Tensor, actions: torch.Tensor) -> tup
     return logp, -(logp_all.exp() * logp_all).sum(-1)
 
 
-def categorical_entropy(logits: torch.Tensor) -> torch.Tensor:
-    logp = F.log_softmax(logits, dim=-1)
-    return -(logp.exp() * logp).sum(-1)
-
-
 def gaussian_logp(mean: torch.Tensor, log_std: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
     z = (actions - mean) * torch.exp(-log_std)
     return (-0.5 * z.pow(2) - log_std - 0.5 * _LOG_2PI).sum(-1)
