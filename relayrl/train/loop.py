@@ -54,7 +54,8 @@ class RunState:
 def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool = False,
           previous: Path | str | None = None, quiet: bool = True, tensorboard: bool = True,
           stop_event: threading.Event | None = None,
-          hooks: Sequence[tuple[str, Callable[[HookContext], None], dict[str, Any]]] = ()) -> dict[str, Any]:
+          hooks: Sequence[tuple[str, Callable[[HookContext], None], dict[str, Any]]] = (),
+          samples: Any = None, publish: Callable[[dict, int], None] | None = None) -> dict[str, Any]:
     """Train ``config.algo`` on ``config.env.id`` until the stop value or ``total_steps``.
 
     Args:
@@ -65,8 +66,14 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
             writing the last checkpoint and the summary.
         hooks: extra learner hooks as ``(position, fn, options)``, e.g.
             ``("after_iter", print_kl, {"freq": 10, "priority": 50})``; ``fn`` gets a HookContext.
+        samples: off-policy only: the source of transitions (``reset``, ``pull``, ``pop_episodes``;
+            see ``OffPolicyCollector``) instead of the local envs, e.g. a queue fed by remote workers.
+        publish: off-policy only: called with ``(weights, version)`` every ``update_model_interval``
+            updates, e.g. to broadcast weights to remote workers.
     """
     entry = get_algo(config.algo)
+    if entry.on_policy and (samples is not None or publish is not None):
+        raise ConfigError(f"{config.algo} is on-policy: samples= and publish= apply to off-policy algorithms")
     algo_cfg = getattr(config, config.algo)
     stop_value = config.stop_value if config.stop_value is not None else spec_stop_value(config.env.id)
     if resume and run_dir is None:
@@ -101,7 +108,8 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
     if entry.on_policy:
         source: Any = _OnPolicySource(algo, venv, algo_cfg)
     else:
-        source = OffPolicySource(algo, venv, algo_cfg, seed=config.seed, total_steps=config.total_steps)
+        source = OffPolicySource(algo, venv, algo_cfg, seed=config.seed, total_steps=config.total_steps,
+                                 samples=samples, publish=publish)
         if resume:
             source.restore(run_dir / "checkpoints", source_state)
     source.reset(seed=config.seed + RESUME_SEED_OFFSET * state.resumes)

@@ -15,7 +15,7 @@ from the buffer, so the Learner and its hooks drive off-policy algorithms exactl
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -56,13 +56,20 @@ class ReplayLoopConfig(Section):
     """Prioritization exponent (with prioritized)."""
     priority_beta: float = Field(0.4, ge=0, le=1)
     """Initial importance-weight exponent, annealed to 1 (with prioritized)."""
+    update_model_interval: int = Field(1, ge=1)
+    """Publish the learner's weights every this many updates (matters with an external sample source;
+    the local collector acts with the learner's own policy)."""
 
 
 class OffPolicyCollector:
-    """Steps a VectorEnv with ``policy.act(obs, "collect")`` and emits (n-step) transitions."""
+    """Steps a VectorEnv with ``policy.act(obs, "collect")`` and emits (n-step) transitions.
 
-    def __init__(self, venv: VectorEnv, policy, n_step: int, gamma: float):
-        self.venv, self.policy = venv, policy
+    It is the local *sample source*: anything with ``reset(seed)``, ``pull() -> (transitions, env
+    steps)`` and ``pop_episodes()`` can take its place (the distributed runtime plugs queues in).
+    """
+
+    def __init__(self, venv: VectorEnv, policy, n_step: int, gamma: float, steps_per_pull: int = 1):
+        self.venv, self.policy, self.steps_per_pull = venv, policy, steps_per_pull
         self.nstep = NStepAccumulator(n_step, gamma, venv.num_envs)
         self.episodes = EpisodeStats(venv.num_envs)
         self._obs = None
@@ -87,6 +94,9 @@ class OffPolicyCollector:
         batch = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]} if chunks else {}
         return batch, steps * self.venv.num_envs
 
+    def pull(self) -> tuple[Batch, int]:
+        return self.collect(self.steps_per_pull)
+
     def pop_episodes(self) -> tuple[list[float], list[int]]:
         return self.episodes.pop()
 
@@ -94,23 +104,26 @@ class OffPolicyCollector:
 class OffPolicySource:
     """Collection into replay plus the update schedule; ``gather`` returns (updates due, env steps)."""
 
-    def __init__(self, algo, venv: VectorEnv, cfg, seed: int, total_steps: int):
+    def __init__(self, algo, venv: VectorEnv, cfg, seed: int, total_steps: int, samples=None,
+                 publish: Callable[[dict, int], None] | None = None):
+        """``samples``: where transitions come from (default: a local collector on ``venv``);
+        ``publish(weights, version)``: where weights go every ``update_model_interval`` updates."""
         self.algo, self.cfg, self.total_steps = algo, cfg, total_steps
         options: dict[str, Any] = {"alpha": cfg.priority_alpha, "beta": cfg.priority_beta,
                                    "beta_steps": max(1, total_steps)} if cfg.prioritized else {}
         self.buffer = ReplayBuffer(cfg.buffer_size, sampler="prioritized" if cfg.prioritized else "uniform",
                                    seed=seed, **options)
-        self.collector = OffPolicyCollector(venv, algo.policy, cfg.n_step, cfg.gamma)
-        self.learning = ReplayLearning(algo, self.buffer, cfg.batch_size)
+        self.samples = samples or OffPolicyCollector(venv, algo.policy, cfg.n_step, cfg.gamma, cfg.steps_per_iteration)
+        self.learning = ReplayLearning(algo, self.buffer, cfg.batch_size, publish, cfg.update_model_interval)
         self.steps_at_start: int | None = None  # env steps when the buffer first reached start_training
 
     def reset(self, seed: int | None) -> None:
-        self.collector.reset(seed)
+        self.samples.reset(seed)
 
     def gather(self, env_steps: int, updates: int) -> tuple[int, int]:
         if hasattr(self.algo, "set_progress"):
             self.algo.set_progress(env_steps, self.total_steps)
-        batch, steps = self.collector.collect(self.cfg.steps_per_iteration)
+        batch, steps = self.samples.pull()
         if batch:
             self.buffer.add(batch)
         env_steps += steps
@@ -126,7 +139,7 @@ class OffPolicySource:
         return max(0, due), steps
 
     def pop_episodes(self) -> tuple[list[float], list[int]]:
-        return self.collector.pop_episodes()
+        return self.samples.pop_episodes()
 
     def save(self, folder: Path) -> None:
         self.buffer.save(folder / REPLAY_FILE)
@@ -146,8 +159,10 @@ class OffPolicySource:
 class ReplayLearning:
     """What the Learner drives for off-policy algorithms: ``learn(n)`` runs n replay updates."""
 
-    def __init__(self, algo, buffer: ReplayBuffer, batch_size: int):
+    def __init__(self, algo, buffer: ReplayBuffer, batch_size: int,
+                 publish: Callable[[dict, int], None] | None = None, publish_every: int = 1):
         self.algo, self.buffer, self.batch_size = algo, buffer, batch_size
+        self.publish, self.publish_every = publish, publish_every
         self.updates = 0
 
     def learn(self, updates: int, progress: float = 0.0) -> dict[str, float]:
@@ -159,7 +174,9 @@ class ReplayLearning:
                 self.buffer.update_priorities(batch["index"], batch["priority"])
             for key, value in metrics.items():
                 sums[key] = sums.get(key, 0.0) + value
-        self.updates += updates
+            self.updates += 1
+            if self.publish is not None and self.updates % self.publish_every == 0:
+                self.publish(self.algo.policy.get_weights(), self.algo.policy.version)
         out = {key: value / updates for key, value in sums.items()} if updates else {}
         out["updates"] = float(updates)
         out.update(self.buffer.stats())

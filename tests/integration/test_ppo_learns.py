@@ -195,3 +195,42 @@ def test_default_sac_reaches_minus_200_on_pendulum(tmp_path):
                           {"seed": 0, "total_steps": 20_000, "stop_value": -200})
     summary = train(config, run_dir=tmp_path / "run", tensorboard=False)
     assert summary["solved"], summary
+
+
+def test_off_policy_loop_takes_an_external_sample_source_and_weight_sink(tmp_path):
+    """What the distributed runtime plugs in: transitions arrive from elsewhere, weights go out."""
+    from relayrl.envs import make_vec
+    from relayrl.train.offpolicy import OffPolicyCollector
+
+    class RandomPolicy:
+        action_shape, action_dtype, update_norm = (), np.dtype(np.int64), False
+
+        def act(self, obs, mode="collect"):
+            from relayrl.types import PolicyOutput
+
+            a = np.random.default_rng(len(obs)).integers(0, 2, len(obs))
+            return PolicyOutput(action=a, env_action=a)
+
+    remote = OffPolicyCollector(make_vec("CartPole-v1", 2), RandomPolicy(), n_step=1, gamma=0.99, steps_per_pull=16)
+    pulls, published = [], []
+
+    class QueueSource:  # stands in for a queue fed by remote workers
+        def reset(self, seed):
+            remote.reset(seed)
+
+        def pull(self):
+            pulls.append(1)
+            return remote.pull()
+
+        def pop_episodes(self):
+            return remote.pop_episodes()
+
+    sets = ["dqn.start_training=64", "dqn.batch_size=32", "dqn.hidden_sizes=[16]", "dqn.update_model_interval=5",
+            "eval.freq=0", "eval.episodes=2", "eval.num_envs=2"]
+    summary = train(build_config("dqn", None, sets, {"total_steps": 320, "seed": 0}), run_dir=tmp_path / "r",
+                    tensorboard=False, samples=QueueSource(), publish=lambda w, v: published.append(v))
+    assert len(pulls) == 10 and summary["env_steps"] == 320  # 10 pulls of 16 steps x 2 envs
+    assert summary["updates"] > 0 and len(published) == summary["updates"] // 5
+    assert published == sorted(published) and published[0] == 5  # versions count updates
+    with pytest.raises(Exception, match="on-policy"):
+        train(build_config("ppo"), publish=print)
