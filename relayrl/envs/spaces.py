@@ -23,9 +23,6 @@ class Leaf:
     shape: tuple[int, ...]
     dtype: np.dtype
 
-    def nbytes(self, n: int) -> int:
-        return int(n * np.prod(self.shape, dtype=np.int64) * self.dtype.itemsize)
-
 
 def leaves(space: gym.Space, path: tuple[Any, ...] = ()) -> list[Leaf]:
     if isinstance(space, gym.spaces.Dict):

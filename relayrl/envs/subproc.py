@@ -214,9 +214,9 @@ class SubprocVectorEnv(VectorEnv):
         self._setup_spaces(probe.observation_space, probe.action_space)
         probe.close()
         self.num_envs = n = len(factories)
-        n_workers = min(workers or os.cpu_count() or 1, n)
-        if n_workers < 1:
+        if workers is not None and workers < 1:
             raise EnvError(f"workers must be at least 1, got {workers}")
+        n_workers = min(workers or os.cpu_count() or 1, n)
         self.asynchronous = asynchronous
         self.wait_num = n if not asynchronous else (wait_num or -(-n // n_workers))
         if not 1 <= self.wait_num <= n:
@@ -375,11 +375,15 @@ class SubprocVectorEnv(VectorEnv):
                 if status != "ok":
                     self._recover(self._workers[index], status)
 
+    def _ids_of(self, workers: list[int]) -> np.ndarray:
+        """Env ids of ``workers`` (sorted worker indices), in order."""
+        if len(workers) == len(self._workers):
+            return self._all_ids
+        return np.concatenate([self._env_ids[i] for i in workers]) if workers else self._all_ids[:0]
+
     def ready_env_ids(self) -> np.ndarray:
         """Env ids whose actions the next ``send`` takes, in order."""
-        if len(self._ready) == len(self._workers):
-            return self._all_ids
-        return np.concatenate([self._env_ids[i] for i in self._ready]) if self._ready else self._all_ids[:0]
+        return self._ids_of(self._ready)
 
     def send(self, actions: np.ndarray) -> None:
         if not self._ready:
@@ -417,12 +421,8 @@ class SubprocVectorEnv(VectorEnv):
                 ready_envs += w.count
         self._ready.sort()
         done = sorted(infos)
-        if len(done) == len(self._workers):
-            rows: Any = slice(None)
-            env_ids = self._all_ids
-        else:
-            env_ids = np.concatenate([self._env_ids[i] for i in done])
-            rows = env_ids
+        env_ids = self._ids_of(done)
+        rows: Any = slice(None) if len(done) == len(self._workers) else env_ids
         row_infos: list[dict] = [{} for _ in range(len(env_ids))]
         position = 0
         for index in done:
