@@ -197,7 +197,9 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
             ctx.env_steps += steps
             timing["collect_s"], timing["steps"] = t1 - t0, steps
             learner.train(work, progress=ctx.env_steps / config.total_steps)
-            timing["learn_s"] = time.perf_counter() - t1
+            late = source.steps_received_while_learning()  # a polling source's mid-round samples
+            ctx.env_steps += late
+            timing["learn_s"], timing["steps"] = time.perf_counter() - t1, steps + late
             rate = timing["steps"] / (timing["collect_s"] + timing["learn_s"])
             if config.eval.freq and ctx.env_steps >= next_eval:
                 next_eval = _next_multiple(ctx.env_steps, config.eval.freq)
@@ -286,6 +288,9 @@ class _OnPolicySource:
 
     def reset(self, seed: int | None) -> None:
         self.collector.reset(seed)
+
+    def steps_received_while_learning(self) -> int:
+        return 0
 
     def gather(self, env_steps: int, updates: int) -> tuple[dict, int]:
         rollout = self.collector.collect()

@@ -59,6 +59,10 @@ class ReplayLoopConfig(Section):
     update_model_interval: int = Field(1, ge=1)
     """Publish the learner's weights every this many updates (matters with an external sample source;
     the local collector acts with the learner's own policy)."""
+    update_buffer_interval: int | None = Field(None, ge=1)
+    """Within a round of updates, move what an external sample source has received into the buffer
+    every this many updates (TMRL's update_buffer_interval; null: only between rounds). Needs a
+    source with a non-blocking ``poll()``; the local collector has none and ignores it."""
 
 
 class OffPolicyCollector:
@@ -66,6 +70,8 @@ class OffPolicyCollector:
 
     It is the local *sample source*: anything with ``reset(seed)``, ``pull() -> (transitions, env
     steps)`` and ``pop_episodes()`` can take its place (the distributed runtime plugs queues in).
+    A source may also offer ``poll() -> (transitions, env steps)``, returning at once with whatever
+    has arrived: the learner then drains it mid-round (``update_buffer_interval``).
     """
 
     def __init__(self, venv: VectorEnv, policy, n_step: int, gamma: float, steps_per_pull: int = 1):
@@ -115,7 +121,16 @@ class OffPolicySource:
                                    seed=seed, **options)
         self.samples = samples or OffPolicyCollector(venv, algo.policy, cfg.n_step, cfg.gamma, cfg.steps_per_iteration)
         self.learning = ReplayLearning(algo, self.buffer, cfg.batch_size, publish, cfg.update_model_interval)
+        if cfg.update_buffer_interval is not None and hasattr(self.samples, "poll"):
+            self.learning.refill, self.learning.refill_every = self._poll, cfg.update_buffer_interval
+        self.polled_steps = 0  # env steps received mid-round
         self.steps_at_start: int | None = None  # env steps when the buffer first reached start_training
+
+    def _poll(self) -> None:
+        batch, steps = self.samples.poll()
+        if batch:
+            self.buffer.add(batch)
+        self.polled_steps += steps
 
     def reset(self, seed: int | None) -> None:
         self.samples.reset(seed)
@@ -141,6 +156,10 @@ class OffPolicySource:
     def pop_episodes(self) -> tuple[list[float], list[int]]:
         return self.samples.pop_episodes()
 
+    def steps_received_while_learning(self) -> int:
+        steps, self.polled_steps = self.polled_steps, 0
+        return steps
+
     def save(self, folder: Path) -> None:
         self.buffer.save(folder / REPLAY_FILE)
 
@@ -163,6 +182,8 @@ class ReplayLearning:
                  publish: Callable[[dict, int], None] | None = None, publish_every: int = 1):
         self.algo, self.buffer, self.batch_size = algo, buffer, batch_size
         self.publish, self.publish_every = publish, publish_every
+        self.refill: Callable[[], None] | None = None  # drains a sample source mid-round
+        self.refill_every = 0
         self.updates = 0
 
     def learn(self, updates: int, progress: float = 0.0) -> dict[str, float]:
@@ -177,6 +198,8 @@ class ReplayLearning:
             self.updates += 1
             if self.publish is not None and self.updates % self.publish_every == 0:
                 self.publish(self.algo.policy.get_weights(), self.algo.policy.version)
+            if self.refill is not None and self.updates % self.refill_every == 0:
+                self.refill()
         out = {key: value / updates for key, value in sums.items()} if updates else {}
         out["updates"] = float(updates)
         out.update(self.buffer.stats())

@@ -234,3 +234,44 @@ def test_off_policy_loop_takes_an_external_sample_source_and_weight_sink(tmp_pat
     assert published == sorted(published) and published[0] == 5  # versions count updates
     with pytest.raises(Exception, match="on-policy"):
         train(build_config("ppo"), publish=print)
+
+
+def test_update_buffer_interval_drains_a_polling_source_mid_round(tmp_path):
+    """TMRL's update_buffer_interval: samples that arrive while the learner is busy join the buffer
+    every k updates, not only between rounds, and their env steps are counted."""
+    from relayrl.envs import make_vec
+    from relayrl.train.offpolicy import OffPolicyCollector
+
+    class RandomPolicy:
+        action_shape, action_dtype, update_norm = (), np.dtype(np.int64), False
+
+        def act(self, obs, mode="collect"):
+            from relayrl.types import PolicyOutput
+
+            a = np.random.default_rng(len(obs)).integers(0, 2, len(obs))
+            return PolicyOutput(action=a, env_action=a)
+
+    remote = OffPolicyCollector(make_vec("CartPole-v1", 2), RandomPolicy(), n_step=1, gamma=0.99, steps_per_pull=16)
+    calls = {"pull": 0, "poll": 0}
+
+    class PollingSource:
+        def reset(self, seed):
+            remote.reset(seed)
+
+        def pull(self):
+            calls["pull"] += 1
+            return remote.pull()
+
+        def poll(self):  # one vector step "arrived" while the learner was updating
+            calls["poll"] += 1
+            return remote.collect(1)
+
+        def pop_episodes(self):
+            return remote.pop_episodes()
+
+    sets = ["dqn.start_training=64", "dqn.batch_size=32", "dqn.hidden_sizes=[16]", "dqn.update_buffer_interval=4",
+            "eval.freq=0", "eval.episodes=2", "eval.num_envs=2"]
+    summary = train(build_config("dqn", None, sets, {"total_steps": 320, "seed": 0}), run_dir=tmp_path / "r",
+                    tensorboard=False, samples=PollingSource())
+    assert calls["poll"] > 0 and calls["poll"] == summary["updates"] // 4
+    assert summary["env_steps"] == 32 * calls["pull"] + 2 * calls["poll"]

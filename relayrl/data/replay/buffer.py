@@ -122,7 +122,7 @@ class ReplayBuffer:
         """Set priorities of sampled items; returns how many were applied (overwritten or evicted
         items are skipped)."""
         index = np.asarray(index, dtype=np.int64)
-        rows, generation = index % self.capacity, index // self.capacity
+        generation, rows = np.divmod(index, self.capacity)
         keep = self.storage.generation[rows] == generation
         if self.live is not None:
             keep &= self.live[rows]

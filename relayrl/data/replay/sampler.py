@@ -10,11 +10,12 @@ import numpy as np
 from relayrl.data.replay.sumtree import MinTree, SumTree
 
 
-def _stratified(tree: SumTree, n: int, rng: np.random.Generator) -> np.ndarray:
-    """One draw from each of n equal slices of the total mass: lower variance than n plain draws."""
+def _stratified(tree: SumTree, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """One draw from each of n equal slices of the total mass (lower variance than n plain draws):
+    the leaves chosen and their values."""
     total = tree.root
     prefix = (np.arange(n) + rng.random(n)) * (total / n)
-    return tree.find(np.minimum(prefix, total * (1 - 1e-12)))
+    return tree.find_with_weights(np.minimum(prefix, total * (1 - 1e-12)))
 
 
 class UniformSampler:
@@ -32,7 +33,7 @@ class UniformSampler:
             self.tree.update(rows, 0.0)
 
     def sample(self, n: int, size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        rows = rng.integers(0, size, n) if self.tree is None else _stratified(self.tree, n, rng)
+        rows = rng.integers(0, size, n) if self.tree is None else _stratified(self.tree, n, rng)[0]
         return rows, np.ones(n, dtype=np.float32)
 
     def update(self, rows: np.ndarray, priorities: np.ndarray) -> None:
@@ -74,9 +75,9 @@ class PrioritizedSampler:
         self.min.update(rows, np.inf)
 
     def sample(self, n: int, size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        rows = _stratified(self.sum, n, rng)
+        rows, leaf = _stratified(self.sum, n, rng)
         total = self.sum.root
-        probs = self.sum[rows] / total
+        probs = leaf / total
         beta = self.beta
         weights = (self.live * probs) ** -beta
         max_weight = (self.live * self.min.root / total) ** -beta

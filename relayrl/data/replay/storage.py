@@ -1,4 +1,11 @@
-"""ArrayStorage: a ring of preallocated named arrays, one row per transition, no per-item objects."""
+"""ArrayStorage: a ring of preallocated named arrays, one row per transition, no per-item objects.
+
+The arrays are fields of one row-major record per transition (``data[row]`` holds obs, action,
+reward, ... side by side). Sampling gathers random rows, and with a record layout one row is a few
+adjacent cache lines instead of one cache miss per field: a uniform sample(256) from 1M rows costs
+about half what separate column arrays cost (benchmarks/replay.py). Fields are placed largest
+alignment first, so the only padding is at the end of a record, under one item of the widest type.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +19,10 @@ from relayrl.types import Batch, batch_size
 Spec = dict[str, tuple[tuple[int, ...], np.dtype]]
 
 
+def _c_strides(shape: tuple[int, ...], dtype: np.dtype) -> tuple[int, ...]:
+    return tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) * dtype.itemsize for i in range(len(shape)))
+
+
 class ArrayStorage:
     """Rows ``0 .. capacity - 1`` of a fixed schema of named arrays, written in ring order.
 
@@ -23,7 +34,9 @@ class ArrayStorage:
         if capacity < 1:
             raise ConfigError(f"replay capacity must be at least 1, got {capacity}")
         self.capacity = capacity
-        self.arrays: dict[str, np.ndarray] = {}
+        self.arrays: dict[str, np.ndarray] = {}  # field views into ``data``
+        self.data = np.zeros((capacity, 0), dtype=np.uint8)
+        self._fields: list[tuple[str, tuple[int, ...], np.dtype, int, tuple[int, ...]]] = []
         self.generation = np.zeros(capacity, dtype=np.int64)
         self.pos = 0  # next row to write
         self.size = 0
@@ -35,37 +48,59 @@ class ArrayStorage:
         return {k: (a.shape[1:], a.dtype) for k, a in self.arrays.items()}
 
     def _allocate(self, spec: Spec) -> None:
-        self.arrays = {k: np.zeros((self.capacity, *shape), dtype=dtype) for k, (shape, dtype) in spec.items()}
+        spec = {k: (tuple(shape), np.dtype(dtype)) for k, (shape, dtype) in spec.items()}
+        placed, pos = {}, 0
+        for name, (shape, dtype) in sorted(spec.items(), key=lambda kv: -kv[1][1].alignment):
+            pos = -(-pos // dtype.alignment) * dtype.alignment
+            placed[name] = pos
+            pos += int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        align = max((dtype.alignment for _, dtype in spec.values()), default=1)
+        record = max(-(-pos // align) * align, 1)
+        self.data = np.zeros((self.capacity, record), dtype=np.uint8)
+        self._fields = [(name, shape, dtype, placed[name], _c_strides(shape, dtype))
+                        for name, (shape, dtype) in spec.items()]
+        self.arrays = self._views(self.data)
+
+    def _views(self, block: np.ndarray) -> dict[str, np.ndarray]:
+        """Each field of the records in ``block`` (a C-contiguous [..., record] uint8 array)."""
+        lead, outer = block.shape[:-1], block.strides[:-1]
+        return {name: np.ndarray((*lead, *shape), dtype, buffer=block, offset=offset, strides=(*outer, *inner))
+                for name, shape, dtype, offset, inner in self._fields}
 
     def add(self, batch: Batch) -> np.ndarray:
         """Write every row of ``batch``; returns the rows written (in order, wrapping around)."""
         n = batch_size(batch)
         if not self.arrays:
             self._allocate({k: (np.asarray(v).shape[1:], np.asarray(v).dtype) for k, v in batch.items()})
-        if set(batch) != set(self.arrays):
+        if batch.keys() != self.arrays.keys():
             raise ValueError(f"batch keys {sorted(batch)} differ from the buffer's {sorted(self.arrays)}")
-        for key, array in self.arrays.items():
-            if np.shape(batch[key])[1:] != array.shape[1:]:
-                raise ValueError(f"batch[{key!r}] has rows of shape {np.shape(batch[key])[1:]}, "
-                                 f"the buffer stores {array.shape[1:]}")
         if n > self.capacity:  # only the newest capacity rows survive
             batch = {k: np.asarray(v)[n - self.capacity:] for k, v in batch.items()}
             n = self.capacity
         rows = (self.pos + np.arange(n)) % self.capacity
-        if self.pos + n <= self.capacity:  # contiguous: slice assignment, no index arrays
-            where: Any = slice(self.pos, self.pos + n)
+        if n == 1:
+            where: Any = self.pos
+        elif self.pos + n <= self.capacity:  # contiguous: slice assignment, no index arrays
+            where = slice(self.pos, self.pos + n)
         else:
             where = rows
         for key, array in self.arrays.items():
-            array[where] = batch[key]
+            value = batch[key]
+            shape = value.shape if isinstance(value, np.ndarray) else np.shape(value)
+            if shape[1:] != array.shape[1:]:  # checked before writing: numpy would broadcast
+                raise ValueError(f"batch[{key!r}] has rows of shape {shape[1:]}, the buffer stores {array.shape[1:]}")
+        for key, array in self.arrays.items():
+            array[where] = batch[key][0] if n == 1 else batch[key]
         self.generation[where] += 1
         self.pos = (self.pos + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
         return rows
 
     def get(self, rows: np.ndarray) -> Batch:
-        """Copies of ``rows`` (fancy indexing never aliases storage)."""
-        return {key: array[rows] for key, array in self.arrays.items()}
+        """Copies of ``rows`` (any shape of row numbers): one gather of whole records, then each field
+        as a contiguous array of shape ``[*rows.shape, *field_shape]``."""
+        block = self.data.take(rows, axis=0)
+        return {key: view.copy() for key, view in self._views(block).items()}
 
     def oldest_rows(self) -> np.ndarray:
         """Filled rows from the oldest to the newest."""

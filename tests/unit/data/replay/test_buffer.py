@@ -152,7 +152,26 @@ def test_memory_is_the_arrays_plus_a_constant():
              "reward": np.zeros(1000, np.float32), "next_obs": np.zeros((1000, 17), np.float32),
              "terminated": np.zeros(1000, bool)}
     buf.add(chunk)
-    data = sum(a.nbytes for a in buf.storage.arrays.values())
-    assert data == 1_000_000 * (17 * 4 * 2 + 6 * 4 + 4 + 1)
+    fields = 17 * 4 * 2 + 6 * 4 + 4 + 1
+    assert sum(a.nbytes for a in buf.storage.arrays.values()) == 1_000_000 * fields
+    # one record per row; the only padding rounds a record up to its widest item (4 bytes here)
+    assert buf.storage.data.nbytes == 1_000_000 * (fields + 3)
     overhead = buf.storage.generation.nbytes
     assert overhead == 8_000_000  # one int64 per row, nothing per transition in Python
+
+
+def test_mixed_fields_round_trip_through_the_record_layout():
+    rng = np.random.default_rng(3)
+    n = 50
+    batch = {"flag": rng.random(n) > 0.5, "image": rng.integers(0, 255, (n, 3, 4, 2), dtype=np.uint8),
+             "step": rng.integers(-10**12, 10**12, n), "obs": rng.random((n, 5), dtype=np.float32),
+             "q": rng.random((n, 2, 3))}
+    buf = ReplayBuffer(64, seed=0)
+    buf.add(batch)
+    rows = np.array([[4, 0, 49], [7, 7, 1]])
+    got = buf.storage.get(rows)
+    for key, value in batch.items():
+        assert got[key].dtype == value.dtype and got[key].flags.c_contiguous
+        np.testing.assert_array_equal(got[key], value[rows])
+    for key, value in batch.items():
+        np.testing.assert_array_equal(buf.storage.arrays[key][:n], value)
