@@ -72,8 +72,21 @@ class RunConfig(Section):
     """Keep a periodic checkpoint every this many updates (-1: only best and last)."""
     threads: int = Field(1, ge=0)
     """torch threads for the learner (0: torch's default). One is fastest for small MLPs."""
+    backend: Literal["auto", "inline", "mp", "ray"] = "auto"
+    """Where rollout workers run: inline (this process), mp (local processes), ray (a Ray cluster);
+    auto: inline for one worker, mp for more."""
+    workers: int = Field(1, ge=1)
+    """Rollout workers, each stepping its own env.num_envs envs (PPO's rollout is num_steps x
+    env.num_envs x workers)."""
     env: EnvConfig = Field(default_factory=EnvConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
+
+
+    @property
+    def resolved_backend(self) -> str:
+        if self.backend != "auto":
+            return self.backend
+        return "inline" if self.workers == 1 else "mp"
 
 
 _MODELS: dict[str, type[RunConfig]] = {}

@@ -66,14 +66,17 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
             writing the last checkpoint and the summary.
         hooks: extra learner hooks as ``(position, fn, options)``, e.g.
             ``("after_iter", print_kl, {"freq": 10, "priority": 50})``; ``fn`` gets a HookContext.
-        samples: off-policy only: the source of transitions (``reset``, ``pull``, ``pop_episodes``;
-            see ``OffPolicyCollector``) instead of the local envs, e.g. a queue fed by remote workers.
-        publish: off-policy only: called with ``(weights, version)`` every ``update_model_interval``
-            updates, e.g. to broadcast weights to remote workers.
+        samples: the source of experience (``reset``, ``pull``, ``pop_episodes``; see
+            ``OffPolicyCollector``) instead of the local envs, e.g. a queue fed by remote workers.
+            Off-policy: ``pull()`` returns transitions; on-policy: a [T, N] rollout collected with
+            the weights last published.
+        publish: called with ``(weights, version)`` at the start, then every
+            ``update_model_interval`` updates (off-policy) or before every rollout (on-policy).
     """
     entry = get_algo(config.algo)
-    if entry.on_policy and (samples is not None or publish is not None):
-        raise ConfigError(f"{config.algo} is on-policy: samples= and publish= apply to off-policy algorithms")
+    if entry.on_policy and (samples is None) != (publish is None):
+        raise ConfigError(f"{config.algo} is on-policy: a sample source needs a weight sink (samples= and "
+                          "publish= together), so every rollout is collected with the weights just published")
     algo_cfg = getattr(config, config.algo)
     stop_value = config.stop_value if config.stop_value is not None else spec_stop_value(config.env.id)
     if resume and run_dir is None:
@@ -90,8 +93,8 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
     eval_venv = None
     try:
         eval_venv = make_vec(config.env.id, min(config.eval.num_envs, config.eval.episodes), **env_args)
-        algo = entry.algo_cls(algo_cfg, venv.single_observation_space, venv.single_action_space,
-                              config.env.num_envs)
+        columns = config.env.num_envs * (config.workers if samples is not None else 1)  # envs in a rollout
+        algo = entry.algo_cls(algo_cfg, venv.single_observation_space, venv.single_action_space, columns)
         state, source_state = RunState(), {}
         if resume:
             state, source_state = _restore(run_dir, algo)
@@ -106,13 +109,15 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
     save_config(config, run_dir / "config.yaml")
 
     if entry.on_policy:
-        source: Any = _OnPolicySource(algo, venv, algo_cfg)
+        source: Any = _OnPolicySource(algo, venv, algo_cfg, samples, publish)
     else:
         source = OffPolicySource(algo, venv, algo_cfg, seed=config.seed, total_steps=config.total_steps,
                                  samples=samples, publish=publish)
         if resume:
             source.restore(run_dir / "checkpoints", source_state)
     source.reset(seed=config.seed + RESUME_SEED_OFFSET * state.resumes)
+    if publish is not None and not entry.on_policy:  # remote collectors start from the learner's weights
+        publish(algo.policy.get_weights(), algo.policy.version)
     evaluator = Evaluator(eval_venv, config.eval.episodes, seed=config.seed + EVAL_SEED_OFFSET)
     evaluator.count = state.eval_count
     logger = MetricsLogger(run_dir, tensorboard=tensorboard)
@@ -158,6 +163,8 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
         elapsed = timing["collect_s"] + timing["learn_s"]
         values: dict[str, Any] = {f"train/{k}": v for k, v in ctx.metrics.items()}
         values.update({f"env/{k}": v for k, v in venv.stats.items()})
+        if hasattr(samples, "stats"):
+            values.update(samples.stats())
         values.update({"updates": ctx.updates, "iteration": ctx.iteration,
                        "time/collect_s": timing["collect_s"], "time/learn_s": timing["learn_s"],
                        "time/steps_per_s": timing["steps"] / elapsed if elapsed else 0.0})
@@ -260,7 +267,7 @@ def _next_multiple(steps: int, freq: int) -> int:
 
 def _summary(config: RunConfig, state: RunState, stop_value: float | None, stop_reason: str) -> dict[str, Any]:
     return {
-        "algo": config.algo, "env": config.env.id, "seed": config.seed, "backend": "inline",
+        "algo": config.algo, "env": config.env.id, "seed": config.seed, "backend": config.resolved_backend,
         "env_steps": state.env_steps, "updates": state.updates, "wall_time_s": round(state.wall_time_s, 4),
         "env_steps_per_s": round(state.env_steps / state.wall_time_s, 2) if state.wall_time_s > 0 else 0.0,
         "best_eval_return": state.best_eval_return, "last_eval_return": state.last_eval_return,
@@ -281,10 +288,14 @@ def _restore(run_dir: Path, algo: Any) -> tuple[RunState, dict[str, Any]]:
 
 
 class _OnPolicySource:
-    """Rollouts for on-policy algorithms: ``gather`` returns ([T, N] rollout, env steps)."""
+    """Rollouts for on-policy algorithms: ``gather`` returns ([T, N] rollout, env steps), from the
+    local envs or from ``samples`` after publishing the current weights."""
 
-    def __init__(self, algo: Any, venv: Any, cfg: Any):
-        self.collector = OnPolicyCollector(venv, algo.policy, cfg.num_steps)
+    def __init__(self, algo: Any, venv: Any, cfg: Any, samples: Any = None,
+                 publish: Callable[[dict, int], None] | None = None):
+        self.algo, self.samples, self.publish = algo, samples, publish
+        self.collector = OnPolicyCollector(venv, algo.policy, cfg.num_steps) if samples is None else samples
+        self._published = -1
 
     def reset(self, seed: int | None) -> None:
         self.collector.reset(seed)
@@ -293,8 +304,14 @@ class _OnPolicySource:
         return 0
 
     def gather(self, env_steps: int, updates: int) -> tuple[dict, int]:
-        rollout = self.collector.collect()
-        return rollout, rollout["reward"].size
+        if self.samples is None:
+            rollout = self.collector.collect()
+            return rollout, rollout["reward"].size
+        policy = self.algo.policy
+        if policy.version != self._published:
+            self.publish(policy.get_weights(), policy.version)
+            self._published = policy.version
+        return self.samples.pull()
 
     def pop_episodes(self) -> tuple[list[float], list[int]]:
         return self.collector.pop_episodes()

@@ -1,0 +1,49 @@
+"""The distributed runtime: rollout workers on a backend (inline, mp, ray) feeding one learner.
+
+``relayrl.runtime.train(config)`` is ``relayrl.train.loop.train`` with the experience coming from
+``config.workers`` rollout workers on ``config.backend``; one worker on the inline backend is the
+plain local loop. The learner, replay, evaluation, checkpoints and summary are the loop's own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from relayrl.algos import get_algo
+from relayrl.config import RunConfig
+from relayrl.errors import ConfigError
+from relayrl.train.loop import train as train_local
+
+
+def make_backend(config: RunConfig) -> Any:
+    name = config.resolved_backend
+    if name == "inline":
+        from relayrl.runtime.backends.inline import InlineBackend
+
+        return InlineBackend(config, config.workers)
+    if name == "mp":
+        from relayrl.runtime.backends.mp import MpBackend
+
+        return MpBackend(config, config.workers)
+    raise ConfigError(f"backend {name!r} is not available yet: use inline or mp")
+
+
+def make_pool(config: RunConfig) -> Any:
+    from relayrl.runtime.pool import OffPolicyPool, OnPolicyPool
+
+    algo_cfg = getattr(config, config.algo)
+    if getattr(algo_cfg, "obs_norm", False) or getattr(algo_cfg, "prenorm", False):
+        raise ConfigError(f"{config.algo}.obs_norm needs the learner to see raw observations, which rollout "
+                          f"workers do not send yet: set {config.algo}.obs_norm=false or use one inline worker")
+    pool_cls = OnPolicyPool if get_algo(config.algo).on_policy else OffPolicyPool
+    return pool_cls(make_backend(config), config.resolved_backend)
+
+
+def train(config: RunConfig, **kwargs: Any) -> dict[str, Any]:
+    if config.resolved_backend == "inline" and config.workers == 1:
+        return train_local(config, **kwargs)
+    pool = make_pool(config)
+    try:
+        return train_local(config, samples=pool, publish=pool.publish, **kwargs)
+    finally:
+        pool.close()

@@ -1,0 +1,201 @@
+"""Rollout workers as local processes.
+
+Weights go through one shared-memory ``WeightBoard`` per machine (one write per broadcast, however
+many workers); chunks come back through one bounded ``multiprocessing.Queue`` (workers block when
+the learner falls behind: backpressure, nothing dropped); commands (collect, stop) go down a pipe
+per worker. The queue pickles, which is acceptable only because both ends are processes of this
+run on this machine; nothing here listens on a network.
+
+A worker that dies (killed, crashed, or raised) is restarted with backoff, up to ``max_restarts``
+times in total; an on-policy worker that died with a chunk outstanding is asked again.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import queue
+import signal
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from relayrl.config import RunConfig, config_model
+from relayrl.envs.subproc import _die_with_parent
+from relayrl.errors import RelayRLError
+from relayrl.runtime.backends import WORKER_SEED_STRIDE
+from relayrl.runtime.messages import InsertTransitions, LoadParams, WorkerFailed
+from relayrl.runtime.weights import WeightBoard, board_layout, flatten, unflatten
+
+PUT_POLL_S = 0.2  # a blocked worker checks for stop this often
+STOP_DEADLINE_S = 5.0
+
+
+def _worker_main(worker_id: int, config_data: dict, seed: int, board_name: str, layout: list,
+                 kinds: dict[str, str], out: Any, conn: Any) -> None:
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle
+    import torch
+
+    from relayrl.runtime.worker import RolloutWorker
+
+    torch.set_num_threads(1)
+    board = WeightBoard.attach(board_name, layout)
+    worker = None
+    try:
+        config = config_model(config_data["algo"]).model_validate(config_data)
+        worker = RolloutWorker(worker_id, config, seed)
+        version = -1
+        while True:
+            if worker.on_policy or board.version < 0:
+                command = conn.recv() if worker.on_policy else (conn.recv() if conn.poll(0.05) else ("wait",))
+            else:
+                command = conn.recv() if conn.poll() else ("go",)
+            if command[0] == "stop":
+                break
+            if command[0] == "wait":
+                continue
+            if board.version != version:
+                arrays, version, env_steps = board.read()
+                worker.load(LoadParams(version, unflatten(arrays, kinds)), env_steps)
+            msg = worker.collect()
+            while True:
+                try:
+                    out.put(msg, timeout=PUT_POLL_S)
+                    break
+                except queue.Full:
+                    if conn.poll():
+                        command = conn.recv()
+                        if command[0] == "stop":
+                            return
+    except (EOFError, OSError, KeyboardInterrupt):
+        pass
+    except BaseException as exc:  # report, then exit: the learner decides whether to restart
+        last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+        try:
+            out.put(WorkerFailed(worker_id, last), timeout=1.0)
+        except Exception:
+            pass
+    finally:
+        if worker is not None:
+            worker.close()
+        board.close()
+
+
+@dataclass
+class _Proc:
+    worker_id: int
+    process: Any
+    conn: Any
+    pending: int | None = None  # on-policy: the version this worker was asked to collect with
+
+
+class MpBackend:
+    def __init__(self, config: RunConfig, num_workers: int, *, queue_size: int | None = None,
+                 max_restarts: int = 10, start_method: str = "forkserver"):
+        self.config, self.num_workers, self.max_restarts = config, num_workers, max_restarts
+        self._ctx = mp.get_context(start_method)
+        if start_method == "forkserver":
+            self._ctx.set_forkserver_preload(["relayrl.runtime.backends.mp"])
+        self._queue = self._ctx.Queue(maxsize=queue_size or 4 * num_workers)
+        self._procs: list[_Proc] = []
+        self._board: WeightBoard | None = None
+        self._kinds: dict[str, str] = {}
+        self._seed = 0
+        self.restarts = 0
+        self.failures: list[str] = []
+
+    def start(self, seed: int) -> None:
+        self._seed = seed  # processes start at the first publish, when the weights' layout is known
+
+    def _spawn(self, worker_id: int, restart: int = 0) -> _Proc:
+        parent, child = self._ctx.Pipe(duplex=True)
+        seed = self._seed + WORKER_SEED_STRIDE * worker_id + 7919 * restart
+        process = self._ctx.Process(
+            target=_worker_main, name=f"relayrl-worker-{worker_id}", daemon=True,
+            args=(worker_id, self.config.model_dump(mode="json"), seed, self._board.name, self._layout,
+                  self._kinds, self._queue, child))
+        process.start()
+        child.close()
+        return _Proc(worker_id, process, parent)
+
+    def publish(self, params: LoadParams, env_steps: int) -> None:
+        arrays, kinds = flatten(params.weights)
+        if self._board is None:
+            self._board, self._kinds = WeightBoard.create(arrays), kinds
+            self._layout = board_layout(arrays)
+            self._procs = [self._spawn(k) for k in range(self.num_workers)]
+        self._board.write(arrays, params.version, env_steps)
+
+    def request(self, version: int) -> None:
+        for proc in self._procs:
+            proc.pending = version
+            proc.conn.send(("collect", version))
+
+    def receive(self, timeout: float = 0.0) -> list[InsertTransitions]:
+        out: list[InsertTransitions] = []
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                msg = self._queue.get(timeout=max(0.0, min(0.2, deadline - time.monotonic()))) \
+                    if not out and timeout > 0 else self._queue.get_nowait()
+            except queue.Empty:
+                self._check_workers()
+                if out or time.monotonic() >= deadline:
+                    return out
+                continue
+            if isinstance(msg, WorkerFailed):
+                self._restart(msg.worker_id, msg.reason)
+                continue
+            proc = self._procs[msg.worker_id]
+            if proc.pending is not None and proc.pending == msg.version:
+                proc.pending = None
+            out.append(msg)
+
+    def _check_workers(self) -> None:
+        for proc in self._procs:
+            if not proc.process.is_alive():
+                self._restart(proc.worker_id, f"exit code {proc.process.exitcode}")
+
+    def _restart(self, worker_id: int, reason: str) -> None:
+        old = self._procs[worker_id]
+        old.process.join(timeout=1.0)
+        if old.process.is_alive():
+            old.process.kill()
+            old.process.join(timeout=1.0)
+        old.conn.close()
+        self.failures.append(f"worker {worker_id}: {reason}")
+        if self.restarts >= self.max_restarts:
+            raise RelayRLError(f"rollout workers failed {self.restarts + 1} times (last: worker {worker_id}, "
+                               f"{reason}); fix the env or raise max_restarts")
+        time.sleep(min(2.0, 0.05 * 2 ** min(self.restarts, 6)))  # backoff
+        self.restarts += 1
+        new = self._spawn(worker_id, restart=self.restarts)
+        if old.pending is not None:
+            new.pending = old.pending
+            new.conn.send(("collect", old.pending))
+        self._procs[worker_id] = new
+
+    def close(self) -> None:
+        for proc in self._procs:
+            try:
+                proc.conn.send(("stop",))
+            except (OSError, BrokenPipeError):
+                pass
+        deadline = time.monotonic() + STOP_DEADLINE_S
+        for proc in self._procs:
+            while proc.process.is_alive() and time.monotonic() < deadline:
+                try:  # unblock a worker stuck on a full queue
+                    self._queue.get(timeout=0.05)
+                except (queue.Empty, OSError, EOFError):
+                    pass
+            if proc.process.is_alive():
+                proc.process.kill()
+            proc.process.join(timeout=1.0)
+            proc.conn.close()
+        self._procs = []
+        self._queue.close()
+        self._queue.cancel_join_thread()
+        if self._board is not None:
+            self._board.close()
+            self._board = None

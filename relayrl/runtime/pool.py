@@ -1,0 +1,112 @@
+"""The learner's side of the workers: the ``samples=`` source and ``publish=`` sink of ``train()``.
+
+Off-policy (Ape-X style): workers collect continuously with the newest weights they have;
+``pull()`` returns whatever chunks have arrived (waiting for the first), ``poll()`` never waits.
+
+On-policy (synchronous, roadrunner): ``pull()`` asks every worker for one chunk collected with the
+version just published and waits for all of them; a chunk of any other version is rejected and
+counted. Every worker collects exactly the chunk it was asked for, so there is no leftover
+collection to cancel. The chunks are joined along the env axis in worker order.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from relayrl.errors import RelayRLError
+from relayrl.runtime.messages import InsertTransitions, LoadParams
+from relayrl.types import Batch
+
+RECEIVE_TIMEOUT_S = 120.0  # no chunk at all for this long: the workers are stuck
+
+
+class WorkerPool:
+    def __init__(self, backend: Any, backend_name: str):
+        self.backend, self.backend_name = backend, backend_name
+        self.version = -1
+        self.env_steps = 0
+        self.returns: list[float] = []
+        self.lengths: list[int] = []
+        self.rejected = 0
+        self._lags: list[int] = []
+        self._per_worker = np.zeros(backend.num_workers, dtype=np.int64)
+        self._broadcast_s = 0.0
+        self._since = time.monotonic()
+
+    def reset(self, seed: int | None) -> None:
+        self.backend.start(0 if seed is None else seed)
+
+    def publish(self, weights: dict[str, Any], version: int) -> None:
+        start = time.perf_counter()
+        self.backend.publish(LoadParams(version, weights), self.env_steps)
+        self._broadcast_s = time.perf_counter() - start
+        self.version = version
+
+    def pop_episodes(self) -> tuple[list[float], list[int]]:
+        out = (self.returns, self.lengths)
+        self.returns, self.lengths = [], []
+        return out
+
+    def _accept(self, msg: InsertTransitions) -> None:
+        self.env_steps += msg.env_steps
+        self.returns.extend(msg.episode_returns)
+        self.lengths.extend(msg.episode_lengths)
+        self._lags.append(self.version - msg.version)
+        self._per_worker[msg.worker_id] += msg.env_steps
+
+    def _receive(self) -> list[InsertTransitions]:
+        msgs = self.backend.receive(timeout=RECEIVE_TIMEOUT_S)
+        if not msgs:
+            raise RelayRLError(f"no samples from any of the {self.backend.num_workers} rollout workers for "
+                               f"{RECEIVE_TIMEOUT_S:.0f} s: check the env's step time and the worker logs")
+        return msgs
+
+    def stats(self) -> dict[str, float]:
+        elapsed = max(time.monotonic() - self._since, 1e-9)
+        lags = np.asarray(self._lags) if self._lags else np.zeros(1)
+        out = {"runtime/lag_mean": float(lags.mean()), "runtime/lag_max": float(lags.max()),
+               "runtime/restarts": float(self.backend.restarts), "runtime/rejected": float(self.rejected),
+               "runtime/broadcast_s": self._broadcast_s}
+        for k, steps in enumerate(self._per_worker):
+            out[f"runtime/worker{k}_steps_per_s"] = float(steps) / elapsed
+        self._lags, self._since = [], time.monotonic()
+        self._per_worker[:] = 0
+        return out
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+class OffPolicyPool(WorkerPool):
+    def pull(self) -> tuple[Batch, int]:
+        return self._combine(self._receive())
+
+    def poll(self) -> tuple[Batch, int]:
+        return self._combine(self.backend.receive(timeout=0.0))
+
+    def _combine(self, msgs: list[InsertTransitions]) -> tuple[Batch, int]:
+        for msg in msgs:
+            self._accept(msg)
+        batches = [m.batch for m in msgs if m.batch]
+        batch = {k: np.concatenate([b[k] for b in batches]) for k in batches[0]} if batches else {}
+        return batch, sum(m.env_steps for m in msgs)
+
+
+class OnPolicyPool(WorkerPool):
+    def pull(self) -> tuple[Batch, int]:
+        self.backend.request(self.version)
+        chunks: dict[int, InsertTransitions] = {}
+        while len(chunks) < self.backend.num_workers:
+            for msg in self._receive():
+                if msg.version != self.version or msg.worker_id in chunks:
+                    self.rejected += 1  # on-policy: a chunk of another version cannot be used
+                    continue
+                chunks[msg.worker_id] = msg
+        ordered = [chunks[k] for k in sorted(chunks)]
+        for msg in ordered:
+            self._accept(msg)
+        rollout = {k: np.concatenate([m.batch[k] for m in ordered], axis=1) for k in ordered[0].batch}
+        return rollout, sum(m.env_steps for m in ordered)

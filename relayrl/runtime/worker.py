@@ -1,0 +1,67 @@
+"""RolloutWorker: a VectorEnv and a copy of the policy; collects chunks stamped (worker, seq, version).
+
+A plain object with no transport: the inline backend calls it directly, the mp backend runs it in a
+process, the Ray backend in an actor. It takes new weights only between chunks, so every row of a
+chunk comes from one policy version.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from relayrl.algos import get_algo
+from relayrl.config import RunConfig
+from relayrl.envs.vector import make_vec
+from relayrl.runtime.messages import InsertTransitions, LoadParams
+from relayrl.train.collector import OnPolicyCollector
+from relayrl.train.offpolicy import OffPolicyCollector
+
+
+class RolloutWorker:
+    def __init__(self, worker_id: int, config: RunConfig, seed: int):
+        entry = get_algo(config.algo)
+        cfg = getattr(config, config.algo)
+        self.worker_id, self.on_policy, self.total_steps = worker_id, entry.on_policy, config.total_steps
+        env = config.env
+        self.venv = make_vec(env.id, env.num_envs, env_kwargs=env.kwargs, max_episode_steps=env.max_episode_steps,
+                             manager="sync", max_restarts=env.max_restarts)
+        try:
+            self.algo = entry.algo_cls(cfg, self.venv.single_observation_space, self.venv.single_action_space,
+                                       env.num_envs)
+            self.policy = self.algo.policy
+            if getattr(self.policy, "update_norm", False) and getattr(self.policy, "obs_rms", None) is not None:
+                self.policy.update_norm = False  # statistics belong to the learner; workers use its copy
+            if self.on_policy:
+                self.collector: Any = OnPolicyCollector(self.venv, self.policy, cfg.num_steps)
+            else:
+                self.collector = OffPolicyCollector(self.venv, self.policy, cfg.n_step, cfg.gamma,
+                                                    cfg.steps_per_iteration)
+            self.collector.reset(seed)
+        except BaseException:
+            self.venv.close()
+            raise
+        self.seq = 0
+
+    @property
+    def version(self) -> int:
+        return self.policy.version
+
+    def load(self, params: LoadParams, env_steps: int = 0) -> None:
+        self.policy.set_weights(params.weights, version=params.version)
+        if hasattr(self.algo, "set_progress"):  # e.g. DQN's epsilon schedule follows the run's env steps
+            self.algo.set_progress(env_steps, self.total_steps)
+
+    def collect(self) -> InsertTransitions:
+        if self.on_policy:
+            batch = self.collector.collect()
+            steps = int(batch["reward"].size)
+        else:
+            batch, steps = self.collector.pull()
+        returns, lengths = self.collector.pop_episodes()
+        msg = InsertTransitions(self.worker_id, self.seq, self.policy.version, batch, steps,
+                                tuple(returns), tuple(lengths))
+        self.seq += 1
+        return msg
+
+    def close(self) -> None:
+        self.venv.close()
