@@ -31,6 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue a stopped run from its last checkpoint")
     p.add_argument("--previous", type=Path, metavar="CHECKPOINT",
                    help="start from another run's policy weights and normaliser")
+    p.add_argument("--backend", choices=["auto", "inline", "mp", "ray"],
+                   help="where rollout workers run (default auto: inline for one worker, mp for more)")
+    p.add_argument("--workers", type=int, help="rollout workers, each with env.num_envs envs")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--no-tensorboard", action="store_true", help="skip TensorBoard event files")
 
@@ -72,10 +75,10 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from relayrl.config import build_config, diff_configs, read_yaml
-    from relayrl.train.loop import train
+    from relayrl.runtime import train
 
     overrides = {"env.id": args.env, "seed": args.seed, "total_steps": args.total_steps,
-                 "stop_value": args.stop_value}
+                 "stop_value": args.stop_value, "backend": args.backend, "workers": args.workers}
     run_dir = args.run_dir
     if args.resume is not None:
         if args.previous is not None:

@@ -97,7 +97,7 @@ class MpBackend:
         self._ctx = mp.get_context(start_method)
         if start_method == "forkserver":
             self._ctx.set_forkserver_preload(["relayrl.runtime.backends.mp"])
-        self._queue = self._ctx.Queue(maxsize=queue_size or 4 * num_workers)
+        self._queue: Any = self._ctx.Queue(maxsize=queue_size or 4 * num_workers)
         self._procs: list[_Proc] = []
         self._board: WeightBoard | None = None
         self._kinds: dict[str, str] = {}
@@ -194,8 +194,10 @@ class MpBackend:
             proc.process.join(timeout=1.0)
             proc.conn.close()
         self._procs = []
-        self._queue.close()
-        self._queue.cancel_join_thread()
+        if self._queue is not None:  # dropping the queue unlinks its named semaphores
+            self._queue.close()
+            self._queue.cancel_join_thread()
+            self._queue = None
         if self._board is not None:
             self._board.close()
             self._board = None

@@ -1,0 +1,118 @@
+"""The runtime on real backends: inline in this process, mp with real worker processes."""
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from relayrl.config import build_config
+from relayrl.errors import RelayRLError
+from relayrl.io.metrics import read_metrics
+from relayrl.runtime import make_pool, train
+from relayrl.train.loop import train as train_local
+
+
+def _descendants() -> set[int]:
+    """Live descendants of this test process (from /proc: no psutil), without multiprocessing's
+    fork server and resource tracker, which live as long as the interpreter by design."""
+    parent, helper = {}, set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                parent[int(entry.name)] = int(fields[1])
+                if b"forkserver import main" in cmdline or b"resource_tracker" in cmdline:
+                    helper.add(int(entry.name))
+    found, frontier = set(), {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, ppid in parent.items() if ppid in frontier} - found
+        found |= frontier
+    return found - helper
+
+
+def _shm() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+PPO_FAST = ["env.num_envs=4", "eval.freq=4096", "eval.episodes=5", "eval.num_envs=5"]
+
+
+def test_inline_backend_runs_are_reproducible(tmp_path):
+    def run(name):
+        config = build_config("ppo", None, PPO_FAST + ["backend=inline", "workers=2"], {"total_steps": 4096})
+        train(config, run_dir=tmp_path / name, tensorboard=False)
+        return [(r["env_steps"], r.get("train/loss/policy"), r.get("eval/return_mean"))
+                for r in read_metrics(tmp_path / name)]
+
+    first = run("a")
+    assert len(first) > 5 and first == run("b")
+
+
+def test_ppo_on_mp_workers_solves_cartpole_and_leaves_nothing_behind(tmp_path):
+    before_children, before_shm = _descendants(), _shm()
+    config = build_config("ppo", None, PPO_FAST + ["workers=2"], {"total_steps": 100_000, "seed": 1})
+    assert config.resolved_backend == "mp"
+    summary = train(config, run_dir=tmp_path / "run", tensorboard=False)
+    assert summary["solved"] and summary["backend"] == "mp", summary
+    rows = [r for r in read_metrics(tmp_path / "run") if "runtime/lag_max" in r]
+    assert rows and all(r["runtime/lag_max"] == 0 for r in rows)  # synchronous: never a stale chunk
+    assert all(r["runtime/worker0_steps_per_s"] > 0 and r["runtime/worker1_steps_per_s"] > 0 for r in rows)
+    deadline = time.monotonic() + 5
+    while _descendants() - before_children and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not (_descendants() - before_children), "worker processes outlived the run"
+    assert not (_shm() - before_shm), "shared memory left behind"
+
+
+@pytest.mark.parametrize("algo,sets", [
+    ("dqn", ["env.num_envs=2", "dqn.start_training=500", "dqn.hidden_sizes=[32]"]),
+    ("sac", ["sac.start_training=300", "sac.hidden_sizes=[32,32]"]),
+])
+def test_off_policy_algorithms_train_from_asynchronous_mp_workers(tmp_path, algo, sets):
+    config = build_config(algo, None, sets + ["workers=2", "eval.freq=0", "eval.episodes=2", "eval.num_envs=2"],
+                          {"total_steps": 2000, "seed": 0})
+    summary = train(config, run_dir=tmp_path / "run", tensorboard=False)
+    assert summary["env_steps"] >= 2000 and summary["updates"] > 0
+    rows = [r for r in read_metrics(tmp_path / "run") if "runtime/lag_mean" in r]
+    assert rows and rows[-1]["runtime/restarts"] == 0
+    assert sum(r["runtime/worker0_steps_per_s"] > 0 for r in rows) and sum(r["runtime/worker1_steps_per_s"] > 0 for r in rows)
+
+
+def test_a_killed_worker_is_restarted_and_the_run_still_solves(tmp_path):
+    config = build_config("ppo", None, PPO_FAST + ["backend=mp", "workers=2"], {"total_steps": 100_000, "seed": 2})
+    pool = make_pool(config)
+    killed = []
+
+    def kill_one(ctx):
+        if ctx.iteration == 3 and not killed:
+            victim = pool.backend._procs[1].process
+            victim.kill()
+            killed.append(victim.pid)
+
+    try:
+        summary = train_local(config, run_dir=tmp_path / "run", tensorboard=False, samples=pool,
+                              publish=pool.publish, hooks=[("after_iter", kill_one, {})])
+    finally:
+        pool.close()
+    assert killed and summary["solved"], summary
+    assert pool.backend.restarts >= 1
+    assert max(r.get("runtime/restarts", 0) for r in read_metrics(tmp_path / "run")) >= 1
+
+
+def test_workers_that_keep_failing_end_the_run_with_a_clear_message(tmp_path):
+    config = build_config("dqn", None, ["workers=2", "env.id=relayrl.testing.envs:relayrl-test/Faulty-v0",
+                                        "env.kwargs={exit_at: 5}", "env.num_envs=1", "eval.freq=0"],
+                          {"total_steps": 5000})
+    config.env.max_restarts = 0
+    pool = make_pool(config)
+    pool.backend.max_restarts = 2
+    with pytest.raises(RelayRLError, match="rollout workers failed 3 times.*exit code 3"):
+        try:
+            train_local(config, run_dir=tmp_path / "run", tensorboard=False, samples=pool, publish=pool.publish)
+        finally:
+            pool.close()

@@ -1,0 +1,57 @@
+import numpy as np
+
+from relayrl.runtime.messages import InsertTransitions
+from relayrl.runtime.pool import OffPolicyPool, OnPolicyPool
+
+
+class ScriptedBackend:
+    """Delivers prepared chunks in a fixed order, like workers finishing at different times."""
+
+    def __init__(self, script, num_workers=2):
+        self.script, self.num_workers, self.restarts = list(script), num_workers, 0
+        self.requests, self.published = [], []
+
+    def start(self, seed):
+        pass
+
+    def publish(self, params, env_steps):
+        self.published.append((params.version, env_steps))
+
+    def request(self, version):
+        self.requests.append(version)
+
+    def receive(self, timeout=0.0):
+        return [self.script.pop(0)] if self.script else []
+
+
+def chunk(worker, version, value, steps=3):
+    batch = {"reward": np.full((steps, 1), value, np.float32)}
+    return InsertTransitions(worker, 0, version, batch, steps, (float(value),), (steps,))
+
+
+def test_on_policy_pool_rejects_other_versions_and_joins_chunks_in_worker_order():
+    backend = ScriptedBackend([chunk(1, 5, 1.0), chunk(0, 4, 9.0), chunk(0, 5, 0.0)])
+    pool = OnPolicyPool(backend, "test")
+    pool.publish({"w": np.zeros(1)}, 5)
+    rollout, steps = pool.pull()
+    assert backend.requests == [5] and steps == 6
+    assert pool.rejected == 1  # the version-4 chunk
+    np.testing.assert_array_equal(rollout["reward"][0], [0.0, 1.0])  # worker 0's column first
+    returns, _ = pool.pop_episodes()
+    assert sorted(returns) == [0.0, 1.0]
+    stats = pool.stats()
+    assert stats["runtime/rejected"] == 1.0 and stats["runtime/lag_max"] == 0.0
+
+
+def test_off_policy_pool_counts_env_steps_and_policy_lag():
+    backend = ScriptedBackend([chunk(0, 0, 1.0), chunk(1, 2, 2.0)])
+    pool = OffPolicyPool(backend, "test")
+    pool.publish({"w": np.zeros(1)}, 3)
+    batch, steps = pool.pull()
+    assert steps == 3 and len(batch["reward"]) == 3
+    batch, steps = pool.poll()
+    assert steps == 3 and pool.env_steps == 6
+    assert backend.published == [(3, 0)]
+    stats = pool.stats()
+    assert stats["runtime/lag_max"] == 3.0 and stats["runtime/lag_mean"] == 2.0
+    assert pool.poll() == ({}, 0)  # nothing arrived: returns at once
