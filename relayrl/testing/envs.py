@@ -5,7 +5,7 @@ Registered ids (``import relayrl.testing.envs`` registers them):
   make step number k misbehave; ``fail_reset`` makes every reset raise.
 - ``relayrl-test/DictObs-v0``: Dict/Tuple observation of Box, Discrete, MultiBinary, MultiDiscrete.
 - ``relayrl-test/SlowCartPole-v0``: CartPole-v1 with ``busy_us`` microseconds of busy-waiting per step
-  (a costly env whose cost is CPU, like a physics simulator).
+  (a costly env whose cost is CPU, like a physics simulator); ``SlowPendulum-v0`` likewise.
 """
 
 from __future__ import annotations
@@ -77,8 +77,10 @@ class DictObsEnv(gym.Env):
 
 
 class SlowCartPole(gym.Wrapper):
+    base_id = "CartPole-v1"
+
     def __init__(self, busy_us: float = 200.0):
-        super().__init__(gym.make("CartPole-v1"))
+        super().__init__(gym.make(self.base_id))
         self.busy_s = busy_us * 1e-6
 
     def step(self, action):
@@ -88,7 +90,13 @@ class SlowCartPole(gym.Wrapper):
         return self.env.step(action)
 
 
+class SlowPendulum(SlowCartPole):
+    """Pendulum-v1 with ``busy_us`` of busy-waiting per step (continuous actions, for SAC)."""
+
+    base_id = "Pendulum-v1"
+
+
 for _id, _entry in (("relayrl-test/Faulty-v0", FaultyEnv), ("relayrl-test/DictObs-v0", DictObsEnv),
-                    ("relayrl-test/SlowCartPole-v0", SlowCartPole)):
+                    ("relayrl-test/SlowCartPole-v0", SlowCartPole), ("relayrl-test/SlowPendulum-v0", SlowPendulum)):
     if _id not in gym.registry:
         gym.register(_id, entry_point=_entry, disable_env_checker=True)
