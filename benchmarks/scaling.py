@@ -47,15 +47,18 @@ def collection_rate(backend: str, workers: int, seconds: float) -> float:
 
 def broadcast_cost(backend: str, workers: int, reps: int = 20) -> tuple[float, int]:
     """Median seconds for one publish of a ~1M-parameter policy to ``workers`` workers."""
+    import gymnasium as gym
+
+    from relayrl.algos import get_algo
     from relayrl.runtime import make_pool
     from relayrl.runtime.weights import flatten
 
-    import torch
-
-    config = build_config("ppo", None, [f"backend={backend}", f"workers={workers}", "env.num_envs=1"])
+    config = build_config("ppo", None, [f"backend={backend}", f"workers={workers}", "env.num_envs=1",
+                                        "ppo.hidden_sizes=[700,700]"])  # actor + critic: ~0.99M parameters
     pool = make_pool(config)
     try:
-        weights = {"model": {f"layer{i}": torch.randn(500, 500) for i in range(4)}}
+        env = gym.make("CartPole-v1")
+        weights = get_algo("ppo").algo_cls(config.ppo, env.observation_space, env.action_space, 1).policy.get_weights()
         size = sum(a.size for a in flatten(weights)[0].values())
         pool.reset(0)
         times = []
