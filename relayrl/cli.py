@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=["auto", "inline", "mp", "ray"],
                    help="where rollout workers run (default auto: inline for one worker, mp for more)")
     p.add_argument("--workers", type=int, help="rollout workers, each with env.num_envs envs")
+    p.add_argument("--ray-address", help="backend ray: join this cluster (auto or HOST:PORT) instead of a local Ray")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--no-tensorboard", action="store_true", help="skip TensorBoard event files")
 
@@ -78,7 +79,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from relayrl.runtime import train
 
     overrides = {"env.id": args.env, "seed": args.seed, "total_steps": args.total_steps,
-                 "stop_value": args.stop_value, "backend": args.backend, "workers": args.workers}
+                 "stop_value": args.stop_value, "backend": args.backend, "workers": args.workers,
+                 "ray_address": args.ray_address}
     run_dir = args.run_dir
     if args.resume is not None:
         if args.previous is not None:

@@ -78,6 +78,8 @@ class RunConfig(Section):
     workers: int = Field(1, ge=1)
     """Rollout workers, each stepping its own env.num_envs envs (PPO's rollout is num_steps x
     env.num_envs x workers)."""
+    ray_address: str | None = None
+    """backend ray: the cluster to join ("auto" or HOST:PORT); null starts a local Ray for the run."""
     env: EnvConfig = Field(default_factory=EnvConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
 

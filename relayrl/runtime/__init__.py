@@ -25,7 +25,9 @@ def make_backend(config: RunConfig) -> Any:
         from relayrl.runtime.backends.mp import MpBackend
 
         return MpBackend(config, config.workers)
-    raise ConfigError(f"backend {name!r} is not available yet: use inline or mp")
+    from relayrl.runtime.backends.ray import RayBackend
+
+    return RayBackend(config, config.workers, address=config.ray_address)
 
 
 def make_pool(config: RunConfig) -> Any:
