@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from relayrl.errors import ConfigError
 
-_BUILTIN = ("ppo", "dqn", "sac")
+_BUILTIN = ("ppo", "appo", "dqn", "sac")
 
 
 @dataclass(frozen=True)
@@ -18,13 +18,20 @@ class AlgoEntry:
     algo_cls: type
     on_policy: bool
     defaults: dict = field(default_factory=dict)  # overrides of the common options, e.g. {"env": {"num_envs": 1}}
+    asynchronous: bool = False  # on-policy learning from chunks of older versions (APPO): workers never wait
+
+    @property
+    def collect_on_request(self) -> bool:
+        """Rollout workers collect one chunk per published version (synchronous on-policy)."""
+        return self.on_policy and not self.asynchronous
 
 
 _REGISTRY: dict[str, AlgoEntry] = {}
 
 
-def register(name: str, config_cls: type, algo_cls: type, *, on_policy: bool, defaults: dict | None = None) -> None:
-    _REGISTRY[name] = AlgoEntry(name, config_cls, algo_cls, on_policy, defaults or {})
+def register(name: str, config_cls: type, algo_cls: type, *, on_policy: bool, defaults: dict | None = None,
+             asynchronous: bool = False) -> None:
+    _REGISTRY[name] = AlgoEntry(name, config_cls, algo_cls, on_policy, defaults or {}, asynchronous)
 
 
 def available() -> list[str]:

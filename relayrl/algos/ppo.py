@@ -204,18 +204,23 @@ class PPO:
         if self.ret_rms is None:
             return rewards
         done = rollout["terminated"] | rollout["truncated"]
+        columns = rollout["column"][0] if "column" in rollout else np.arange(len(self._ret))  # see runtime/pool.py
+        running = self._ret[columns]
         for t in range(len(rewards)):
-            self._ret = self._ret * self.cfg.gamma + rewards[t]
-            self.ret_rms.update(self._ret)
-            self._ret[done[t]] = 0.0
+            running = running * self.cfg.gamma + rewards[t]
+            self.ret_rms.update(running)
+            running[done[t]] = 0.0
+        self._ret[columns] = running
         return (rewards / self.ret_rms.std).astype(np.float32)
+
+    def targets(self, rollout: Batch, rewards: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Advantages and value targets: GAE per trajectory; truncated episodes bootstrap from V(final obs)."""
+        return compute_gae(rewards, rollout["value"], rollout["next_value"], rollout["terminated"],
+                           rollout["truncated"], self.cfg.gamma, self.cfg.gae_lambda)
 
     def learn(self, rollout: Batch, progress: float = 0.0) -> dict[str, float]:
         cfg = self.cfg
-        # ---- GAE per trajectory; truncated episodes bootstrap from V(final obs)
-        rewards = self.scale_rewards(rollout)
-        adv, ret = compute_gae(rewards, rollout["value"], rollout["next_value"], rollout["terminated"],
-                               rollout["truncated"], cfg.gamma, cfg.gae_lambda)
+        adv, ret = self.targets(rollout, self.scale_rewards(rollout))
         n = adv.size
         obs = torch.from_numpy(rollout["obs"].reshape(n, -1))
         actions = torch.from_numpy(rollout["action"].reshape(n, *rollout["action"].shape[2:]))

@@ -31,13 +31,17 @@ def make_backend(config: RunConfig) -> Any:
 
 
 def make_pool(config: RunConfig) -> Any:
-    from relayrl.runtime.pool import OffPolicyPool, OnPolicyPool
+    from relayrl.runtime.pool import AsyncOnPolicyPool, OffPolicyPool, OnPolicyPool
 
     algo_cfg = getattr(config, config.algo)
     if getattr(algo_cfg, "obs_norm", False) or getattr(algo_cfg, "prenorm", False):
         raise ConfigError(f"{config.algo}.obs_norm needs the learner to see raw observations, which rollout "
                           f"workers do not send yet: set {config.algo}.obs_norm=false or use one inline worker")
-    pool_cls = OnPolicyPool if get_algo(config.algo).on_policy else OffPolicyPool
+    entry = get_algo(config.algo)
+    if not entry.on_policy:
+        pool_cls: Any = OffPolicyPool
+    else:
+        pool_cls = OnPolicyPool if entry.collect_on_request else AsyncOnPolicyPool
     return pool_cls(make_backend(config), config.resolved_backend)
 
 

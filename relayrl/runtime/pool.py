@@ -7,6 +7,13 @@ On-policy (synchronous, roadrunner): ``pull()`` asks every worker for one chunk 
 version just published and waits for all of them; a chunk of any other version is rejected and
 counted. Every worker collects exactly the chunk it was asked for, so there is no leftover
 collection to cancel. The chunks are joined along the env axis in worker order.
+
+On-policy, asynchronous (APPO): workers collect continuously; ``pull()`` returns the rollout
+chunks that have arrived, whatever their versions (V-trace corrects for the lag).
+
+On-policy rollouts carry ``column`` ([T, N] ints, constant over T): the global env column
+(``worker_id * num_envs + k``) of each env, so per-env learner state (PPO's running return for
+reward scaling) follows each env whatever order chunks arrive in.
 """
 
 from __future__ import annotations
@@ -95,6 +102,16 @@ class OffPolicyPool(WorkerPool):
         return batch, sum(m.env_steps for m in msgs)
 
 
+def _join_rollouts(msgs: list[InsertTransitions]) -> Batch:
+    """[T, n_k] chunks joined along the env axis, each tagged with its global env columns."""
+    parts = []
+    for msg in msgs:
+        steps, width = msg.batch["reward"].shape[:2]
+        column = np.broadcast_to(msg.worker_id * width + np.arange(width), (steps, width))
+        parts.append({**msg.batch, "column": column})
+    return {k: np.concatenate([p[k] for p in parts], axis=1) for k in parts[0]}
+
+
 class OnPolicyPool(WorkerPool):
     def pull(self) -> tuple[Batch, int]:
         self.backend.request(self.version)
@@ -108,5 +125,12 @@ class OnPolicyPool(WorkerPool):
         ordered = [chunks[k] for k in sorted(chunks)]
         for msg in ordered:
             self._accept(msg)
-        rollout = {k: np.concatenate([m.batch[k] for m in ordered], axis=1) for k in ordered[0].batch}
-        return rollout, sum(m.env_steps for m in ordered)
+        return _join_rollouts(ordered), sum(m.env_steps for m in ordered)
+
+
+class AsyncOnPolicyPool(WorkerPool):
+    def pull(self) -> tuple[Batch, int]:
+        msgs = self._receive()
+        for msg in msgs:
+            self._accept(msg)
+        return _join_rollouts(msgs), sum(m.env_steps for m in msgs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from relayrl.algos import get_algo
 from relayrl.config import RunConfig
 from relayrl.runtime.backends import WORKER_SEED_STRIDE
 from relayrl.runtime.messages import InsertTransitions, LoadParams
@@ -30,7 +31,7 @@ class InlineBackend:
         self._pending = list(range(self.num_workers))
 
     def receive(self, timeout: float = 0.0) -> list[InsertTransitions]:
-        if self.workers and self.workers[0].on_policy:
+        if get_algo(self.config.algo).collect_on_request:
             ids, self._pending = self._pending, []
             return [self.workers[k].collect() for k in ids]
         return [worker.collect() for worker in self.workers]

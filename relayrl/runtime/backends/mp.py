@@ -20,6 +20,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
+from relayrl.algos import get_algo
 from relayrl.config import RunConfig, config_model
 from relayrl.envs.subproc import _die_with_parent
 from relayrl.errors import RelayRLError
@@ -32,7 +33,7 @@ STOP_DEADLINE_S = 5.0
 
 
 def _worker_main(worker_id: int, config_data: dict, seed: int, board_name: str, layout: list,
-                 kinds: dict[str, str], out: Any, conn: Any) -> None:
+                 kinds: dict[str, str], out: Any, conn: Any, on_request: bool) -> None:
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle
     import torch
@@ -47,8 +48,8 @@ def _worker_main(worker_id: int, config_data: dict, seed: int, board_name: str, 
         worker = RolloutWorker(worker_id, config, seed)
         version = -1
         while True:
-            if worker.on_policy or board.version < 0:
-                command = conn.recv() if worker.on_policy else (conn.recv() if conn.poll(0.05) else ("wait",))
+            if on_request or board.version < 0:
+                command = conn.recv() if on_request else (conn.recv() if conn.poll(0.05) else ("wait",))
             else:
                 command = conn.recv() if conn.poll() else ("go",)
             if command[0] == "stop":
@@ -114,7 +115,7 @@ class MpBackend:
         process = self._ctx.Process(
             target=_worker_main, name=f"relayrl-worker-{worker_id}", daemon=True,
             args=(worker_id, self.config.model_dump(mode="json"), seed, self._board.name, self._layout,
-                  self._kinds, self._queue, child))
+                  self._kinds, self._queue, child, get_algo(self.config.algo).collect_on_request))
         process.start()
         child.close()
         return _Proc(worker_id, process, parent)

@@ -82,7 +82,7 @@ class RayBackend:
         self._weights_ref: Any = None
         self._weights: tuple[int, int] | None = None  # (version, env_steps) of _weights_ref
         self._loaded: list[int] = []  # version each actor was last sent
-        self._on_policy = get_algo(config.algo).on_policy  # on-policy workers collect only on request
+        self._on_request = get_algo(config.algo).collect_on_request  # else workers collect continuously
         self._seed = 0
         self.restarts = 0
         self.failures: list[str] = []
@@ -103,7 +103,7 @@ class RayBackend:
         if not self._actors:
             self._actors = [self._spawn(k) for k in range(self.num_workers)]
             self._loaded = [-1] * self.num_workers
-            if not self._on_policy:
+            if not self._on_request:
                 for k in range(self.num_workers):
                     self._submit(k)
 
@@ -144,7 +144,7 @@ class RayBackend:
                 self._restart(worker_id, lines[-1] if lines else type(exc).__name__)
                 self._submit(worker_id)  # the chunk it owed, from the replacement
                 continue
-            if not self._on_policy:
+            if not self._on_request:
                 self._submit(worker_id)
         return out
 
