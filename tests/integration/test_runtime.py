@@ -13,10 +13,9 @@ from relayrl.runtime import make_pool, train
 from relayrl.train.loop import train as train_local
 
 
-def _descendants() -> set[int]:
-    """Live descendants of this test process (from /proc: no psutil), without multiprocessing's
-    fork server and resource tracker, which live as long as the interpreter by design."""
-    parent, helper = {}, set()
+def _processes() -> dict[int, tuple[int, bytes]]:
+    """pid -> (parent pid, command line) of every live process (from /proc: no psutil)."""
+    table = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
@@ -25,14 +24,25 @@ def _descendants() -> set[int]:
             except OSError:
                 continue
             if fields[0] != "Z":
-                parent[int(entry.name)] = int(fields[1])
-                if b"forkserver import main" in cmdline or b"resource_tracker" in cmdline:
-                    helper.add(int(entry.name))
-    found, frontier = set(), {os.getpid()}
+                table[int(entry.name)] = (int(fields[1]), cmdline)
+    return table
+
+
+def _descendants_of(pid: int) -> set[int]:
+    table = _processes()
+    found, frontier = set(), {pid}
     while frontier:
-        frontier = {pid for pid, ppid in parent.items() if ppid in frontier} - found
+        frontier = {p for p, (pp, _) in table.items() if pp in frontier} - found
         found |= frontier
-    return found - helper
+    return found
+
+
+def _descendants() -> set[int]:
+    """This test process's descendants without multiprocessing's fork server and resource
+    tracker, which live as long as the interpreter by design."""
+    table = _processes()
+    return {p for p in _descendants_of(os.getpid()) if p in table
+            and b"forkserver import main" not in table[p][1] and b"resource_tracker" not in table[p][1]}
 
 
 def _shm() -> set[str]:
@@ -125,3 +135,66 @@ def test_appo_learns_from_lagging_mp_workers(tmp_path):
     rows = [r for r in read_metrics(tmp_path / "run") if "runtime/lag_max" in r]
     assert max(r["runtime/lag_max"] for r in rows) >= 1  # chunks really came from older versions
     assert all(r["runtime/rejected"] == 0 for r in rows)  # and none was thrown away
+
+
+def _cli(run_dir, *extra):
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-m", "relayrl", "train", "sac", "--workers", "2", "--quiet",
+                             "--no-tensorboard", "--run-dir", str(run_dir), "--set", "sac.start_training=200",
+                             "--set", "sac.hidden_sizes=[32,32]", "--set", "eval.freq=400", "--set", "eval.episodes=1",
+                             "--set", "eval.num_envs=1", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+
+
+def _wait_for(path: Path, seconds: float = 90) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert path.exists(), f"{path} never appeared"
+
+
+def _gone(pids: set[int], seconds: float = 10) -> bool:
+    deadline = time.monotonic() + seconds
+    while pids & set(_processes()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not (pids & set(_processes()))
+
+
+def test_a_killed_learner_takes_its_workers_down_and_resume_continues(tmp_path):
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    run_dir = tmp_path / "run"
+    proc = _cli(run_dir, "--total-steps", "100000")
+    _wait_for(run_dir / "checkpoints" / "last.json")
+    workers = _descendants_of(proc.pid)
+    assert len(workers) >= 2  # the fork server and its worker processes
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    assert _gone(workers), "worker processes outlived their learner"
+    done = subprocess.run([sys.executable, "-m", "relayrl", "train", "sac", "--resume", str(run_dir),
+                           "--total-steps", "1200", "--quiet", "--no-tensorboard"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["env_steps"] >= 1200 and summary["backend"] == "mp"
+
+
+def test_ctrl_c_stops_learner_and_workers_within_the_deadline(tmp_path):
+    import signal
+
+    run_dir = tmp_path / "run"
+    proc = _cli(run_dir, "--total-steps", "10000000")
+    _wait_for(run_dir / "checkpoints" / "last.json")
+    workers = _descendants_of(proc.pid)
+    start = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert time.monotonic() - start < 15
+    assert _gone(workers), "worker processes outlived Ctrl-C"
+    assert "Traceback" not in err
