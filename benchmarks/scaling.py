@@ -1,6 +1,8 @@
 """Runtime scaling: SAC collection throughput per backend and worker count, weight broadcast cost,
 and PPO time-to-475 on CartPole with mp workers against the plain local run.
 
+Ray is started once, locally, for the Ray rows (``pip install relayrl[ray]``).
+
 Collection: SAC's workers on Pendulum-v1 with 1 ms of busy-waiting per step (an env whose cost is
 CPU, like a simulator), 1 env per worker, for ``--seconds`` after a warm-up; the learner side only
 pulls chunks (no updates), so this measures what the runtime can deliver.
@@ -85,22 +87,27 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--skip-ppo", action="store_true")
     args = parser.parse_args()
+    import os
+
+    import ray
+
+    ray.init(num_cpus=max(4, os.cpu_count() or 1), include_dashboard=False, log_to_driver=False)
 
     print("SAC collection, Pendulum-v1 + 1 ms/step, 1 env per worker (env steps/s)")
     inline = collection_rate("inline", 1, args.seconds)
     print(f"  inline  x1: {inline:8.1f}")
-    for backend, workers in (("inline", 2), ("mp", 1), ("mp", 2), ("mp", 4)):
+    for backend, workers in (("inline", 2), ("mp", 1), ("mp", 2), ("mp", 4), ("ray", 1), ("ray", 2), ("ray", 4)):
         rate = collection_rate(backend, workers, args.seconds)
         print(f"  {backend:<6} x{workers}: {rate:8.1f}  ({rate / inline:.2f}x inline x1)")
 
     print("\nweight broadcast of a 1M-parameter policy to 4 workers (median of 19)")
-    for backend in ("inline", "mp"):
+    for backend in ("inline", "mp", "ray"):
         seconds, size = broadcast_cost(backend, 4)
         print(f"  {backend:<6}: {seconds * 1e3:7.2f} ms ({size:,} parameters)")
 
     if not args.skip_ppo:
         print("\nPPO CartPole-v1 time to 475 (8 envs in total), seeds 0-2")
-        for backend, workers in (("inline", 1), ("mp", 2)):
+        for backend, workers in (("inline", 1), ("mp", 2), ("ray", 2)):
             times = [ppo_time(backend, workers, seed) for seed in range(3)]
             shown = ", ".join("unsolved" if t is None else f"{t:.2f}" for t in times)
             solved = [t for t in times if t is not None]
