@@ -78,6 +78,9 @@ class RunConfig(Section):
     workers: int = Field(1, ge=1)
     """Rollout workers, each stepping its own env.num_envs envs (PPO's rollout is num_steps x
     env.num_envs x workers)."""
+    worker_timeout: float = Field(300.0, gt=0)
+    """Seconds a rollout worker may take to deliver one chunk before it is declared hung, killed and
+    restarted (raise it for envs whose chunk takes longer to collect)."""
     ray_address: str | None = None
     """backend ray: the cluster to join ("auto" or HOST:PORT); null starts a local Ray for the run."""
     env: EnvConfig = Field(default_factory=EnvConfig)

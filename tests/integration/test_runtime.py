@@ -198,3 +198,27 @@ def test_ctrl_c_stops_learner_and_workers_within_the_deadline(tmp_path):
     assert time.monotonic() - start < 15
     assert _gone(workers), "worker processes outlived Ctrl-C"
     assert "Traceback" not in err
+
+
+def test_a_hung_worker_is_killed_and_replaced(tmp_path):
+    import signal
+
+    config = build_config("ppo", None, PPO_FAST + ["backend=mp", "workers=2", "worker_timeout=2"],
+                          {"total_steps": 100_000, "seed": 4})
+    pool = make_pool(config)
+    frozen = []
+
+    def freeze_one(ctx):  # SIGSTOP: alive but making no progress, like an env step that never returns
+        if ctx.iteration == 3 and not frozen:
+            pid = pool.backend._procs[0].process.pid
+            os.kill(pid, signal.SIGSTOP)
+            frozen.append(pid)
+
+    try:
+        summary = train_local(config, run_dir=tmp_path / "run", tensorboard=False, samples=pool,
+                              publish=pool.publish, hooks=[("after_iter", freeze_one, {})])
+    finally:
+        pool.close()
+    assert frozen and summary["solved"], summary
+    assert pool.backend.restarts >= 1 and "no progress for 2 s" in pool.backend.failures[0]
+    assert _gone(set(frozen))

@@ -76,3 +76,33 @@ def test_sac_collects_asynchronously_on_ray_workers(cluster, tmp_path):
     summary, pool, nodes = _run(config, tmp_path)
     assert summary["env_steps"] >= 2000 and summary["updates"] > 0
     assert len(nodes) == 2
+
+
+def test_a_hung_ray_actor_is_replaced(cluster, tmp_path):
+    import os
+    import signal
+
+    config = build_config("ppo", None, ["backend=ray", "workers=2", "env.num_envs=4", "eval.freq=4096",
+                                        "eval.episodes=5", "eval.num_envs=5", "worker_timeout=3"],
+                          {"total_steps": 100_000, "seed": 5})
+    pool = make_pool(config)
+    frozen = []
+
+    def freeze_one(ctx):
+        if ctx.iteration == 3 and not frozen:
+            pid = ray.get(pool.backend.actor(1).pid.remote())
+            os.kill(pid, signal.SIGSTOP)
+            frozen.append(pid)
+
+    try:
+        summary = train_local(config, run_dir=tmp_path / "run", tensorboard=False, samples=pool,
+                              publish=pool.publish, hooks=[("after_iter", freeze_one, {})])
+    finally:
+        pool.close()
+        for pid in frozen:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert frozen and summary["solved"], summary
+    assert any("no progress for 3 s" in f for f in pool.backend.failures)

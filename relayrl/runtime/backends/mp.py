@@ -6,13 +6,17 @@ the learner falls behind: backpressure, nothing dropped); commands (collect, sto
 per worker. The queue pickles, which is acceptable only because both ends are processes of this
 run on this machine; nothing here listens on a network.
 
-A worker that dies (killed, crashed, or raised) is restarted with backoff, up to ``max_restarts``
-times in total; an on-policy worker that died with a chunk outstanding is asked again.
+A worker that dies (killed, crashed, or raised) or hangs (no progress for ``worker_timeout``
+seconds while it owes a chunk: it stamps a shared clock when it starts a chunk and while it waits
+to hand one over) is restarted with backoff, up to ``max_restarts`` times in total; an on-policy
+worker that died with a chunk outstanding is asked again.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
+
+import numpy as np
 import queue
 import signal
 import time
@@ -22,6 +26,7 @@ from typing import Any
 
 from relayrl.algos import get_algo
 from relayrl.config import RunConfig, config_model
+from relayrl.envs.shm import AttachedArrays, SharedArrays
 from relayrl.envs.subproc import _die_with_parent
 from relayrl.errors import RelayRLError
 from relayrl.runtime.backends import WORKER_SEED_STRIDE
@@ -33,7 +38,7 @@ STOP_DEADLINE_S = 5.0
 
 
 def _worker_main(worker_id: int, config_data: dict, seed: int, board_name: str, layout: list,
-                 kinds: dict[str, str], out: Any, conn: Any, on_request: bool) -> None:
+                 kinds: dict[str, str], out: Any, conn: Any, on_request: bool, beats: tuple[str, list]) -> None:
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle
     import torch
@@ -42,6 +47,8 @@ def _worker_main(worker_id: int, config_data: dict, seed: int, board_name: str, 
 
     torch.set_num_threads(1)
     board = WeightBoard.attach(board_name, layout)
+    clock = AttachedArrays(*beats)
+    beat = clock.arrays["beat"][worker_id:worker_id + 1]  # progress stamps, read by the learner
     worker = None
     try:
         config = config_model(config_data["algo"]).model_validate(config_data)
@@ -56,6 +63,7 @@ def _worker_main(worker_id: int, config_data: dict, seed: int, board_name: str, 
                 break
             if command[0] == "wait":
                 continue
+            beat[0] = time.monotonic()
             if board.version != version:
                 arrays, version, env_steps = board.read()
                 worker.load(LoadParams(version, unflatten(arrays, kinds)), env_steps)
@@ -65,6 +73,7 @@ def _worker_main(worker_id: int, config_data: dict, seed: int, board_name: str, 
                     out.put(msg, timeout=PUT_POLL_S)
                     break
                 except queue.Full:
+                    beat[0] = time.monotonic()  # alive, waiting for the learner
                     if conn.poll():
                         command = conn.recv()
                         if command[0] == "stop":
@@ -81,6 +90,11 @@ def _worker_main(worker_id: int, config_data: dict, seed: int, board_name: str, 
         if worker is not None:
             worker.close()
         board.close()
+        clock.close()
+
+
+def _beats_layout(num_workers: int) -> list:
+    return [("beat", (num_workers,), np.dtype(np.float64))]
 
 
 @dataclass
@@ -95,6 +109,8 @@ class MpBackend:
     def __init__(self, config: RunConfig, num_workers: int, *, queue_size: int | None = None,
                  max_restarts: int = 10, start_method: str = "forkserver"):
         self.config, self.num_workers, self.max_restarts = config, num_workers, max_restarts
+        self.worker_timeout = config.worker_timeout
+        self._beats: SharedArrays | None = None
         self._ctx = mp.get_context(start_method)
         if start_method == "forkserver":
             self._ctx.set_forkserver_preload(["relayrl.runtime.backends.mp"])
@@ -112,10 +128,12 @@ class MpBackend:
     def _spawn(self, worker_id: int, restart: int = 0) -> _Proc:
         parent, child = self._ctx.Pipe(duplex=True)
         seed = self._seed + WORKER_SEED_STRIDE * worker_id + 7919 * restart
+        self._beats.arrays["beat"][worker_id] = time.monotonic()  # starting up counts as progress
         process = self._ctx.Process(
             target=_worker_main, name=f"relayrl-worker-{worker_id}", daemon=True,
             args=(worker_id, self.config.model_dump(mode="json"), seed, self._board.name, self._layout,
-                  self._kinds, self._queue, child, get_algo(self.config.algo).collect_on_request))
+                  self._kinds, self._queue, child, self._on_request,
+                  (self._beats.name, _beats_layout(self.num_workers))))
         process.start()
         child.close()
         return _Proc(worker_id, process, parent)
@@ -124,6 +142,8 @@ class MpBackend:
         arrays, kinds = flatten(params.weights)
         if self._board is None:
             self._board, self._kinds = WeightBoard.create(arrays), kinds
+            self._beats = SharedArrays(_beats_layout(self.num_workers))
+            self._on_request = get_algo(self.config.algo).collect_on_request
             self._layout = board_layout(arrays)
             self._procs = [self._spawn(k) for k in range(self.num_workers)]
         self._board.write(arrays, params.version, env_steps)
@@ -154,9 +174,15 @@ class MpBackend:
             out.append(msg)
 
     def _check_workers(self) -> None:
+        now = time.monotonic()
         for proc in self._procs:
             if not proc.process.is_alive():
                 self._restart(proc.worker_id, f"exit code {proc.process.exitcode}")
+            elif (proc.pending is not None or not self._on_request) and \
+                    now - self._beats.arrays["beat"][proc.worker_id] > self.worker_timeout:
+                proc.process.kill()
+                self._restart(proc.worker_id, f"no progress for {self.worker_timeout:g} s (a hung env step?); "
+                                              "raise worker_timeout if a chunk legitimately takes longer")
 
     def _restart(self, worker_id: int, reason: str) -> None:
         old = self._procs[worker_id]
@@ -202,3 +228,6 @@ class MpBackend:
         if self._board is not None:
             self._board.close()
             self._board = None
+        if self._beats is not None:
+            self._beats.close()
+            self._beats = None

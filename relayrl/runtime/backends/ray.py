@@ -7,8 +7,9 @@ spread over the cluster's nodes. Weights go into Ray's object store once per ver
 which is the node-proxy fan-out. Chunks come back as actor call results. Each worker has one call
 in flight at a time, so a worker is never more than one chunk ahead of the weights it was sent.
 
-A dead actor (killed, node lost, or its env raising) is replaced with backoff, up to
-``max_restarts`` in total; its outstanding chunk is requested again from the replacement.
+A dead actor (killed, node lost, or its env raising) or a hung one (a chunk in flight for more than
+``worker_timeout`` seconds) is replaced with backoff, up to ``max_restarts`` in total; its
+outstanding chunk is requested again from the replacement.
 """
 
 from __future__ import annotations
@@ -78,7 +79,8 @@ class RayBackend:
                                   "`ray start --head` or drop --ray-address to run a local Ray") from None
         self._actor_cls = ray.remote(num_cpus=num_cpus_per_worker, max_restarts=0)(_ActorShell)
         self._actors: list[Any] = []
-        self._inflight: dict[Any, int] = {}  # object ref -> worker id
+        self._inflight: dict[Any, tuple[int, float]] = {}  # object ref -> (worker id, submit time)
+        self.worker_timeout = config.worker_timeout
         self._weights_ref: Any = None
         self._weights: tuple[int, int] | None = None  # (version, env_steps) of _weights_ref
         self._loaded: list[int] = []  # version each actor was last sent
@@ -113,7 +115,7 @@ class RayBackend:
         if self._loaded[worker_id] != version:  # actor calls run in order: load, then collect
             actor.load.remote(version, self._weights_ref, self._kinds, env_steps)
             self._loaded[worker_id] = version
-        self._inflight[actor.collect.remote()] = worker_id
+        self._inflight[actor.collect.remote()] = (worker_id, time.monotonic())
 
     def request(self, version: int) -> None:
         for k in range(self.num_workers):
@@ -129,14 +131,15 @@ class RayBackend:
     def _receive_ready(self, timeout: float) -> list[InsertTransitions]:
         if not self._inflight:
             return []
+        self._replace_hung()
         refs = list(self._inflight)
-        ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
+        ready, _ = ray.wait(refs, num_returns=1, timeout=min(timeout, 1.0))
         if ready and len(refs) > 1:  # whatever else is done too, without waiting
             more, _ = ray.wait([r for r in refs if r not in ready], num_returns=len(refs) - 1, timeout=0)
             ready = ready + more
         out = []
         for ref in ready:
-            worker_id = self._inflight.pop(ref)
+            worker_id, _ = self._inflight.pop(ref)
             try:
                 out.append(ray.get(ref))
             except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
@@ -147,6 +150,15 @@ class RayBackend:
             if not self._on_request:
                 self._submit(worker_id)
         return out
+
+    def _replace_hung(self) -> None:
+        now = time.monotonic()
+        for ref, (worker_id, submitted) in list(self._inflight.items()):
+            if now - submitted > self.worker_timeout:
+                del self._inflight[ref]
+                self._restart(worker_id, f"no progress for {self.worker_timeout:g} s (a hung env step?); "
+                                         "raise worker_timeout if a chunk legitimately takes longer")
+                self._submit(worker_id)
 
     def _restart(self, worker_id: int, reason: str) -> None:
         self.failures.append(f"worker {worker_id}: {reason}")
