@@ -81,6 +81,9 @@ class RunConfig(Section):
     worker_timeout: float = Field(300.0, gt=0)
     """Seconds a rollout worker may take to deliver one chunk before it is declared hung, killed and
     restarted (raise it for envs whose chunk takes longer to collect)."""
+    max_policy_lag: int | None = Field(None, ge=0)
+    """Drop chunks collected more than this many policy versions behind the learner (counted in
+    runtime/rejected; null: keep all). Bounds staleness for APPO, DQN and SAC with workers."""
     ray_address: str | None = None
     """backend ray: the cluster to join ("auto" or HOST:PORT); null starts a local Ray for the run."""
     env: EnvConfig = Field(default_factory=EnvConfig)

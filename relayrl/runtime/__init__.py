@@ -42,7 +42,7 @@ def make_pool(config: RunConfig) -> Any:
         pool_cls: Any = OffPolicyPool
     else:
         pool_cls = OnPolicyPool if entry.collect_on_request else AsyncOnPolicyPool
-    return pool_cls(make_backend(config), config.resolved_backend)
+    return pool_cls(make_backend(config), config.resolved_backend, max_lag=config.max_policy_lag)
 
 
 def train(config: RunConfig, **kwargs: Any) -> dict[str, Any]:

@@ -31,8 +31,11 @@ RECEIVE_TIMEOUT_S = 120.0  # no chunk at all for this long: the workers are stuc
 
 
 class WorkerPool:
-    def __init__(self, backend: Any, backend_name: str):
-        self.backend, self.backend_name = backend, backend_name
+    """``max_lag``: drop (and count in ``rejected``) chunks collected more than this many versions
+    behind the learner (null: keep all); their env steps still count, their data is not learned from."""
+
+    def __init__(self, backend: Any, backend_name: str, max_lag: int | None = None):
+        self.backend, self.backend_name, self.max_lag = backend, backend_name, max_lag
         self.version = -1
         self.env_steps = 0
         self.returns: list[float] = []
@@ -64,6 +67,17 @@ class WorkerPool:
         self._lags.append(self.version - msg.version)
         self._per_worker[msg.worker_id] += msg.env_steps
 
+    def _fresh(self, msgs: list[InsertTransitions]) -> tuple[list[InsertTransitions], int]:
+        """Accept every chunk; return those within ``max_lag`` and the env steps of all of them."""
+        keep = []
+        for msg in msgs:
+            self._accept(msg)
+            if self.max_lag is not None and self.version - msg.version > self.max_lag:
+                self.rejected += 1
+            else:
+                keep.append(msg)
+        return keep, sum(m.env_steps for m in msgs)
+
     def _receive(self) -> list[InsertTransitions]:
         msgs = self.backend.receive(timeout=RECEIVE_TIMEOUT_S)
         if not msgs:
@@ -74,9 +88,11 @@ class WorkerPool:
     def stats(self) -> dict[str, float]:
         elapsed = max(time.monotonic() - self._since, 1e-9)
         lags = np.asarray(self._lags) if self._lags else np.zeros(1)
-        out = {"runtime/lag_mean": float(lags.mean()), "runtime/lag_max": float(lags.max()),
-               "runtime/restarts": float(self.backend.restarts), "runtime/rejected": float(self.rejected),
-               "runtime/broadcast_s": self._broadcast_s}
+        p50, p90 = np.percentile(lags, [50, 90])
+        out = {"runtime/lag_mean": float(lags.mean()), "runtime/lag_p50": float(p50), "runtime/lag_p90": float(p90),
+               "runtime/lag_max": float(lags.max()), "runtime/restarts": float(self.backend.restarts),
+               "runtime/rejected": float(self.rejected), "runtime/broadcast_s": self._broadcast_s,
+               "runtime/queue_depth": float(self.backend.queue_depth())}
         for k, steps in enumerate(self._per_worker):
             out[f"runtime/worker{k}_steps_per_s"] = float(steps) / elapsed
         self._lags, self._since = [], time.monotonic()
@@ -95,11 +111,10 @@ class OffPolicyPool(WorkerPool):
         return self._combine(self.backend.receive(timeout=0.0))
 
     def _combine(self, msgs: list[InsertTransitions]) -> tuple[Batch, int]:
-        for msg in msgs:
-            self._accept(msg)
-        batches = [m.batch for m in msgs if m.batch]
+        keep, steps = self._fresh(msgs)
+        batches = [m.batch for m in keep if m.batch]
         batch = {k: np.concatenate([b[k] for b in batches]) for k in batches[0]} if batches else {}
-        return batch, sum(m.env_steps for m in msgs)
+        return batch, steps
 
 
 def _join_rollouts(msgs: list[InsertTransitions]) -> Batch:
@@ -130,7 +145,9 @@ class OnPolicyPool(WorkerPool):
 
 class AsyncOnPolicyPool(WorkerPool):
     def pull(self) -> tuple[Batch, int]:
-        msgs = self._receive()
-        for msg in msgs:
-            self._accept(msg)
-        return _join_rollouts(msgs), sum(m.env_steps for m in msgs)
+        steps = 0
+        while True:  # until some chunk is recent enough to learn from
+            keep, received = self._fresh(self._receive())
+            steps += received
+            if keep:
+                return _join_rollouts(keep), steps

@@ -167,7 +167,8 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
             values.update(samples.stats())
         values.update({"updates": ctx.updates, "iteration": ctx.iteration,
                        "time/collect_s": timing["collect_s"], "time/learn_s": timing["learn_s"],
-                       "time/steps_per_s": timing["steps"] / elapsed if elapsed else 0.0})
+                       "time/steps_per_s": timing["steps"] / elapsed if elapsed else 0.0,
+                       "time/updates_per_s": ctx.metrics.get("updates", 1) / timing["learn_s"] if timing["learn_s"] else 0.0})
         if returns:
             values.update({"train/return_mean": float(np.mean(returns)),
                            "train/length_mean": float(np.mean(lengths)), "train/episodes": len(returns)})

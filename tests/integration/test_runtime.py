@@ -222,3 +222,52 @@ def test_a_hung_worker_is_killed_and_replaced(tmp_path):
     assert frozen and summary["solved"], summary
     assert pool.backend.restarts >= 1 and "no progress for 2 s" in pool.backend.failures[0]
     assert _gone(set(frozen))
+
+
+@pytest.mark.parametrize("algo,sets", [
+    ("ppo", ["env.num_envs=2", "ppo.num_steps=32"]),
+    ("appo", ["env.num_envs=2", "appo.num_steps=32"]),
+    ("dqn", ["env.num_envs=2", "dqn.start_training=200", "dqn.hidden_sizes=[16]"]),
+    ("sac", ["sac.start_training=200", "sac.hidden_sizes=[16,16]"]),
+])
+def test_every_algorithm_runs_on_inline_workers(tmp_path, algo, sets):
+    config = build_config(algo, None, sets + ["backend=inline", "workers=2", "eval.freq=0", "eval.episodes=2",
+                                              "eval.num_envs=2"], {"total_steps": 600, "seed": 0})
+    summary = train(config, run_dir=tmp_path / "run", tensorboard=False)
+    assert summary["backend"] == "inline" and summary["env_steps"] >= 600 and summary["updates"] > 0
+
+
+def test_one_board_write_per_version_reaches_every_local_worker():
+    from relayrl.runtime.backends.mp import MpBackend
+    from relayrl.runtime.messages import LoadParams
+    from relayrl.runtime.weights import WeightBoard
+
+    config = build_config("dqn", None, ["env.num_envs=1", "dqn.hidden_sizes=[8]"])
+    from relayrl.algos import get_algo
+    import gymnasium as gym
+
+    env = gym.make("CartPole-v1")
+    policy = get_algo("dqn").algo_cls(config.dqn, env.observation_space, env.action_space, 1).policy
+    writes = []
+    original = WeightBoard.write
+
+    def counting(self, weights, version, env_steps):
+        writes.append(version)
+        original(self, weights, version, env_steps)
+
+    backend = MpBackend(config, 3)
+    WeightBoard.write = counting
+    try:
+        backend.start(0)
+        for version in (0, 1):
+            backend.publish(LoadParams(version, policy.get_weights()), env_steps=0)
+            latest = {}
+            deadline = time.monotonic() + 60
+            while len([v for v in latest.values() if v == version]) < 3 and time.monotonic() < deadline:
+                for msg in backend.receive(timeout=1.0):
+                    latest[msg.worker_id] = msg.version
+            assert latest == {0: version, 1: version, 2: version}
+        assert writes == [0, 1]  # one write per version, read by all three workers
+    finally:
+        WeightBoard.write = original
+        backend.close()

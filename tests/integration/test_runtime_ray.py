@@ -106,3 +106,32 @@ def test_a_hung_ray_actor_is_replaced(cluster, tmp_path):
                 pass
     assert frozen and summary["solved"], summary
     assert any("no progress for 3 s" in f for f in pool.backend.failures)
+
+
+@pytest.mark.parametrize("algo,sets", [
+    ("dqn", ["env.num_envs=2", "dqn.start_training=200", "dqn.hidden_sizes=[16]"]),
+    ("appo", ["env.num_envs=2", "appo.num_steps=32"]),
+])
+def test_dqn_and_appo_run_on_ray_workers(cluster, tmp_path, algo, sets):
+    config = build_config(algo, None, sets + ["backend=ray", "workers=2", "eval.freq=0", "eval.episodes=2",
+                                              "eval.num_envs=2"], {"total_steps": 1000, "seed": 0})
+    summary, pool, nodes = _run(config, tmp_path)
+    assert summary["env_steps"] >= 1000 and summary["updates"] > 0 and len(nodes) == 2
+
+
+def test_weights_enter_the_object_store_once_per_version(cluster, tmp_path, monkeypatch):
+    puts = []
+    real_put = ray.put
+
+    def counting_put(value, *args, **kwargs):
+        puts.append(1)
+        return real_put(value, *args, **kwargs)
+
+    monkeypatch.setattr(ray, "put", counting_put)
+    config = build_config("ppo", None, ["backend=ray", "workers=2", "env.num_envs=2", "ppo.num_steps=32",
+                                        "eval.freq=0", "eval.episodes=2", "eval.num_envs=2"],
+                          {"total_steps": 640, "seed": 0})
+    summary, pool, nodes = _run(config, tmp_path)
+    rollouts = summary["env_steps"] // (2 * 2 * 32)  # each collected by both workers, on two nodes
+    assert rollouts == 5 and len(puts) == rollouts  # one put per version, not one per worker
+    assert len(nodes) == 2

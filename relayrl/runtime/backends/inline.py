@@ -36,6 +36,9 @@ class InlineBackend:
             return [self.workers[k].collect() for k in ids]
         return [worker.collect() for worker in self.workers]
 
+    def queue_depth(self) -> int:
+        return 0
+
     def close(self) -> None:
         for worker in self.workers:
             worker.close()

@@ -173,6 +173,13 @@ class MpBackend:
                 proc.pending = None
             out.append(msg)
 
+    def queue_depth(self) -> int:
+        """Chunks waiting for the learner (approximate, as multiprocessing reports it)."""
+        try:
+            return self._queue.qsize() if self._queue is not None else 0
+        except NotImplementedError:  # macOS
+            return -1
+
     def _check_workers(self) -> None:
         now = time.monotonic()
         for proc in self._procs:

@@ -151,6 +151,13 @@ class RayBackend:
                 self._submit(worker_id)
         return out
 
+    def queue_depth(self) -> int:
+        """Chunks finished by workers and not yet taken by the learner."""
+        if not self._inflight:
+            return 0
+        ready, _ = ray.wait(list(self._inflight), num_returns=len(self._inflight), timeout=0)
+        return len(ready)
+
     def _replace_hung(self) -> None:
         now = time.monotonic()
         for ref, (worker_id, submitted) in list(self._inflight.items()):

@@ -1,7 +1,7 @@
 import numpy as np
 
 from relayrl.runtime.messages import InsertTransitions
-from relayrl.runtime.pool import OffPolicyPool, OnPolicyPool
+from relayrl.runtime.pool import AsyncOnPolicyPool, OffPolicyPool, OnPolicyPool
 
 
 class ScriptedBackend:
@@ -22,6 +22,9 @@ class ScriptedBackend:
 
     def receive(self, timeout=0.0):
         return [self.script.pop(0)] if self.script else []
+
+    def queue_depth(self):
+        return len(self.script)
 
 
 def chunk(worker, version, value, steps=3):
@@ -55,3 +58,17 @@ def test_off_policy_pool_counts_env_steps_and_policy_lag():
     stats = pool.stats()
     assert stats["runtime/lag_max"] == 3.0 and stats["runtime/lag_mean"] == 2.0
     assert pool.poll() == ({}, 0)  # nothing arrived: returns at once
+
+
+def test_chunks_beyond_max_lag_are_dropped_but_their_steps_count():
+    backend = ScriptedBackend([chunk(0, 1, 1.0), chunk(1, 4, 2.0), chunk(0, 5, 3.0)])
+    pool = AsyncOnPolicyPool(backend, "test", max_lag=1)
+    pool.publish({"w": np.zeros(1)}, 5)
+    rollout, steps = pool.pull()  # the version-1 chunk is 4 behind: dropped, and pull waits for more
+    assert steps == 6 and pool.rejected == 1
+    np.testing.assert_array_equal(rollout["reward"][0], [2.0])
+    np.testing.assert_array_equal(rollout["column"][0], [1])  # worker 1's env column
+    off = OffPolicyPool(ScriptedBackend([chunk(0, 0, 1.0)]), "test", max_lag=2)
+    off.publish({"w": np.zeros(1)}, 3)
+    assert off.pull() == ({}, 3) and off.rejected == 1
+    assert off.stats()["runtime/queue_depth"] == 0.0
