@@ -1,4 +1,8 @@
-"""The Ray backend on a real two-node Ray cluster (ray.cluster_utils.Cluster on this machine)."""
+"""The Ray backend on a real two-node Ray cluster (ray.cluster_utils.Cluster on this machine):
+one node proxy per node, hosting that node's workers."""
+
+import os
+import signal
 
 import pytest
 
@@ -10,6 +14,7 @@ from relayrl.runtime import make_pool  # noqa: E402
 from relayrl.train.loop import train as train_local  # noqa: E402
 
 pytestmark = pytest.mark.ray
+PPO = ["backend=ray", "workers=2", "env.num_envs=4", "eval.freq=4096", "eval.episodes=5", "eval.num_envs=5"]
 
 
 @pytest.fixture(scope="module")
@@ -24,114 +29,98 @@ def cluster():
     c.shutdown()
 
 
-def _run(config, tmp_path, hooks=()):
+def _run(config, tmp_path, on_iteration=None):
+    """Train with a pool the caller can reach: ``on_iteration(ctx, backend)`` after each iteration."""
     pool = make_pool(config)
+    hooks = [("after_iter", lambda ctx: on_iteration(ctx, pool.backend), {})] if on_iteration else []
+    info = []
     try:
         summary = train_local(config, run_dir=tmp_path / "run", tensorboard=False, samples=pool,
                               publish=pool.publish, hooks=hooks)
+        info = pool.backend.info()
     finally:
-        nodes = {ray.get(pool.backend.actor(k).node_id.remote()) for k in range(config.workers)} \
-            if pool.backend._actors else set()
         pool.close()
-    return summary, pool, nodes
+    return summary, pool.backend, info
 
 
-def test_ppo_on_two_ray_nodes_solves_cartpole(cluster, tmp_path):
-    config = build_config("ppo", None, ["backend=ray", "workers=2", "env.num_envs=4", "eval.freq=4096",
-                                        "eval.episodes=5", "eval.num_envs=5"], {"total_steps": 100_000, "seed": 0})
-    summary, pool, nodes = _run(config, tmp_path)
+def test_ppo_on_two_ray_nodes_solves_cartpole_with_one_proxy_per_node(cluster, tmp_path):
+    config = build_config("ppo", None, PPO, {"total_steps": 100_000, "seed": 0})
+    summary, backend, info = _run(config, tmp_path)
     assert summary["solved"] and summary["backend"] == "ray", summary
-    assert len(nodes) == 2  # one worker on each node
+    assert len({p["node"] for p in info}) == 2  # a proxy on each node
+    assert sorted(w for p in info for w in p["worker_pids"]) == [0, 1]  # hosting one worker each
     rows = [r for r in read_metrics(tmp_path / "run") if "runtime/lag_max" in r]
     assert rows and all(r["runtime/lag_max"] == 0 and r["runtime/rejected"] == 0 for r in rows)
 
 
-def test_a_killed_ray_actor_is_replaced_and_the_run_still_solves(cluster, tmp_path):
-    config = build_config("ppo", None, ["backend=ray", "workers=2", "env.num_envs=4", "eval.freq=4096",
-                                        "eval.episodes=5", "eval.num_envs=5"], {"total_steps": 100_000, "seed": 3})
-    holder = {}
-
-    def kill_one(ctx):
-        if ctx.iteration == 3 and "done" not in holder:
-            ray.kill(holder["pool"].backend.actor(0))
-            holder["done"] = True
-
-    from relayrl.runtime import make_pool as _make
-
-    pool = _make(config)
-    holder["pool"] = pool
-    try:
-        summary = train_local(config, run_dir=tmp_path / "run", tensorboard=False, samples=pool,
-                              publish=pool.publish, hooks=[("after_iter", kill_one, {})])
-    finally:
-        pool.close()
-    assert holder.get("done") and summary["solved"], summary
-    assert pool.backend.restarts >= 1
-
-
-def test_sac_collects_asynchronously_on_ray_workers(cluster, tmp_path):
-    config = build_config("sac", None, ["backend=ray", "workers=2", "sac.start_training=300", "sac.hidden_sizes=[32,32]",
+def test_weights_cross_to_each_node_once_per_version(cluster, tmp_path, monkeypatch):
+    puts = []
+    real_put = ray.put
+    monkeypatch.setattr(ray, "put", lambda value, *a, **k: puts.append(1) or real_put(value, *a, **k))
+    config = build_config("ppo", None, ["backend=ray", "workers=4", "env.num_envs=1", "ppo.num_steps=32",
                                         "eval.freq=0", "eval.episodes=2", "eval.num_envs=2"],
-                          {"total_steps": 2000, "seed": 0})
-    summary, pool, nodes = _run(config, tmp_path)
-    assert summary["env_steps"] >= 2000 and summary["updates"] > 0
-    assert len(nodes) == 2
+                          {"total_steps": 640, "seed": 0})
+    summary, backend, info = _run(config, tmp_path)
+    versions = summary["env_steps"] // (4 * 1 * 32)
+    assert versions == 5 and len(puts) == versions  # one object-store put per version
+    assert len(info) == 2 and all(p["versions_received"] == versions for p in info)  # one copy per node
+    assert all(len(p["worker_pids"]) == 2 for p in info)  # each copy served two workers
 
 
-def test_a_hung_ray_actor_is_replaced(cluster, tmp_path):
-    import os
-    import signal
+def test_a_killed_worker_process_is_restarted_by_its_node_proxy(cluster, tmp_path):
+    config = build_config("ppo", None, PPO, {"total_steps": 100_000, "seed": 2})
+    killed = []
 
-    config = build_config("ppo", None, ["backend=ray", "workers=2", "env.num_envs=4", "eval.freq=4096",
-                                        "eval.episodes=5", "eval.num_envs=5", "worker_timeout=3"],
-                          {"total_steps": 100_000, "seed": 5})
-    pool = make_pool(config)
+    def kill_one(ctx, backend):
+        if ctx.iteration == 3 and not killed:
+            pid = backend.info()[0]["worker_pids"]
+            pid = next(iter(pid.values()))
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    summary, backend, _ = _run(config, tmp_path, kill_one)
+    assert killed and summary["solved"], summary
+    assert backend.restarts >= 1 and any("exit code" in f for f in backend.failures)
+    assert max(r.get("runtime/restarts", 0) for r in read_metrics(tmp_path / "run")) >= 1
+
+
+def test_a_killed_node_proxy_is_replaced_and_the_run_still_solves(cluster, tmp_path):
+    config = build_config("ppo", None, PPO, {"total_steps": 100_000, "seed": 3})
+    killed = []
+
+    def kill_proxy(ctx, backend):
+        if ctx.iteration == 3 and not killed:
+            ray.kill(backend.proxy(1))
+            killed.append(1)
+
+    summary, backend, info = _run(config, tmp_path, kill_proxy)
+    assert killed and summary["solved"], summary
+    assert any("node proxy 1" in f for f in backend.failures) and len(info) == 2
+
+
+def test_a_hung_worker_is_replaced_by_its_node_proxy(cluster, tmp_path):
+    config = build_config("ppo", None, PPO + ["worker_timeout=3"], {"total_steps": 100_000, "seed": 5})
     frozen = []
 
-    def freeze_one(ctx):
+    def freeze_one(ctx, backend):
         if ctx.iteration == 3 and not frozen:
-            pid = ray.get(pool.backend.actor(1).pid.remote())
+            pid = next(iter(backend.info()[1]["worker_pids"].values()))
             os.kill(pid, signal.SIGSTOP)
             frozen.append(pid)
 
-    try:
-        summary = train_local(config, run_dir=tmp_path / "run", tensorboard=False, samples=pool,
-                              publish=pool.publish, hooks=[("after_iter", freeze_one, {})])
-    finally:
-        pool.close()
-        for pid in frozen:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    summary, backend, _ = _run(config, tmp_path, freeze_one)
     assert frozen and summary["solved"], summary
-    assert any("no progress for 3 s" in f for f in pool.backend.failures)
+    assert any("no progress for 3 s" in f for f in backend.failures)
 
 
 @pytest.mark.parametrize("algo,sets", [
+    ("sac", ["sac.start_training=300", "sac.hidden_sizes=[32,32]"]),
     ("dqn", ["env.num_envs=2", "dqn.start_training=200", "dqn.hidden_sizes=[16]"]),
     ("appo", ["env.num_envs=2", "appo.num_steps=32"]),
 ])
-def test_dqn_and_appo_run_on_ray_workers(cluster, tmp_path, algo, sets):
+def test_asynchronous_algorithms_run_on_ray_workers(cluster, tmp_path, algo, sets):
     config = build_config(algo, None, sets + ["backend=ray", "workers=2", "eval.freq=0", "eval.episodes=2",
-                                              "eval.num_envs=2"], {"total_steps": 1000, "seed": 0})
-    summary, pool, nodes = _run(config, tmp_path)
-    assert summary["env_steps"] >= 1000 and summary["updates"] > 0 and len(nodes) == 2
-
-
-def test_weights_enter_the_object_store_once_per_version(cluster, tmp_path, monkeypatch):
-    puts = []
-    real_put = ray.put
-
-    def counting_put(value, *args, **kwargs):
-        puts.append(1)
-        return real_put(value, *args, **kwargs)
-
-    monkeypatch.setattr(ray, "put", counting_put)
-    config = build_config("ppo", None, ["backend=ray", "workers=2", "env.num_envs=2", "ppo.num_steps=32",
-                                        "eval.freq=0", "eval.episodes=2", "eval.num_envs=2"],
-                          {"total_steps": 640, "seed": 0})
-    summary, pool, nodes = _run(config, tmp_path)
-    rollouts = summary["env_steps"] // (2 * 2 * 32)  # each collected by both workers, on two nodes
-    assert rollouts == 5 and len(puts) == rollouts  # one put per version, not one per worker
-    assert len(nodes) == 2
+                                              "eval.num_envs=2"], {"total_steps": 1500, "seed": 0})
+    summary, backend, info = _run(config, tmp_path)
+    assert summary["env_steps"] >= 1500 and summary["updates"] > 0
+    assert len({p["node"] for p in info}) == 2

@@ -19,6 +19,7 @@ import multiprocessing as mp
 import numpy as np
 import queue
 import signal
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ PUT_POLL_S = 0.2  # a blocked worker checks for stop this often
 STOP_DEADLINE_S = 5.0
 
 
-def _worker_main(worker_id: int, config_data: dict, seed: int, board_name: str, layout: list,
+def _worker_main(worker_id: int, beat_index: int, config_data: dict, seed: int, board_name: str, layout: list,
                  kinds: dict[str, str], out: Any, conn: Any, on_request: bool, beats: tuple[str, list]) -> None:
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle
@@ -48,7 +49,7 @@ def _worker_main(worker_id: int, config_data: dict, seed: int, board_name: str, 
     torch.set_num_threads(1)
     board = WeightBoard.attach(board_name, layout)
     clock = AttachedArrays(*beats)
-    beat = clock.arrays["beat"][worker_id:worker_id + 1]  # progress stamps, read by the learner
+    beat = clock.arrays["beat"][beat_index:beat_index + 1]  # progress stamps, read by the learner
     worker = None
     try:
         config = config_model(config_data["algo"]).model_validate(config_data)
@@ -64,6 +65,8 @@ def _worker_main(worker_id: int, config_data: dict, seed: int, board_name: str, 
             if command[0] == "wait":
                 continue
             beat[0] = time.monotonic()
+            while command[0] == "collect" and board.version < command[1]:  # the weights may trail the request
+                time.sleep(0.001)
             if board.version != version:
                 arrays, version, env_steps = board.read()
                 worker.load(LoadParams(version, unflatten(arrays, kinds)), env_steps)
@@ -99,16 +102,23 @@ def _beats_layout(num_workers: int) -> list:
 
 @dataclass
 class _Proc:
-    worker_id: int
+    index: int  # position on this machine; ``worker_ids[index]`` is the run-wide worker id
     process: Any
     conn: Any
     pending: int | None = None  # on-policy: the version this worker was asked to collect with
 
 
 class MpBackend:
-    def __init__(self, config: RunConfig, num_workers: int, *, queue_size: int | None = None,
-                 max_restarts: int = 10, start_method: str = "forkserver"):
+    """``worker_ids``: the run-wide ids of the workers this machine hosts (default 0..num_workers-1;
+    a Ray node proxy hosts a share of a larger run)."""
+
+    def __init__(self, config: RunConfig, num_workers: int, *, worker_ids: list[int] | None = None,
+                 queue_size: int | None = None, max_restarts: int = 10, start_method: str = "forkserver"):
+        self.worker_ids = list(worker_ids) if worker_ids is not None else list(range(num_workers))
+        self._index = {w: k for k, w in enumerate(self.worker_ids)}
+        num_workers = len(self.worker_ids)
         self.config, self.num_workers, self.max_restarts = config, num_workers, max_restarts
+        self.lock = threading.RLock()  # a Ray node proxy calls publish/request and receive from two threads
         self.worker_timeout = config.worker_timeout
         self._beats: SharedArrays | None = None
         self._ctx = mp.get_context(start_method)
@@ -119,39 +129,56 @@ class MpBackend:
         self._board: WeightBoard | None = None
         self._kinds: dict[str, str] = {}
         self._seed = 0
+        self._requested: int | None = None
         self.restarts = 0
         self.failures: list[str] = []
 
     def start(self, seed: int) -> None:
         self._seed = seed  # processes start at the first publish, when the weights' layout is known
 
-    def _spawn(self, worker_id: int, restart: int = 0) -> _Proc:
+    def _spawn(self, index: int, restart: int = 0) -> _Proc:
         parent, child = self._ctx.Pipe(duplex=True)
+        worker_id = self.worker_ids[index]
         seed = self._seed + WORKER_SEED_STRIDE * worker_id + 7919 * restart
-        self._beats.arrays["beat"][worker_id] = time.monotonic()  # starting up counts as progress
+        self._beats.arrays["beat"][index] = time.monotonic()  # starting up counts as progress
         process = self._ctx.Process(
             target=_worker_main, name=f"relayrl-worker-{worker_id}", daemon=True,
-            args=(worker_id, self.config.model_dump(mode="json"), seed, self._board.name, self._layout,
+            args=(worker_id, index, self.config.model_dump(mode="json"), seed, self._board.name, self._layout,
                   self._kinds, self._queue, child, self._on_request,
                   (self._beats.name, _beats_layout(self.num_workers))))
         process.start()
         child.close()
-        return _Proc(worker_id, process, parent)
+        return _Proc(index, process, parent)
 
     def publish(self, params: LoadParams, env_steps: int) -> None:
-        arrays, kinds = flatten(params.weights)
-        if self._board is None:
-            self._board, self._kinds = WeightBoard.create(arrays), kinds
-            self._beats = SharedArrays(_beats_layout(self.num_workers))
-            self._on_request = get_algo(self.config.algo).collect_on_request
-            self._layout = board_layout(arrays)
-            self._procs = [self._spawn(k) for k in range(self.num_workers)]
-        self._board.write(arrays, params.version, env_steps)
+        self.publish_flat(*flatten(params.weights), params.version, env_steps)
+
+    def publish_flat(self, arrays: dict, kinds: dict[str, str], version: int, env_steps: int) -> None:
+        with self.lock:
+            if self._board is None:
+                self._board, self._kinds = WeightBoard.create(arrays), kinds
+                self._beats = SharedArrays(_beats_layout(self.num_workers))
+                self._on_request = get_algo(self.config.algo).collect_on_request
+                self._layout = board_layout(arrays)
+                self._procs = [self._spawn(k) for k in range(self.num_workers)]
+                if self._requested is not None:  # a request that came before the workers existed
+                    self.request(self._requested)
+            self._board.write(arrays, version, env_steps)
 
     def request(self, version: int) -> None:
-        for proc in self._procs:
-            proc.pending = version
-            proc.conn.send(("collect", version))
+        with self.lock:
+            self._requested = version
+            for proc in self._procs:
+                proc.pending = version
+                proc.conn.send(("collect", version))
+
+    @property
+    def started(self) -> bool:
+        return bool(self._procs)
+
+    def pids(self) -> dict[int, int]:
+        """Run-wide worker id -> process id."""
+        return {self.worker_ids[p.index]: p.process.pid for p in self._procs}
 
     def receive(self, timeout: float = 0.0) -> list[InsertTransitions]:
         out: list[InsertTransitions] = []
@@ -166,9 +193,9 @@ class MpBackend:
                     return out
                 continue
             if isinstance(msg, WorkerFailed):
-                self._restart(msg.worker_id, msg.reason)
+                self._restart(self._index[msg.worker_id], msg.reason)
                 continue
-            proc = self._procs[msg.worker_id]
+            proc = self._procs[self._index[msg.worker_id]]
             if proc.pending is not None and proc.pending == msg.version:
                 proc.pending = None
             out.append(msg)
@@ -182,33 +209,34 @@ class MpBackend:
 
     def _check_workers(self) -> None:
         now = time.monotonic()
-        for proc in self._procs:
+        for proc in list(self._procs):
             if not proc.process.is_alive():
-                self._restart(proc.worker_id, f"exit code {proc.process.exitcode}")
+                self._restart(proc.index, f"exit code {proc.process.exitcode}")
             elif (proc.pending is not None or not self._on_request) and \
-                    now - self._beats.arrays["beat"][proc.worker_id] > self.worker_timeout:
+                    now - self._beats.arrays["beat"][proc.index] > self.worker_timeout:
                 proc.process.kill()
-                self._restart(proc.worker_id, f"no progress for {self.worker_timeout:g} s (a hung env step?); "
+                self._restart(proc.index, f"no progress for {self.worker_timeout:g} s (a hung env step?); "
                                               "raise worker_timeout if a chunk legitimately takes longer")
 
-    def _restart(self, worker_id: int, reason: str) -> None:
-        old = self._procs[worker_id]
-        old.process.join(timeout=1.0)
-        if old.process.is_alive():
-            old.process.kill()
+    def _restart(self, index: int, reason: str) -> None:
+        with self.lock:
+            worker_id, old = self.worker_ids[index], self._procs[index]
             old.process.join(timeout=1.0)
-        old.conn.close()
-        self.failures.append(f"worker {worker_id}: {reason}")
-        if self.restarts >= self.max_restarts:
-            raise RelayRLError(f"rollout workers failed {self.restarts + 1} times (last: worker {worker_id}, "
-                               f"{reason}); fix the env or raise max_restarts")
-        time.sleep(min(2.0, 0.05 * 2 ** min(self.restarts, 6)))  # backoff
-        self.restarts += 1
-        new = self._spawn(worker_id, restart=self.restarts)
-        if old.pending is not None:
-            new.pending = old.pending
-            new.conn.send(("collect", old.pending))
-        self._procs[worker_id] = new
+            if old.process.is_alive():
+                old.process.kill()
+                old.process.join(timeout=1.0)
+            old.conn.close()
+            self.failures.append(f"worker {worker_id}: {reason}")
+            if self.restarts >= self.max_restarts:
+                raise RelayRLError(f"rollout workers failed {self.restarts + 1} times (last: worker {worker_id}, "
+                                   f"{reason}); fix the env or raise max_restarts")
+            time.sleep(min(2.0, 0.05 * 2 ** min(self.restarts, 6)))  # backoff
+            self.restarts += 1
+            new = self._spawn(index, restart=self.restarts)
+            if old.pending is not None:
+                new.pending = old.pending
+                new.conn.send(("collect", old.pending))
+            self._procs[index] = new
 
     def close(self) -> None:
         for proc in self._procs:

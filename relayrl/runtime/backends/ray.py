@@ -1,195 +1,230 @@
-"""Rollout workers as Ray actors (``pip install relayrl[ray]``).
+"""Rollout workers on a Ray cluster, through one node proxy per node (``pip install relayrl[ray]``).
 
 ``--ray-address auto|HOST:PORT`` joins a running cluster (``ray start`` on every node, relayrl
-installed on each); without it a local Ray is started for the run and stopped after. Workers are
-spread over the cluster's nodes. Weights go into Ray's object store once per version
-(``ray.put``); Ray moves an object to a node once and every worker there reads the same copy,
-which is the node-proxy fan-out. Chunks come back as actor call results. Each worker has one call
-in flight at a time, so a worker is never more than one chunk ahead of the weights it was sent.
+installed on each); without it a local Ray is started for the run and stopped after.
 
-A dead actor (killed, node lost, or its env raising) or a hung one (a chunk in flight for more than
-``worker_timeout`` seconds) is replaced with backoff, up to ``max_restarts`` in total; its
-outstanding chunk is requested again from the replacement.
+The WorkerProxy role: one ``_NodeProxy`` actor is pinned to each node and hosts that node's share
+of the workers as local processes (the mp backend, run by the proxy). Weights go into the object
+store once per version; each proxy receives the version once (one transfer per node, not per
+worker) and writes its node's shared-memory weight board, which its workers read. Samples fan in
+the same way: one long-poll call per proxy returns every chunk its workers have finished.
+
+Inside a node, the proxy restarts dead or hung workers (as the mp backend does on one machine).
+A proxy that dies (its node lost, or killed) or stops answering is replaced, on the same node if it
+is still alive, and given the current weights; the chunks its workers owed are asked for again.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
 from relayrl.algos import get_algo
 from relayrl.config import RunConfig, config_model
 from relayrl.errors import ConfigError, RelayRLError
-from relayrl.runtime.backends import WORKER_SEED_STRIDE
 from relayrl.runtime.messages import InsertTransitions, LoadParams
-from relayrl.runtime.weights import flatten, unflatten
+from relayrl.runtime.weights import flatten
 
 try:
     import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 except ImportError:  # pragma: no cover - exercised only without the extra
     ray = None
 
+POLL_S = 0.5  # a proxy's long-poll returns after this long even with nothing to deliver
 
-class _ActorShell:
-    """What runs inside the actor: a RolloutWorker built from plain config data."""
 
-    def __init__(self, worker_id: int, config_data: dict, seed: int):
-        import torch
+class _NodeProxy:
+    """Runs on one node: the mp backend for that node's workers, driven by actor calls."""
 
-        from relayrl.runtime.worker import RolloutWorker
+    def __init__(self, config_data: dict, worker_ids: list[int], seed: int, max_restarts: int):
+        from relayrl.runtime.backends.mp import MpBackend
 
-        torch.set_num_threads(1)
         config = config_model(config_data["algo"]).model_validate(config_data)
-        self.worker = RolloutWorker(worker_id, config, seed)
+        self.backend = MpBackend(config, len(worker_ids), worker_ids=worker_ids, max_restarts=max_restarts)
+        self.backend.start(seed)
+        self.versions_received = 0
 
-    def load(self, version: int, arrays: dict, kinds: dict, env_steps: int) -> None:
-        self.worker.load(LoadParams(version, unflatten(arrays, kinds)), env_steps)
+    def publish(self, version: int, arrays: dict, kinds: dict, env_steps: int) -> None:
+        self.backend.publish_flat(arrays, kinds, version, env_steps)
+        self.versions_received += 1
 
-    def collect(self) -> InsertTransitions:
-        return self.worker.collect()
+    def request(self, version: int) -> None:
+        self.backend.request(version)
 
-    def node_id(self) -> str:
-        return ray.get_runtime_context().get_node_id()
+    def receive(self) -> tuple[list[InsertTransitions], int, list[str], int]:
+        """Finished chunks (waiting up to POLL_S for the first), restarts, failures, queue depth."""
+        if not self.backend.started:  # the first publish (which starts the workers) is still running
+            time.sleep(POLL_S)
+            return [], 0, [], 0
+        msgs = self.backend.receive(timeout=POLL_S)
+        return msgs, self.backend.restarts, list(self.backend.failures), self.backend.queue_depth()
 
-    def pid(self) -> int:
-        import os
+    def info(self) -> dict[str, Any]:
+        return {"node": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
+                "worker_pids": self.backend.pids(), "versions_received": self.versions_received}
 
-        return os.getpid()
+    def close(self) -> None:
+        self.backend.close()
 
 
 class RayBackend:
     def __init__(self, config: RunConfig, num_workers: int, *, address: str | None = None,
-                 max_restarts: int = 10, num_cpus_per_worker: float = 1.0):
+                 max_restarts: int = 10):
         if ray is None:
             raise ConfigError("backend 'ray' needs Ray: pip install 'relayrl[ray]'")
         self.config, self.num_workers, self.max_restarts = config, num_workers, max_restarts
+        self.worker_timeout = config.worker_timeout
         self._owns_ray = False
         if not ray.is_initialized():
             try:
                 if address:
                     ray.init(address=address, include_dashboard=False, log_to_driver=False)
                 else:
-                    import os
-
                     ray.init(num_cpus=max(os.cpu_count() or 1, num_workers), include_dashboard=False,
                              log_to_driver=False)
                     self._owns_ray = True
             except ConnectionError as exc:
                 raise ConfigError(f"cannot reach the Ray cluster at {address!r} ({exc}); start it with "
                                   "`ray start --head` or drop --ray-address to run a local Ray") from None
-        self._actor_cls = ray.remote(num_cpus=num_cpus_per_worker, max_restarts=0)(_ActorShell)
-        self._actors: list[Any] = []
-        self._inflight: dict[Any, tuple[int, float]] = {}  # object ref -> (worker id, submit time)
-        self.worker_timeout = config.worker_timeout
-        self._weights_ref: Any = None
-        self._weights: tuple[int, int] | None = None  # (version, env_steps) of _weights_ref
-        self._loaded: list[int] = []  # version each actor was last sent
-        self._on_request = get_algo(config.algo).collect_on_request  # else workers collect continuously
+        self._proxy_cls = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=2)(_NodeProxy)
+        self._on_request = get_algo(config.algo).collect_on_request
+        self._proxies: list[Any] = []
+        self._nodes: list[str] = []  # node id of each proxy
+        self._shares: list[list[int]] = []  # worker ids of each proxy
+        self._polls: dict[Any, tuple[int, float]] = {}  # in-flight receive -> (proxy index, submit time)
+        self._weights: tuple[Any, dict, int, int] | None = None  # (object ref, kinds, version, env_steps)
+        self._pending: int | None = None  # on-policy: the version requested
         self._seed = 0
-        self.restarts = 0
+        self._proxy_restarts = 0
+        self._worker_restarts: list[int] = []
+        self._depths: list[int] = []
         self.failures: list[str] = []
+
+    # ---- counters the pool reads
+    @property
+    def restarts(self) -> int:
+        return self._proxy_restarts + sum(self._worker_restarts)
+
+    def queue_depth(self) -> int:
+        return sum(self._depths)
 
     def start(self, seed: int) -> None:
         self._seed = seed
 
-    def _spawn(self, worker_id: int, restart: int = 0) -> Any:
-        seed = self._seed + WORKER_SEED_STRIDE * worker_id + 7919 * restart
-        return self._actor_cls.options(scheduling_strategy="SPREAD").remote(
-            worker_id, self.config.model_dump(mode="json"), seed)
+    def _spawn_proxies(self) -> None:
+        alive = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
+        nodes = alive[:self.num_workers]
+        self._nodes = nodes
+        self._shares = [list(range(k, self.num_workers, len(nodes))) for k in range(len(nodes))]
+        self._proxies = [self._spawn(k) for k in range(len(nodes))]
+        self._worker_restarts = [0] * len(nodes)
+        self._depths = [0] * len(nodes)
+
+    def _spawn(self, k: int, restart: int = 0) -> Any:
+        # first placement: exactly that node; a replacement may go elsewhere if the node is gone
+        strategy = NodeAffinitySchedulingStrategy(self._nodes[k], soft=restart > 0)
+        return self._proxy_cls.options(scheduling_strategy=strategy).remote(
+            self.config.model_dump(mode="json"), self._shares[k], self._seed + 7919 * restart, self.max_restarts)
+
+    def _poll(self, k: int) -> None:
+        self._polls[self._proxies[k].receive.remote()] = (k, time.monotonic())
 
     def publish(self, params: LoadParams, env_steps: int) -> None:
         arrays, kinds = flatten(params.weights)
-        self._kinds = kinds
-        self._weights_ref = ray.put(arrays)  # once per version, whatever the number of workers
-        self._weights = (params.version, env_steps)
-        if not self._actors:
-            self._actors = [self._spawn(k) for k in range(self.num_workers)]
-            self._loaded = [-1] * self.num_workers
-            if not self._on_request:
-                for k in range(self.num_workers):
-                    self._submit(k)
-
-    def _submit(self, worker_id: int) -> None:
-        actor = self._actors[worker_id]
-        version, env_steps = self._weights
-        if self._loaded[worker_id] != version:  # actor calls run in order: load, then collect
-            actor.load.remote(version, self._weights_ref, self._kinds, env_steps)
-            self._loaded[worker_id] = version
-        self._inflight[actor.collect.remote()] = (worker_id, time.monotonic())
+        ref = ray.put(arrays)  # once per version, whatever the number of nodes and workers
+        self._weights = (ref, kinds, params.version, env_steps)
+        first = not self._proxies
+        if first:
+            self._spawn_proxies()
+        for proxy in self._proxies:
+            proxy.publish.remote(params.version, ref, kinds, env_steps)
+        if first:
+            for k in range(len(self._proxies)):
+                self._poll(k)
 
     def request(self, version: int) -> None:
-        for k in range(self.num_workers):
-            self._submit(k)
+        self._pending = version
+        for proxy in self._proxies:
+            proxy.request.remote(version)
 
     def receive(self, timeout: float = 0.0) -> list[InsertTransitions]:
         deadline = time.monotonic() + timeout
         while True:
-            out = self._receive_ready(max(0.0, deadline - time.monotonic()))
-            if out or time.monotonic() >= deadline or not self._inflight:
+            out = self._receive_ready(max(0.0, min(1.0, deadline - time.monotonic())))
+            if out or time.monotonic() >= deadline:
                 return out
 
     def _receive_ready(self, timeout: float) -> list[InsertTransitions]:
-        if not self._inflight:
-            return []
-        self._replace_hung()
-        refs = list(self._inflight)
-        ready, _ = ray.wait(refs, num_returns=1, timeout=min(timeout, 1.0))
-        if ready and len(refs) > 1:  # whatever else is done too, without waiting
-            more, _ = ray.wait([r for r in refs if r not in ready], num_returns=len(refs) - 1, timeout=0)
+        self._replace_unresponsive()
+        ready, _ = ray.wait(list(self._polls), num_returns=1, timeout=timeout)
+        if ready and len(self._polls) > 1:
+            more, _ = ray.wait([r for r in self._polls if r not in ready], num_returns=len(self._polls) - 1,
+                               timeout=0)
             ready = ready + more
-        out = []
+        out: list[InsertTransitions] = []
         for ref in ready:
-            worker_id, _ = self._inflight.pop(ref)
+            k, _ = self._polls.pop(ref)
             try:
-                out.append(ray.get(ref))
+                msgs, restarts, failures, depth = ray.get(ref)
             except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
                 lines = str(exc).strip().splitlines()
-                self._restart(worker_id, lines[-1] if lines else type(exc).__name__)
-                self._submit(worker_id)  # the chunk it owed, from the replacement
+                reason = lines[-1] if lines else type(exc).__name__
+                if isinstance(exc, ray.exceptions.RayTaskError) and "RelayRLError" in str(exc):
+                    raise RelayRLError(f"node {self._nodes[k][:8]}: {reason}") from None
+                self._restart(k, reason)
                 continue
-            if not self._on_request:
-                self._submit(worker_id)
+            self._worker_restarts[k], self._depths[k] = restarts, depth
+            self.failures[len(self.failures):] = [f for f in failures if f not in self.failures]
+            out.extend(msgs)
+            self._poll(k)
         return out
 
-    def queue_depth(self) -> int:
-        """Chunks finished by workers and not yet taken by the learner."""
-        if not self._inflight:
-            return 0
-        ready, _ = ray.wait(list(self._inflight), num_returns=len(self._inflight), timeout=0)
-        return len(ready)
-
-    def _replace_hung(self) -> None:
+    def _replace_unresponsive(self) -> None:
         now = time.monotonic()
-        for ref, (worker_id, submitted) in list(self._inflight.items()):
-            if now - submitted > self.worker_timeout:
-                del self._inflight[ref]
-                self._restart(worker_id, f"no progress for {self.worker_timeout:g} s (a hung env step?); "
-                                         "raise worker_timeout if a chunk legitimately takes longer")
-                self._submit(worker_id)
+        for ref, (k, submitted) in list(self._polls.items()):
+            if now - submitted > self.worker_timeout + POLL_S:
+                del self._polls[ref]
+                self._restart(k, f"node proxy did not answer for {self.worker_timeout:g} s")
 
-    def _restart(self, worker_id: int, reason: str) -> None:
-        self.failures.append(f"worker {worker_id}: {reason}")
+    def _restart(self, k: int, reason: str) -> None:
+        self.failures.append(f"node proxy {k} ({self._nodes[k][:8]}): {reason}")
         if self.restarts >= self.max_restarts:
-            raise RelayRLError(f"rollout workers failed {self.restarts + 1} times (last: worker {worker_id}, "
+            raise RelayRLError(f"rollout workers failed {self.restarts + 1} times (last: node proxy {k}, "
                                f"{reason}); fix the env or raise max_restarts")
         try:
-            ray.kill(self._actors[worker_id])
+            ray.kill(self._proxies[k])
         except Exception:
             pass
-        time.sleep(min(2.0, 0.05 * 2 ** min(self.restarts, 6)))
-        self.restarts += 1
-        self._actors[worker_id] = self._spawn(worker_id, restart=self.restarts)
-        self._loaded[worker_id] = -1
+        time.sleep(min(2.0, 0.05 * 2 ** min(self._proxy_restarts, 6)))
+        self._proxy_restarts += 1
+        proxy = self._spawn(k, restart=self._proxy_restarts)
+        self._proxies[k] = proxy
+        ref, kinds, version, env_steps = self._weights
+        proxy.publish.remote(version, ref, kinds, env_steps)
+        if self._on_request and self._pending is not None:
+            proxy.request.remote(self._pending)  # the chunks its workers owed
+        self._poll(k)
 
-    def actor(self, worker_id: int) -> Any:
-        return self._actors[worker_id]
+    # ---- for tests and tools
+    def proxy(self, k: int) -> Any:
+        return self._proxies[k]
+
+    def info(self) -> list[dict[str, Any]]:
+        return ray.get([p.info.remote() for p in self._proxies])
 
     def close(self) -> None:
-        for actor in self._actors:
+        closing = [p.close.remote() for p in self._proxies]
+        try:
+            ray.wait(closing, num_returns=len(closing), timeout=10)
+        except Exception:
+            pass
+        for proxy in self._proxies:
             try:
-                ray.kill(actor)
+                ray.kill(proxy)
             except Exception:
                 pass
-        self._actors, self._inflight = [], {}
+        self._proxies, self._polls = [], {}
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()
