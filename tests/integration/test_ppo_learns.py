@@ -197,21 +197,25 @@ def test_default_sac_reaches_minus_200_on_pendulum(tmp_path):
     assert summary["solved"], summary
 
 
-def test_off_policy_loop_takes_an_external_sample_source_and_weight_sink(tmp_path):
-    """What the distributed runtime plugs in: transitions arrive from elsewhere, weights go out."""
+def _remote_collector():
+    """Random CartPole transitions from a collector of its own: what remote workers would send."""
     from relayrl.envs import make_vec
     from relayrl.train.offpolicy import OffPolicyCollector
+    from relayrl.types import PolicyOutput
 
     class RandomPolicy:
         action_shape, action_dtype, update_norm = (), np.dtype(np.int64), False
 
         def act(self, obs, mode="collect"):
-            from relayrl.types import PolicyOutput
-
             a = np.random.default_rng(len(obs)).integers(0, 2, len(obs))
             return PolicyOutput(action=a, env_action=a)
 
-    remote = OffPolicyCollector(make_vec("CartPole-v1", 2), RandomPolicy(), n_step=1, gamma=0.99, steps_per_pull=16)
+    return OffPolicyCollector(make_vec("CartPole-v1", 2), RandomPolicy(), n_step=1, gamma=0.99, steps_per_pull=16)
+
+
+def test_off_policy_loop_takes_an_external_sample_source_and_weight_sink(tmp_path):
+    """What the distributed runtime plugs in: transitions arrive from elsewhere, weights go out."""
+    remote = _remote_collector()
     pulls, published = [], []
 
     class QueueSource:  # stands in for a queue fed by remote workers
@@ -239,19 +243,7 @@ def test_off_policy_loop_takes_an_external_sample_source_and_weight_sink(tmp_pat
 def test_update_buffer_interval_drains_a_polling_source_mid_round(tmp_path):
     """TMRL's update_buffer_interval: samples that arrive while the learner is busy join the buffer
     every k updates, not only between rounds, and their env steps are counted."""
-    from relayrl.envs import make_vec
-    from relayrl.train.offpolicy import OffPolicyCollector
-
-    class RandomPolicy:
-        action_shape, action_dtype, update_norm = (), np.dtype(np.int64), False
-
-        def act(self, obs, mode="collect"):
-            from relayrl.types import PolicyOutput
-
-            a = np.random.default_rng(len(obs)).integers(0, 2, len(obs))
-            return PolicyOutput(action=a, env_action=a)
-
-    remote = OffPolicyCollector(make_vec("CartPole-v1", 2), RandomPolicy(), n_step=1, gamma=0.99, steps_per_pull=16)
+    remote = _remote_collector()
     calls = {"pull": 0, "poll": 0}
 
     class PollingSource:

@@ -49,6 +49,15 @@ def _shm() -> set[str]:
     return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
 
 
+def _train_on(pool, config, tmp_path, after_iter):
+    """Train on ``pool`` with one after_iter hook, closing the pool whatever happens."""
+    try:
+        return train_local(config, run_dir=tmp_path / "run", tensorboard=False, samples=pool,
+                           publish=pool.publish, hooks=[("after_iter", after_iter, {})])
+    finally:
+        pool.close()
+
+
 PPO_FAST = ["env.num_envs=4", "eval.freq=4096", "eval.episodes=5", "eval.num_envs=5"]
 
 
@@ -104,11 +113,7 @@ def test_a_killed_worker_is_restarted_and_the_run_still_solves(tmp_path):
             victim.kill()
             killed.append(victim.pid)
 
-    try:
-        summary = train_local(config, run_dir=tmp_path / "run", tensorboard=False, samples=pool,
-                              publish=pool.publish, hooks=[("after_iter", kill_one, {})])
-    finally:
-        pool.close()
+    summary = _train_on(pool, config, tmp_path, kill_one)
     assert killed and summary["solved"], summary
     assert pool.backend.restarts >= 1
     assert max(r.get("runtime/restarts", 0) for r in read_metrics(tmp_path / "run")) >= 1
@@ -214,11 +219,7 @@ def test_a_hung_worker_is_killed_and_replaced(tmp_path):
             os.kill(pid, signal.SIGSTOP)
             frozen.append(pid)
 
-    try:
-        summary = train_local(config, run_dir=tmp_path / "run", tensorboard=False, samples=pool,
-                              publish=pool.publish, hooks=[("after_iter", freeze_one, {})])
-    finally:
-        pool.close()
+    summary = _train_on(pool, config, tmp_path, freeze_one)
     assert frozen and summary["solved"], summary
     assert pool.backend.restarts >= 1 and "no progress for 2 s" in pool.backend.failures[0]
     assert _gone(set(frozen))
@@ -270,4 +271,32 @@ def test_one_board_write_per_version_reaches_every_local_worker():
         assert writes == [0, 1]  # one write per version, read by all three workers
     finally:
         WeightBoard.write = original
+        backend.close()
+
+
+def test_a_request_to_a_worker_that_just_died_is_sent_again_to_its_replacement():
+    import gymnasium as gym
+
+    from relayrl.algos import get_algo
+    from relayrl.runtime.backends.mp import MpBackend
+    from relayrl.runtime.messages import LoadParams
+
+    config = build_config("ppo", None, ["env.num_envs=1"])
+    env = gym.make("CartPole-v1")
+    policy = get_algo("ppo").algo_cls(config.ppo, env.observation_space, env.action_space, 2).policy
+    backend = MpBackend(config, 2)
+    try:
+        backend.start(0)
+        for version in (0, 1):
+            if version == 1:  # dead before the request reaches it: the pipe is broken
+                backend._procs[1].process.kill()
+                backend._procs[1].process.join()
+            backend.publish(LoadParams(version, policy.get_weights()), env_steps=0)
+            backend.request(version)
+            got = []
+            while len(got) < 2:
+                got += backend.receive(timeout=30)
+            assert sorted((m.worker_id, m.version) for m in got) == [(0, version), (1, version)]
+        assert backend.restarts == 1
+    finally:
         backend.close()

@@ -170,7 +170,10 @@ class MpBackend:
             self._requested = version
             for proc in self._procs:
                 proc.pending = version
-                proc.conn.send(("collect", version))
+                try:
+                    proc.conn.send(("collect", version))
+                except OSError:  # the worker just died: its restart re-sends the pending request
+                    pass
 
     @property
     def started(self) -> bool:
