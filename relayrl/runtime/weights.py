@@ -60,7 +60,8 @@ def unflatten(arrays: Flat, kinds: dict[str, str]) -> dict[str, Any]:
         elif kind == "array":
             node[leaf] = np.array(value)
         else:
-            node[leaf] = int(value) if kind == "int" else float(value)
+            scalar = np.asarray(value).reshape(-1)[0]  # some formats store a scalar as shape [1]
+            node[leaf] = int(scalar) if kind == "int" else float(scalar)
     return tree
 
 

@@ -1,0 +1,319 @@
+"""RelayClient: a trainer's or a worker's connection to the relay, run by a background I/O thread.
+
+    client = RelayClient("relay.example.org:5555", "worker", keys="keys/worker")
+    seq = client.send_samples(batch, version=3, meta={"env_steps": 64})   # kept until acknowledged
+    message = client.take_weights()                                        # newest weights or None
+
+The I/O thread owns the ZeroMQ socket (sockets are not thread-safe); the caller's thread hands it
+work through locked state and wakes it through an inproc pipe, so it sleeps in ``poll`` otherwise.
+It says hello, answers for heartbeats, and when the relay stops answering for ``timeout_s`` (or a
+restarted relay does not know it) it reconnects with exponential backoff and says hello again.
+
+A worker keeps every chunk in a bounded backlog until the trainer's ACK comes back, and resends the
+unacknowledged ones after each reconnect (at-least-once; the relay and trainer drop repeats by
+(worker, seq)). A full backlog drops its oldest chunk, counted in ``stats["backlog_drops"]``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import threading
+import time
+from collections import OrderedDict, deque
+from typing import Any
+
+import numpy as np
+import zmq
+
+from relayrl.errors import RelayRLError
+from relayrl.net import wire
+from relayrl.net.transport import client_socket
+
+
+class RelayRefused(RelayRLError):
+    """The relay said no (a second trainer, too many workers); the text is the relay's reason."""
+
+
+class RelayClient:
+    def __init__(self, server: str, role: str, *, name: str | None = None, keys: str | None = None,
+                 heartbeat_s: float = 1.0, timeout_s: float = 10.0, backlog: int = 256, window: int = 64,
+                 max_message_mb: float = 64.0, backoff_s: tuple[float, float] = (0.2, 30.0)):
+        self.server, self.role, self.keys = server, role, keys
+        self.name = name or f"{role}-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        self.heartbeat_s, self.timeout_s = heartbeat_s, timeout_s
+        self.backlog_max, self.window = backlog, window
+        self.max_bytes = int(max_message_mb * 2**20)
+        self.backoff_s = backoff_s
+        self.context = zmq.Context.instance()
+        self._lock = threading.Condition()
+        self._backlog: OrderedDict[int, list] = OrderedDict()  # worker: seq -> frames, until acknowledged
+        self._sent: set[int] = set()  # seqs sent on the current connection
+        self._seq = 0
+        self._weights_in: wire.Message | None = None  # worker: newest weights not yet taken
+        self.version = -1  # worker: version of the weights it acts with (set by the caller)
+        self._inbox: deque[wire.Message] = deque()  # trainer: chunks received
+        self._acks: list[list] = []  # trainer: [worker, seq] to acknowledge
+        self._weights_out: list | None = None  # trainer: newest weights frames (resent to a new relay)
+        self._weights_pending = False
+        self.connected = threading.Event()
+        self.refused: str | None = None
+        self.relay_version = -1
+        self.session: str | None = None
+        self.stats = {"sent": 0, "acked": 0, "backlog_drops": 0, "relay_drops": 0, "reconnects": 0,
+                      "received": 0, "rejects": 0, "bytes_out": 0, "bytes_in": 0}
+        self._stop = threading.Event()
+        wake_address = f"inproc://relayrl-wake-{secrets.token_hex(6)}"
+        self._wake_rx = self.context.socket(zmq.PAIR)
+        self._wake_rx.bind(wake_address)
+        self._wake_tx = self.context.socket(zmq.PAIR)
+        self._wake_tx.connect(wake_address)
+        self._wake_lock = threading.Lock()
+        client_socket(self.context, server, keys, self.max_bytes).close(linger=0)  # bad keys/address: fail here
+        self._thread = threading.Thread(target=self._run, name=f"relayrl-net-{role}", daemon=True)
+        self._thread.start()
+
+    # ---------------------------------------------------------------- caller's side
+
+    def wait_connected(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.connected.wait(0.1):
+            self._check_refused()
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+        return True
+
+    def send_samples(self, arrays: dict[str, np.ndarray], version: int, meta: dict[str, Any]) -> int:
+        """Queue a chunk; returns its sequence number. Kept (and resent) until acknowledged."""
+        self._check_refused()
+        with self._lock:
+            seq = self._seq
+            self._seq += 1
+            self._backlog[seq] = wire.encode(wire.SAMPLES, sender=self.name, seq=seq, version=version,
+                                             arrays=arrays, meta=meta)
+            while len(self._backlog) > self.backlog_max:  # disconnected too long: drop the oldest
+                old, _ = self._backlog.popitem(last=False)
+                self._sent.discard(old)
+                self.stats["backlog_drops"] += 1
+        self._wake()
+        return seq
+
+    def unacknowledged(self) -> int:
+        with self._lock:
+            return len(self._backlog)
+
+    def take_weights(self) -> wire.Message | None:
+        with self._lock:
+            msg, self._weights_in = self._weights_in, None
+        return msg
+
+    def receive(self, timeout: float) -> list[wire.Message]:
+        """Trainer: the chunks that have arrived, waiting up to ``timeout`` for the first."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while not self._inbox:
+                self._check_refused()
+                left = deadline - time.monotonic()
+                if left <= 0 or self._stop.is_set():
+                    return []
+                self._lock.wait(min(left, 0.5))
+            out = list(self._inbox)
+            self._inbox.clear()
+        return out
+
+    def ack(self, items: list[tuple[str, int]]) -> None:
+        with self._lock:
+            self._acks.extend([name, int(seq)] for name, seq in items)
+        self._wake()
+
+    def publish_weights(self, version: int, blob: bytes) -> None:
+        frames = wire.encode(wire.WEIGHTS, sender=self.name, version=version, blob=blob)
+        with self._lock:
+            self._weights_out, self._weights_pending = frames, True
+        self._wake()
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Say goodbye, stop the thread; waits up to ``timeout`` for unsent acks and weights to go."""
+        deadline = time.monotonic() + timeout
+        while self.connected.is_set() and time.monotonic() < deadline:
+            with self._lock:
+                if not self._acks and not self._weights_pending:
+                    break
+            time.sleep(0.01)
+        self._stop.set()
+        self._wake()
+        self._thread.join(timeout=5)
+        self._wake_tx.close(linger=0)
+
+    def _check_refused(self) -> None:
+        if self.refused is not None:
+            raise RelayRefused(f"the relay at {self.server} refused this {self.role}: {self.refused}")
+
+    def _wake(self) -> None:
+        with self._wake_lock:
+            try:
+                self._wake_tx.send(b"", zmq.NOBLOCK)
+            except zmq.ZMQError:
+                pass
+
+    # ---------------------------------------------------------------- I/O thread
+
+    def _run(self) -> None:
+        sock = None
+        try:
+            while not self._stop.is_set() and self.refused is None:
+                sock = client_socket(self.context, self.server, self.keys, self.max_bytes)
+                self._session(sock)
+                sock.close(linger=0)
+                sock = None
+        finally:
+            if sock is not None:
+                try:
+                    sock.send_multipart(wire.encode(wire.BYE, sender=self.name), zmq.NOBLOCK)
+                except zmq.ZMQError:
+                    pass
+                sock.close(linger=100)
+            self.connected.clear()
+            self._wake_rx.close(linger=0)
+            with self._lock:
+                self._lock.notify_all()
+
+    def _session(self, sock: zmq.Socket) -> None:
+        """One connection: hello until welcomed, then traffic until the relay is lost or we stop."""
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(self._wake_rx, zmq.POLLIN)
+        backoff = self.backoff_s[0]
+        next_hello = started = last_heard = time.monotonic()
+        last_ping = 0.0
+        with self._lock:
+            self._sent.clear()
+        while not self._stop.is_set() and self.refused is None:
+            now = time.monotonic()
+            wait = self.heartbeat_s if self.connected.is_set() else max(0.0, next_hello - now)
+            events = dict(poller.poll(int(min(wait, self.heartbeat_s) * 1000) + 1))
+            if self._wake_rx in events:
+                while True:
+                    try:
+                        self._wake_rx.recv(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+            if sock in events:
+                while True:
+                    try:
+                        frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                    except zmq.Again:
+                        break
+                    last_heard = time.monotonic()
+                    if not self._on_message(sock, frames):
+                        self.connected.clear()  # relay restarted: hello again on this socket
+                        next_hello, backoff = time.monotonic(), self.backoff_s[0]
+                        with self._lock:
+                            self._sent.clear()
+            now = time.monotonic()
+            if not self.connected.is_set():
+                if now >= next_hello:
+                    self._try_send(sock, wire.encode(wire.HELLO, sender=self.name, version=self.version,
+                                                     meta={"role": self.role}))
+                    next_hello, backoff = now + backoff, min(backoff * 2, self.backoff_s[1])
+                if now - started > self.timeout_s and now - last_heard > self.timeout_s:
+                    self.stats["reconnects"] += 1
+                    return  # a fresh socket (new TCP connection, new identity at the relay)
+                continue
+            self._flush(sock)
+            if now - last_ping >= self.heartbeat_s:
+                self._try_send(sock, wire.encode(wire.PING, sender=self.name, version=self.version))
+                last_ping = now
+            if now - last_heard > self.timeout_s:  # relay silent: gone or unreachable
+                self.connected.clear()
+                self.stats["reconnects"] += 1
+                return
+
+    def _try_send(self, sock: zmq.Socket, frames: list) -> bool:
+        try:
+            sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            return False
+        self.stats["bytes_out"] += sum(memoryview(f).nbytes for f in frames)
+        return True
+
+    def _flush(self, sock: zmq.Socket) -> None:
+        with self._lock:
+            acks, self._acks = self._acks, []
+            weights = self._weights_out if self._weights_pending else None
+            chunks = [(seq, frames) for seq, frames in self._backlog.items() if seq not in self._sent]
+            room = self.window - len(self._sent)
+        for start in range(0, len(acks), 1000):
+            if not self._try_send(sock, wire.encode(wire.ACK, sender=self.name, meta={"acks": acks[start:start + 1000]})):
+                with self._lock:
+                    self._acks[:0] = acks[start:]
+                break
+        if weights is not None and self._try_send(sock, weights):
+            with self._lock:
+                if self._weights_out is weights:
+                    self._weights_pending = False
+        for seq, frames in chunks[:max(0, room)]:
+            if not self._try_send(sock, frames):
+                break
+            with self._lock:
+                if seq in self._backlog:
+                    self._sent.add(seq)
+                    self.stats["sent"] += 1
+
+    def _on_message(self, sock: zmq.Socket, frames: list) -> bool:
+        """Handle one message; False when the relay no longer knows us (say hello again)."""
+        self.stats["bytes_in"] += sum(len(f) for f in frames)
+        try:
+            msg = wire.decode(frames, self.max_bytes)
+        except wire.WireError:
+            self.stats["rejects"] += 1
+            return True
+        if msg.type == wire.REHELLO:
+            return False
+        if msg.type == wire.REFUSED:
+            self.refused = str(msg.meta.get("reason", "no reason given"))
+            return True
+        if msg.type == wire.WELCOME:
+            self.session, self.relay_version = msg.meta.get("session"), msg.version
+            with self._lock:
+                self._sent.clear()  # resend everything unacknowledged on this connection
+                if self._weights_out is not None:
+                    self._weights_pending = True  # a restarted relay needs the current weights
+            self.connected.set()
+            self._want_weights(sock)
+        elif msg.type == wire.PONG:
+            if msg.meta.get("session") != self.session:
+                return False
+            self.relay_version = msg.version
+            self._want_weights(sock)
+        elif msg.type == wire.ACK:
+            self._acked(msg)
+        elif msg.type == wire.WEIGHTS and self.role == "worker":
+            with self._lock:
+                if self._weights_in is None or msg.version >= self._weights_in.version:
+                    self._weights_in = msg
+        elif msg.type == wire.SAMPLES and self.role == "trainer":
+            with self._lock:
+                self._inbox.append(msg)
+                self.stats["received"] += 1
+                self._lock.notify_all()
+        return True
+
+    def _acked(self, msg: wire.Message) -> None:
+        seqs, dropped = msg.meta.get("seqs", []), msg.meta.get("dropped", [])
+        with self._lock:
+            for seq in seqs if isinstance(seqs, list) else []:
+                if isinstance(seq, int) and self._backlog.pop(seq, None) is not None:
+                    self._sent.discard(seq)
+                    self.stats["acked"] += 1
+            self.stats["relay_drops"] += len(dropped) if isinstance(dropped, list) else 0
+
+    def _want_weights(self, sock: zmq.Socket) -> None:
+        """A worker behind the relay's version (a missed broadcast) asks for the current weights."""
+        if self.role != "worker" or self.relay_version < 0:
+            return
+        with self._lock:
+            pending = self._weights_in.version if self._weights_in is not None else -1
+        if self.relay_version > max(self.version, pending):
+            self._try_send(sock, wire.encode(wire.GET_WEIGHTS, sender=self.name, version=self.version))

@@ -1,0 +1,320 @@
+"""The relay (``relayrl serve``): the one address the trainer and the rollout workers all connect to.
+
+TMRL's model, made safe: samples are consumables (each worker chunk reaches the trainer once, in
+order per worker), weights are broadcasts (latest wins; a worker that joins gets them at once), one
+trainer at a time, up to ``max_workers`` workers. It holds no RL logic and never unpickles: every
+message is checked by ``wire.decode`` and forwarded as the bytes it arrived as.
+
+Delivery is end to end: a worker keeps each chunk until the trainer's ACK comes back through the
+relay, and resends what is unacknowledged when it reconnects, so a relay restart loses nothing.
+The relay and the trainer both drop resends they have seen, by (worker, seq). The queue to the
+trainer is bounded (``max_queue`` chunks): on overflow the oldest chunk is dropped, counted, and
+its worker is told so it stops holding it. At most ``window`` chunks are in flight to the trainer;
+if the trainer goes away they go back to the front of the queue.
+
+One thread, one ROUTER socket; it sleeps in ``poll`` between messages (no busy-waiting).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sys
+import time
+import warnings
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from threading import Event
+from typing import Any
+
+import zmq
+
+from relayrl.errors import ConfigError
+from relayrl.net import wire
+from relayrl.net.seen import SeenSet
+from relayrl.net.transport import parse_address, server_socket
+
+TRAINER, WORKER = "trainer", "worker"
+
+
+@dataclass
+class RelayOptions:
+    bind: str = "127.0.0.1:5555"
+    keys: str | None = None  # folder written by `relayrl keys generate`, its server/ part
+    insecure: bool = False  # allow a non-loopback bind without keys
+    max_workers: int = -1  # -1: unlimited
+    max_queue: int = 1024  # chunks queued for the trainer; overflow drops the oldest
+    window: int = 32  # chunks sent to the trainer and not yet acknowledged
+    heartbeat_s: float = 1.0
+    peer_timeout_s: float = 10.0  # a peer silent this long is dropped
+    max_message_mb: float = 64.0
+    metrics: str | None = None  # JSONL file of relay metrics
+    metrics_every_s: float = 10.0
+
+
+@dataclass
+class Peer:
+    ident: bytes
+    role: str
+    name: str
+    last_seen: float
+    done: SeenSet = field(default_factory=SeenSet)  # worker chunks delivered or dropped
+
+
+class Relay:
+    def __init__(self, options: RelayOptions, context: zmq.Context | None = None):
+        self.options = options
+        self.session = secrets.token_hex(8)  # clients notice a restarted relay by a new session
+        self.context = context or zmq.Context.instance()
+        host, _ = parse_address(options.bind, bind=True)
+        if options.keys is None and not _is_loopback(host):
+            if not options.insecure:
+                raise ConfigError(f"--bind {options.bind} is reachable from other machines, and without --keys "
+                                  "anyone who reaches it could feed the trainer and read the weights: create keys "
+                                  "with `relayrl keys generate DIR` and pass --keys DIR/server, or pass --insecure "
+                                  "on a network you trust")
+            warnings.warn(f"relay on {options.bind} without encryption or authentication (--insecure)",
+                          stacklevel=2)
+        self.max_bytes = int(options.max_message_mb * 2**20)
+        self.socket, self._auth = server_socket(self.context, options.bind, options.keys, self.max_bytes)
+        self.endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.peers: dict[bytes, Peer] = {}
+        self.trainer: Peer | None = None
+        self.done: dict[str, SeenSet] = {}  # worker name -> seqs delivered or dropped (outlives reconnects)
+        self.queue: deque[tuple[str, int, list]] = deque()
+        self.queued: set[tuple[str, int]] = set()
+        self.inflight: dict[tuple[str, int], list] = {}
+        self.weights: tuple[int, list] | None = None  # (version, frames) of the latest broadcast
+        self.counters = {"chunks_in": 0, "chunks_out": 0, "duplicates": 0, "drops": 0, "rejects": 0,
+                         "refused": 0, "bytes_in": 0, "bytes_out": 0, "weights_in": 0}
+        self._rates = {"bytes_in": 0, "bytes_out": 0, "at": time.monotonic()}
+        self._metrics_file = Path(options.metrics) if options.metrics else None
+
+    # ---------------------------------------------------------------- loop
+
+    def serve(self, stop: Event | None = None, log=sys.stderr) -> None:
+        """Run until ``stop`` is set (checked every heartbeat) or Ctrl-C."""
+        stop = stop or Event()
+        poller = zmq.Poller()
+        poller.register(self.socket, zmq.POLLIN)
+        next_metrics = time.monotonic() + self.options.metrics_every_s
+        try:
+            while not stop.is_set():
+                if poller.poll(int(self.options.heartbeat_s * 1000)):
+                    for _ in range(1000):  # drain, but let housekeeping run under a flood
+                        try:
+                            frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
+                        except zmq.Again:
+                            break
+                        self.handle(frames)
+                now = time.monotonic()
+                self._expire(now)
+                if now >= next_metrics:
+                    self._write_metrics(log)
+                    next_metrics = now + self.options.metrics_every_s
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self.socket.close(linger=0)
+        if self._auth is not None:
+            self._auth.stop()
+            self._auth = None
+
+    def handle(self, frames: list) -> None:
+        ident, payload = frames[0].bytes, frames[1:]
+        self.counters["bytes_in"] += sum(len(f) for f in frames)
+        try:
+            msg = wire.decode(payload, self.max_bytes)
+        except wire.WireError:
+            self.counters["rejects"] += 1
+            return
+        peer = self.peers.get(ident)
+        if msg.type == wire.HELLO:
+            self._hello(ident, msg)
+            return
+        if peer is None:
+            if msg.type != wire.BYE:
+                self._send(ident, wire.encode(wire.REHELLO, meta={"session": self.session}))
+            return
+        peer.last_seen = time.monotonic()
+        handler = _HANDLERS.get((peer.role, msg.type))
+        if handler is None:  # e.g. a worker sending weights: not allowed for its role
+            self.counters["rejects"] += 1
+            return
+        handler(self, peer, msg, payload)
+
+    # ---------------------------------------------------------------- handshake and peers
+
+    def _hello(self, ident: bytes, msg: wire.Message) -> None:
+        role, name = msg.meta.get("role"), msg.sender
+        if role not in (TRAINER, WORKER) or not name:
+            return self._refuse(ident, "a hello must name a role (trainer or worker) and a sender")
+        old = self.peers.get(ident)
+        if old is not None and old.role != role:
+            self._drop(old)
+        if role == TRAINER:
+            if self.trainer is not None and self.trainer.ident != ident:
+                return self._refuse(ident, f"another trainer ({self.trainer.name!r}) is connected to this relay; "
+                                           "stop it first, or wait for the relay to notice it is gone "
+                                           f"({self.options.peer_timeout_s:.0f} s after its last heartbeat)")
+        else:
+            for other in [p for p in self.peers.values() if p.role == WORKER and p.name == name and p.ident != ident]:
+                self._drop(other)  # the same worker on a new connection
+            workers = sum(p.role == WORKER for p in self.peers.values() if p.ident != ident)
+            if 0 <= self.options.max_workers <= workers:
+                return self._refuse(ident, f"the relay already has its maximum of {self.options.max_workers} "
+                                           "workers (relayrl serve --max-workers)")
+        done = self.done.setdefault(name, SeenSet()) if role == WORKER else SeenSet()
+        peer = Peer(ident, role, name, time.monotonic(), done)
+        self.peers[ident] = peer
+        version = self.weights[0] if self.weights else -1
+        self._send(ident, wire.encode(wire.WELCOME, version=version, meta={"session": self.session}))
+        if role == TRAINER:
+            self.trainer = peer
+            self._dispatch()
+        elif self.weights is not None:
+            self._send(ident, self.weights[1])
+
+    def _refuse(self, ident: bytes, reason: str) -> None:
+        self.counters["refused"] += 1
+        self._send(ident, wire.encode(wire.REFUSED, meta={"reason": reason, "session": self.session}))
+
+    def _drop(self, peer: Peer) -> None:
+        self.peers.pop(peer.ident, None)
+        if peer is self.trainer:
+            self.trainer = None
+            for key in reversed(list(self.inflight)):  # undelivered: back to the front, in order
+                self.queue.appendleft((*key, self.inflight.pop(key)))
+
+    def _expire(self, now: float) -> None:
+        for peer in [p for p in self.peers.values() if now - p.last_seen > self.options.peer_timeout_s]:
+            self._drop(peer)
+
+    # ---------------------------------------------------------------- samples, acks, weights
+
+    def _samples(self, peer: Peer, msg: wire.Message, payload: list) -> None:
+        key = (peer.name, msg.seq)
+        if peer.done.contains(msg.seq):  # delivered before; its ACK was lost: say it again
+            self.counters["duplicates"] += 1
+            self._send(peer.ident, wire.encode(wire.ACK, meta={"seqs": [msg.seq]}))
+            return
+        if key in self.queued or key in self.inflight:
+            self.counters["duplicates"] += 1
+            return
+        self.counters["chunks_in"] += 1
+        self.queue.append((peer.name, msg.seq, payload))
+        self.queued.add(key)
+        while len(self.queue) > self.options.max_queue:  # overflow policy: drop the oldest, counted
+            name, seq, _ = self.queue.popleft()
+            self.queued.discard((name, seq))
+            self.counters["drops"] += 1
+            self.done.setdefault(name, SeenSet()).add(seq)
+            self._tell_worker(name, {"seqs": [seq], "dropped": [seq]})
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        trainer = self.trainer
+        while trainer is not None and self.queue and len(self.inflight) < self.options.window:
+            name, seq, payload = self.queue.popleft()
+            self.queued.discard((name, seq))
+            self.inflight[(name, seq)] = payload
+            self._send(trainer.ident, payload)
+            self.counters["chunks_out"] += 1
+
+    def _ack(self, peer: Peer, msg: wire.Message, payload: list) -> None:
+        per_worker: dict[str, list[int]] = {}
+        for item in msg.meta.get("acks", []):
+            if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str) and isinstance(item[1], int)):
+                self.counters["rejects"] += 1
+                return
+            name, seq = item
+            self.inflight.pop((name, seq), None)
+            self.done.setdefault(name, SeenSet()).add(seq)
+            per_worker.setdefault(name, []).append(seq)
+        for name, seqs in per_worker.items():
+            self._tell_worker(name, {"seqs": seqs})
+        self._dispatch()
+
+    def _tell_worker(self, name: str, meta: dict[str, Any]) -> None:
+        for p in self.peers.values():
+            if p.role == WORKER and p.name == name:
+                self._send(p.ident, wire.encode(wire.ACK, meta=meta))
+
+    def _weights(self, peer: Peer, msg: wire.Message, payload: list) -> None:
+        self.counters["weights_in"] += 1
+        self.weights = (msg.version, payload)
+        for p in list(self.peers.values()):
+            if p.role == WORKER:
+                self._send(p.ident, payload)
+
+    def _get_weights(self, peer: Peer, msg: wire.Message, payload: list) -> None:
+        if self.weights is not None:
+            self._send(peer.ident, self.weights[1])
+
+    def _ping(self, peer: Peer, msg: wire.Message, payload: list) -> None:
+        version = self.weights[0] if self.weights else -1
+        self._send(peer.ident, wire.encode(wire.PONG, version=version,
+                                           meta={"session": self.session, "queue": len(self.queue)}))
+
+    def _bye(self, peer: Peer, msg: wire.Message, payload: list) -> None:
+        self._drop(peer)
+
+    def _send(self, ident: bytes, frames: list) -> None:
+        try:
+            self.socket.send_multipart([ident, *frames], zmq.NOBLOCK, copy=False)
+        except zmq.Again:  # that peer's pipe is full: it will ask again (acks, weights are re-requested)
+            return
+        except zmq.ZMQError:  # peer gone
+            return
+        self.counters["bytes_out"] += sum(len(f) if not hasattr(f, "nbytes") else f.nbytes for f in frames)
+
+    # ---------------------------------------------------------------- metrics
+
+    def stats(self) -> dict[str, float]:
+        now = time.monotonic()
+        dt = max(now - self._rates["at"], 1e-9)
+        out = {**{k: float(v) for k, v in self.counters.items()},
+               "workers": float(sum(p.role == WORKER for p in self.peers.values())),
+               "trainer": float(self.trainer is not None), "queue_depth": float(len(self.queue)),
+               "inflight": float(len(self.inflight)),
+               "bytes_in_per_s": (self.counters["bytes_in"] - self._rates["bytes_in"]) / dt,
+               "bytes_out_per_s": (self.counters["bytes_out"] - self._rates["bytes_out"]) / dt}
+        self._rates = {"bytes_in": self.counters["bytes_in"], "bytes_out": self.counters["bytes_out"], "at": now}
+        return out
+
+    def _write_metrics(self, log) -> None:
+        stats = self.stats()
+        line = json.dumps({"time": time.time(), **stats})
+        if self._metrics_file is not None:
+            with self._metrics_file.open("a") as f:
+                f.write(line + "\n")
+        if log is not None:
+            print(f"relay: {int(stats['workers'])} workers, trainer {'on' if stats['trainer'] else 'off'}, "
+                  f"queue {int(stats['queue_depth'])}, drops {int(stats['drops'])}, rejects {int(stats['rejects'])}, "
+                  f"in {stats['bytes_in_per_s'] / 1e6:.2f} MB/s, out {stats['bytes_out_per_s'] / 1e6:.2f} MB/s",
+                  file=log, flush=True)
+
+
+_HANDLERS = {
+    (WORKER, wire.SAMPLES): Relay._samples,
+    (WORKER, wire.GET_WEIGHTS): Relay._get_weights,
+    (WORKER, wire.PING): Relay._ping,
+    (WORKER, wire.BYE): Relay._bye,
+    (TRAINER, wire.ACK): Relay._ack,
+    (TRAINER, wire.WEIGHTS): Relay._weights,
+    (TRAINER, wire.PING): Relay._ping,
+    (TRAINER, wire.BYE): Relay._bye,
+}
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,191 @@
+"""The wire codec: one ZeroMQ multipart message = a msgpack header frame + one raw frame per array.
+
+    frames = encode(SAMPLES, sender="w-1a2b", seq=7, version=3, arrays=batch, meta={"env_steps": 64})
+    msg = decode(frames)                 # Message(type, sender, seq, version, arrays, meta, blob)
+
+The header is a msgpack map (docs/wire-protocol.md is the specification):
+``{"proto": 1, "type": str, "sender": str, "seq": int, "version": int,
+"arrays": [[name, dtype, shape], ...], "blob": bool, "meta": {...}}``. Frame i + 1 holds array i's
+bytes (C order, little-endian); with ``blob`` one last frame carries opaque bytes (weights as
+safetensors). Nothing is ever unpickled: msgpack decodes to plain data, arrays are rebuilt from a
+whitelist of dtypes after checking that each frame has exactly the bytes its descriptor says, and
+``decode`` raises only ``WireError`` for anything malformed, so a receiver can count and drop it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+import numpy as np
+
+PROTOCOL = 1
+MAX_MESSAGE_BYTES = 64 * 2**20  # default cap on one message (all frames); the relay's --max-message-mb
+
+# Message types (the header's "type").
+HELLO, WELCOME, REFUSED, REHELLO = "hello", "welcome", "refused", "rehello"
+SAMPLES, ACK, WEIGHTS, GET_WEIGHTS = "samples", "ack", "weights", "get_weights"
+PING, PONG, BYE = "ping", "pong", "bye"
+TYPES = frozenset({HELLO, WELCOME, REFUSED, REHELLO, SAMPLES, ACK, WEIGHTS, GET_WEIGHTS, PING, PONG, BYE})
+
+# dtype strings on the wire: numpy's little-endian spellings of the plain numeric types only.
+DTYPES = {np.dtype(t).str: np.dtype(t) for t in
+          (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+           np.float16, np.float32, np.float64)}
+MAX_DIMS = 8
+MAX_ARRAYS = 64
+MAX_HEADER_BYTES = 64 * 1024
+
+
+class WireError(ValueError):
+    """A message that does not follow the protocol; the text says what is wrong with it."""
+
+
+@dataclass(frozen=True)
+class Message:
+    type: str
+    sender: str = ""
+    seq: int = 0
+    version: int = -1
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    blob: bytes | None = None
+
+
+def encode(type: str, *, sender: str = "", seq: int = 0, version: int = -1,
+           arrays: dict[str, np.ndarray] | None = None, meta: dict[str, Any] | None = None,
+           blob: bytes | None = None) -> list[bytes | memoryview]:
+    """The frames of one message. Array frames are zero-copy views of C-contiguous arrays."""
+    if type not in TYPES:
+        raise ValueError(f"unknown message type {type!r}")
+    descriptors, frames = [], []
+    for name, value in (arrays or {}).items():
+        array = np.ascontiguousarray(value)
+        dtype = array.dtype.newbyteorder("<") if array.dtype.byteorder == ">" else array.dtype
+        if dtype.str not in DTYPES:
+            raise ValueError(f"array {name!r} has dtype {array.dtype}, which the wire protocol does not carry "
+                             f"(allowed: {', '.join(sorted(DTYPES))})")
+        array = array.astype(dtype, copy=False)
+        descriptors.append([name, dtype.str, list(array.shape)])
+        frames.append(memoryview(array.reshape(-1).view(np.uint8)) if array.size else b"")
+    header = {"proto": PROTOCOL, "type": type, "sender": sender, "seq": int(seq), "version": int(version),
+              "arrays": descriptors, "blob": blob is not None, "meta": meta or {}}
+    out: list[bytes | memoryview] = [msgpack.packb(header, use_bin_type=True)]
+    out.extend(frames)
+    if blob is not None:
+        out.append(blob)
+    return out
+
+
+def _int(header: dict, key: str) -> int:
+    value = header.get(key)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise WireError(f"header field {key!r} must be an integer, got {type(value).__name__}")
+    return value
+
+
+def decode(frames: list, max_bytes: int = MAX_MESSAGE_BYTES) -> Message:
+    """Parse and validate one message (frames as bytes, memoryviews or zmq Frames). The arrays are
+    read-only views of the frames' buffers (copy to write)."""
+    if not frames:
+        raise WireError("empty message")
+    buffers = [memoryview(f.buffer if hasattr(f, "buffer") else f) for f in frames]
+    total = sum(b.nbytes for b in buffers)
+    if total > max_bytes:
+        raise WireError(f"message of {total} bytes exceeds the limit of {max_bytes}")
+    if buffers[0].nbytes > MAX_HEADER_BYTES:
+        raise WireError(f"header of {buffers[0].nbytes} bytes exceeds {MAX_HEADER_BYTES}")
+    try:
+        header = msgpack.unpackb(buffers[0], raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several types for garbage; all mean the same here
+        raise WireError(f"header is not msgpack: {type(exc).__name__}") from None
+    if not isinstance(header, dict):
+        raise WireError("header is not a map")
+    proto = header.get("proto")
+    if proto != PROTOCOL:
+        raise WireError(f"protocol version {proto!r}, this side speaks {PROTOCOL}: "
+                        "run the same relayrl release on the relay, the trainer and the workers")
+    kind = header.get("type")
+    if kind not in TYPES:
+        raise WireError(f"unknown message type {kind!r}")
+    sender, meta, descriptors = header.get("sender", ""), header.get("meta", {}), header.get("arrays", [])
+    if not isinstance(sender, str) or len(sender) > 256:
+        raise WireError("sender must be a string of at most 256 characters")
+    if not isinstance(meta, dict):
+        raise WireError("meta must be a map")
+    if not isinstance(descriptors, list) or len(descriptors) > MAX_ARRAYS:
+        raise WireError(f"arrays must be a list of at most {MAX_ARRAYS} descriptors")
+    has_blob = header.get("blob", False) is True
+    if len(buffers) != 1 + len(descriptors) + has_blob:
+        raise WireError(f"{len(buffers)} frames, the header announces {1 + len(descriptors) + has_blob}")
+    arrays = {}
+    for i, descriptor in enumerate(descriptors):
+        arrays.update([_array(descriptor, buffers[1 + i])])
+    blob = bytes(buffers[-1]) if has_blob else None
+    return Message(kind, sender, _int(header, "seq"), _int(header, "version"), arrays, meta, blob)
+
+
+def _array(descriptor: Any, buffer: memoryview) -> tuple[str, np.ndarray]:
+    if not (isinstance(descriptor, list) and len(descriptor) == 3):
+        raise WireError("an array descriptor must be [name, dtype, shape]")
+    name, dtype_str, shape = descriptor
+    if not isinstance(name, str) or not name:
+        raise WireError("array name must be a non-empty string")
+    dtype = DTYPES.get(dtype_str) if isinstance(dtype_str, str) else None
+    if dtype is None:
+        raise WireError(f"array {name!r}: dtype {dtype_str!r} is not one the protocol carries")
+    if (not isinstance(shape, list) or len(shape) > MAX_DIMS
+            or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**40 for d in shape)):
+        raise WireError(f"array {name!r}: shape must be a list of at most {MAX_DIMS} non-negative integers")
+    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if buffer.nbytes != expected:
+        raise WireError(f"array {name!r}: frame has {buffer.nbytes} bytes, {dtype_str}{shape} needs {expected}")
+    return name, np.frombuffer(buffer, dtype=dtype).reshape(shape)
+
+
+# ---------------------------------------------------------------- weights as safetensors bytes
+
+
+def weights_to_bytes(weights: dict[str, Any]) -> bytes:
+    """A policy's ``get_weights()`` tree as safetensors bytes (the tree's structure in its metadata)."""
+    from safetensors.numpy import save
+
+    from relayrl.runtime.weights import flatten
+
+    arrays, kinds = flatten(weights)
+    arrays = {k: np.ascontiguousarray(v) for k, v in arrays.items()}
+    return save(arrays, metadata={"relayrl.kinds": json.dumps(kinds)})
+
+
+def weights_from_bytes(blob: bytes) -> dict[str, Any]:
+    """The inverse of ``weights_to_bytes``; raises WireError for bytes that are not such a file."""
+    from safetensors.numpy import load
+
+    from relayrl.runtime.weights import unflatten
+
+    kinds = _kinds_from_header(blob)
+    try:
+        arrays = load(blob)
+    except Exception as exc:  # safetensors raises its own error types for corrupt input
+        raise WireError(f"weights are not a valid safetensors file: {exc}") from None
+    if set(kinds) != set(arrays) or not all(v in ("tensor", "array", "int", "float") for v in kinds.values()):
+        raise WireError("weights metadata does not describe the tensors it carries")
+    return unflatten(arrays, kinds)
+
+
+def _kinds_from_header(blob: bytes) -> dict[str, str]:
+    """Read ``relayrl.kinds`` from the safetensors JSON header (8-byte length + JSON)."""
+    if len(blob) < 8:
+        raise WireError("weights blob is shorter than a safetensors header")
+    size = int.from_bytes(blob[:8], "little")
+    if size > len(blob) - 8 or size > MAX_HEADER_BYTES * 16:
+        raise WireError("weights blob has a safetensors header longer than the blob")
+    try:
+        kinds = json.loads(json.loads(blob[8:8 + size])["__metadata__"]["relayrl.kinds"])
+    except (ValueError, KeyError, TypeError):
+        raise WireError("weights blob carries no relayrl.kinds metadata") from None
+    if not isinstance(kinds, dict):
+        raise WireError("weights metadata is not a map")
+    return kinds
