@@ -1,4 +1,5 @@
-"""``relayrl train | eval | plot | config``: the command line (spellings fixed by DESIGN.md)."""
+"""``relayrl train | eval | plot | config | serve | worker | keys``: the command line (spellings fixed
+by DESIGN.md)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where rollout workers run (default auto: inline for one worker, mp for more)")
     p.add_argument("--workers", type=int, help="rollout workers, each with env.num_envs envs")
     p.add_argument("--ray-address", help="backend ray: join this cluster (auto or HOST:PORT) instead of a local Ray")
+    p.add_argument("--server", metavar="HOST:PORT", help="learn from remote workers through the relay there")
+    p.add_argument("--keys", metavar="DIR", help="with --server: this machine's keys (relayrl keys generate)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--no-tensorboard", action="store_true", help="skip TensorBoard event files")
 
@@ -52,13 +55,50 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("config", help="print an algorithm's default config as YAML")
     p.add_argument("algo", metavar="ALGO")
+
+    p = sub.add_parser("serve", help="run the relay that a trainer and remote workers connect to")
+    p.add_argument("--bind", default="127.0.0.1:5555", metavar="HOST:PORT",
+                   help="address to listen on (default 127.0.0.1:5555; 0.0.0.0:PORT for every interface)")
+    p.add_argument("--keys", metavar="DIR", help="the server folder written by `relayrl keys generate DIR`")
+    p.add_argument("--insecure", action="store_true", help="allow a non-loopback --bind without --keys")
+    p.add_argument("--max-workers", type=int, default=-1, help="workers admitted at once (-1: unlimited)")
+    p.add_argument("--max-queue", type=int, default=1024, help="chunks queued for the trainer; then the oldest drop")
+    p.add_argument("--window", type=int, default=32, help="chunks in flight to the trainer")
+    p.add_argument("--heartbeat", type=float, default=1.0, help="seconds between housekeeping passes")
+    p.add_argument("--peer-timeout", type=float, default=10.0, help="seconds of silence before a peer is dropped")
+    p.add_argument("--max-message-mb", type=float, default=64.0, help="largest message accepted")
+    p.add_argument("--metrics", metavar="FILE.jsonl", help="append relay metrics here")
+    p.add_argument("--metrics-every", type=float, default=10.0, help="seconds between metrics lines")
+
+    p = sub.add_parser("worker", help="run a rollout worker that sends samples to a relay")
+    p.add_argument("--server", metavar="HOST:PORT", help="the relay's address")
+    p.add_argument("--env", help="Gymnasium env id (the trainer's)")
+    p.add_argument("--algo", default="sac", help="the trainer's algorithm (default sac)")
+    p.add_argument("--keys", metavar="DIR", help="this worker's keys folder (relayrl keys generate)")
+    p.add_argument("--config", type=Path, help="YAML options; use the trainer's so the policies match")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--name", help="worker name, unique per relay (default: role-host-pid-random)")
+    p.add_argument("--expert", action="store_true", help="send samples, never load the trainer's weights")
+    p.add_argument("--standalone", action="store_true", help="no server: run the saved policy (deployment)")
+    p.add_argument("--weights", type=Path, help="start from this weights file or run checkpoint")
+    p.add_argument("--episodes", type=int, default=10, help="--standalone: episodes to run")
+    p.add_argument("--max-steps", type=int, help="stop after this many env steps")
+
+    p = sub.add_parser("keys", help="CURVE key pairs for the relay and its clients")
+    keys_sub = p.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
+    g = keys_sub.add_parser("generate", help="write DIR/server and one folder per client")
+    g.add_argument("dir", type=Path, metavar="DIR")
+    g.add_argument("--clients", default="trainer,worker",
+                   help="comma-separated client names (default trainer,worker)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return {"train": cmd_train, "eval": cmd_eval, "plot": cmd_plot, "config": cmd_config}[args.command](args)
+        return {"train": cmd_train, "eval": cmd_eval, "plot": cmd_plot, "config": cmd_config, "serve": cmd_serve,
+                "worker": cmd_worker, "keys": cmd_keys}[args.command](args)
     except RelayRLError as exc:
         print(f"relayrl: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -80,7 +120,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     overrides = {"env.id": args.env, "seed": args.seed, "total_steps": args.total_steps,
                  "stop_value": args.stop_value, "backend": args.backend, "workers": args.workers,
-                 "ray_address": args.ray_address}
+                 "ray_address": args.ray_address, "net.server": args.server, "net.keys": args.keys}
     run_dir = args.run_dir
     if args.resume is not None:
         if args.previous is not None:
@@ -152,6 +192,64 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
     out = plot_runs(args.runs, args.output)
     print(f"wrote {out}")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from relayrl.net.relay import Relay, RelayOptions
+
+    options = RelayOptions(bind=args.bind, keys=args.keys, insecure=args.insecure, max_workers=args.max_workers,
+                           max_queue=args.max_queue, window=args.window, heartbeat_s=args.heartbeat,
+                           peer_timeout_s=args.peer_timeout, max_message_mb=args.max_message_mb,
+                           metrics=args.metrics, metrics_every_s=args.metrics_every)
+    relay = Relay(options)
+    print(f"relay listening on {relay.endpoint} ({'CURVE keys from ' + args.keys if args.keys else 'no encryption'})",
+          flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        relay.serve(stop)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from relayrl.config import build_config, read_yaml
+    from relayrl.net.worker import RemoteWorker
+
+    overrides = {"env.id": args.env, "seed": args.seed, "net.server": args.server, "net.keys": args.keys}
+    config = build_config(args.algo, read_yaml(args.config) if args.config else None, args.sets, overrides)
+    worker = RemoteWorker(config, name=args.name, expert=args.expert, standalone=args.standalone,
+                          weights=args.weights)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    interrupted = False
+    try:
+        if args.standalone:
+            for k, ret in enumerate(worker.run_episodes(args.episodes, seed=config.seed)):
+                print(f"episode {k}: return {ret:.2f}")
+        else:
+            print(f"worker {worker.client.name} -> {args.server} ({config.env.id}, {config.algo})", flush=True)
+            worker.run(max_steps=args.max_steps, stop=stop)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        worker.close()
+    stats = worker.stats()
+    print(f"worker done: {stats['env_steps']} env steps, {stats.get('acked', 0)} chunks acknowledged, "
+          f"{stats.get('backlog_drops', 0)} dropped, policy version {stats['version']}")
+    return EXIT_INTERRUPTED if interrupted else 0
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    from relayrl.net.keys import generate
+
+    clients = [c.strip() for c in args.clients.split(",") if c.strip()]
+    for folder in generate(args.dir, clients):
+        print(f"wrote {folder}")
+    print(f"relay: relayrl serve --keys {args.dir / 'server'}; each client: --keys {args.dir}/NAME "
+          "(copy only that folder to that machine)")
     return 0
 
 

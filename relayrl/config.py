@@ -57,6 +57,48 @@ class EvalConfig(Section):
     """Environment copies used by the evaluator; episodes are balanced across them."""
 
 
+class NetConfig(Section):
+    """Remote rollout workers through a relay (``relayrl serve``); docs/remote.md."""
+
+    server: str | None = None
+    """Relay address HOST:PORT. For `relayrl train`: learn from the workers connected there instead
+    of local envs (null: local training)."""
+    keys: str | None = None
+    """Folder of this machine's CURVE keys (written by `relayrl keys generate`); null: no encryption,
+    only for loopback or a trusted network."""
+    heartbeat_s: float = Field(1.0, gt=0)
+    """Seconds between heartbeats to the relay."""
+    timeout_s: float = Field(10.0, gt=0)
+    """Seconds of silence from the relay before reconnecting (with exponential backoff)."""
+    connect_timeout_s: float = Field(120.0, gt=0)
+    """Trainer: seconds to wait for the relay at start before giving up with an error."""
+    backlog: int = Field(256, ge=1)
+    """Worker: chunks kept until the trainer acknowledges them (resent after a reconnect); when full,
+    the oldest is dropped and counted."""
+    window: int = Field(64, ge=1)
+    """Worker: chunks sent and not yet acknowledged at any time."""
+    max_message_mb: float = Field(64.0, gt=0)
+    """Largest message accepted (samples chunk or weights)."""
+    min_samples_per_worker_packet: int = Field(1, ge=1)
+    """Worker: transitions gathered before a chunk is sent."""
+    compressor: str | None = None
+    """Worker: "module:function" mapping a chunk (dict of arrays) to what is sent (TMRL's
+    sample_compressor); the trainer's decompressor must invert it."""
+    decompressor: str | None = None
+    """Trainer: "module:function" mapping a received chunk back to transitions."""
+    crc_debug: bool = False
+    """Worker sends a CRC32 of every original array; the trainer checks its decompressed chunk
+    against them and stops with an error naming the first field that differs."""
+    test_episode_interval: int = Field(0, ge=0)
+    """Worker: run one deterministic test episode (never sent) every this many training episodes
+    (0: never)."""
+    weights_dir: str | None = None
+    """Worker: folder where received weights are saved (latest.safetensors) and loaded from at start
+    (null: relayrl-worker/<env>_<algo> under the current directory)."""
+    model_history: int = Field(0, ge=0)
+    """Worker: also keep a copy of every this many received versions (0: only the latest)."""
+
+
 class RunConfig(Section):
     """Options shared by every algorithm; each algorithm adds a section named after it."""
 
@@ -88,10 +130,13 @@ class RunConfig(Section):
     """backend ray: the cluster to join ("auto" or HOST:PORT); null starts a local Ray for the run."""
     env: EnvConfig = Field(default_factory=EnvConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    net: NetConfig = Field(default_factory=NetConfig)
 
 
     @property
     def resolved_backend(self) -> str:
+        if self.net.server is not None:
+            return "relay"
         if self.backend != "auto":
             return self.backend
         return "inline" if self.workers == 1 else "mp"

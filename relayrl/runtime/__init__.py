@@ -45,7 +45,31 @@ def make_pool(config: RunConfig) -> Any:
     return pool_cls(make_backend(config), config.resolved_backend, max_lag=config.max_policy_lag)
 
 
+def make_relay_source(config: RunConfig) -> Any:
+    """The trainer's end of a relay (``--server``): remote workers instead of local ones."""
+    from relayrl.envs.registry import make
+    from relayrl.net.trainer import RelaySource
+
+    if get_algo(config.algo).on_policy:
+        raise ConfigError(f"{config.algo} learns from rollouts of the weights it just published, which remote "
+                          "workers through a relay cannot promise: train sac or dqn with --server")
+    if config.workers != 1 or config.backend not in ("auto", "inline"):
+        raise ConfigError("--server learns from the workers connected to the relay: drop --workers/--backend "
+                          "(start `relayrl worker --server ...` on each machine instead)")
+    env = make(config.env.id, **config.env.kwargs)
+    try:
+        return RelaySource(config, env.observation_space, env.action_space)
+    finally:
+        env.close()
+
+
 def train(config: RunConfig, **kwargs: Any) -> dict[str, Any]:
+    if config.net.server is not None:
+        source = make_relay_source(config)
+        try:
+            return train_local(config, samples=source, publish=source.publish, **kwargs)
+        finally:
+            source.close()
     if config.resolved_backend == "inline" and config.workers == 1:
         return train_local(config, **kwargs)
     pool = make_pool(config)

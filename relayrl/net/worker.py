@@ -1,0 +1,222 @@
+"""``relayrl worker``: a rollout worker on a robot or game PC, reaching the trainer through the relay.
+
+    relayrl worker --server relay.example.org:5555 --env Pendulum-v1 --algo sac --keys keys/worker1
+
+It is the runtime's RolloutWorker (the same policy and collector code as every other backend) with
+the relay as transport: chunks go out stamped (worker name, seq, policy version) and stay in the
+client's backlog until the trainer acknowledges them; the newest weights are taken between chunks
+and saved to ``net.weights_dir`` (``latest.safetensors``, plus a copy every ``net.model_history``
+versions), and loaded again at start, so a restarted worker acts with the last policy it had.
+
+Modes (TMRL's): ``expert`` sends samples and never loads weights (a scripted or human policy, or a
+fixed saved one); ``standalone`` runs the saved policy with no server (deployment).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from relayrl.config import RunConfig
+from relayrl.envs.registry import make
+from relayrl.errors import CheckpointError, RelayRLError
+from relayrl.io.atomic import atomic_write_bytes
+from relayrl.net import wire
+from relayrl.net.client import RelayClient
+from relayrl.net.hooks import load_hook
+from relayrl.net.trainer import crc_of
+from relayrl.runtime.messages import InsertTransitions, LoadParams
+from relayrl.runtime.worker import RolloutWorker
+from relayrl.types import Batch
+
+LATEST = "latest.safetensors"
+LOG_EVERY_S = 10.0
+
+
+def default_weights_dir(config: RunConfig) -> Path:
+    return Path("relayrl-worker") / re.sub(r"[^A-Za-z0-9_.-]", "_", f"{config.env.id}_{config.algo}")
+
+
+class RemoteWorker:
+    def __init__(self, config: RunConfig, *, name: str | None = None, expert: bool = False,
+                 standalone: bool = False, weights: str | Path | None = None):
+        net = config.net
+        if not standalone and net.server is None:
+            raise RelayRLError("relayrl worker needs --server HOST:PORT (or --standalone to run the saved policy)")
+        self.config, self.expert, self.standalone = config, expert, standalone
+        self.weights_dir = Path(net.weights_dir) if net.weights_dir else default_weights_dir(config)
+        self.worker = RolloutWorker(0, config, config.seed)
+        self.client: RelayClient | None = None
+        try:
+            self._load_saved(Path(weights) if weights else None)
+            self.compress = load_hook(net.compressor, "net.compressor")
+            if not standalone:
+                self.client = RelayClient(net.server, "worker", name=name, keys=net.keys, heartbeat_s=net.heartbeat_s,
+                                          timeout_s=net.timeout_s, backlog=net.backlog, window=net.window,
+                                          max_message_mb=net.max_message_mb)
+                self.client.version = self.worker.version
+        except BaseException:
+            self.worker.close()
+            raise
+        self._pending: list[InsertTransitions] = []
+        self._test_returns: list[float] = []
+        self.episodes = 0
+        self.env_steps = 0
+        self.versions_received = 0
+
+    # ---------------------------------------------------------------- weights
+
+    def _load_saved(self, path: Path | None) -> None:
+        """Weights from ``path`` (a file this worker saved, or a run checkpoint), else the latest saved
+        in weights_dir, else the policy's initial weights."""
+        if path is None:
+            path = self.weights_dir / LATEST
+            if not path.is_file():
+                if self.standalone:
+                    raise CheckpointError(f"no saved weights in {self.weights_dir}: run the worker against a trainer "
+                                          "first, or pass --weights FILE (a saved latest.safetensors or a run's "
+                                          "checkpoints/best.safetensors)")
+                return
+        if not path.is_file():
+            raise CheckpointError(f"--weights {path}: no such file")
+        blob = path.read_bytes()
+        try:
+            tree, version = wire.weights_from_bytes(blob), _saved_version(path)
+        except wire.WireError:
+            from relayrl.io.checkpoint import load_checkpoint
+
+            tree, version = load_checkpoint(path).state["algo"], 0
+        self._apply(tree, version, str(path))
+
+    def _apply(self, tree: dict[str, Any], version: int, source: str) -> None:
+        try:
+            self.worker.load(LoadParams(version, tree), self.env_steps)
+        except (RuntimeError, KeyError, ValueError) as exc:
+            raise RelayRLError(f"weights from {source} do not fit this worker's {self.config.algo} policy "
+                               f"({str(exc).splitlines()[0]}): give the worker the same --config/--set options "
+                               "as the trainer") from None
+
+    def _take_weights(self) -> None:
+        msg = self.client.take_weights() if self.client is not None else None
+        if msg is None or self.expert or msg.blob is None:
+            return
+        try:
+            tree = wire.weights_from_bytes(msg.blob)
+        except wire.WireError as exc:
+            print(f"relayrl worker: ignored weights version {msg.version}: {exc}", file=sys.stderr)
+            return
+        self._apply(tree, msg.version, f"the trainer (version {msg.version})")
+        self.client.version = msg.version
+        self.versions_received += 1
+        self._save(msg.blob, msg.version)
+
+    def _save(self, blob: bytes, version: int) -> None:
+        self.weights_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(self.weights_dir / LATEST, blob)
+        atomic_write_bytes(self.weights_dir / "latest.json", json.dumps({"version": version}).encode())
+        every = self.config.net.model_history
+        if every and self.versions_received % every == 0:
+            (self.weights_dir / "history").mkdir(exist_ok=True)
+            atomic_write_bytes(self.weights_dir / "history" / f"v{version:09d}.safetensors", blob)
+
+    # ---------------------------------------------------------------- collection
+
+    def run(self, max_steps: int | None = None, stop: threading.Event | None = None, log=sys.stderr) -> dict:
+        """Collect and send until ``stop`` is set, ``max_steps`` env steps, or Ctrl-C."""
+        if self.standalone:
+            raise RelayRLError("a standalone worker only runs episodes: use run_episodes()")
+        stop = stop or threading.Event()
+        next_log = time.monotonic() + LOG_EVERY_S
+        started = time.monotonic()
+        while not stop.is_set() and (max_steps is None or self.env_steps < max_steps):
+            self._take_weights()
+            msg = self.worker.collect()
+            self.env_steps += msg.env_steps
+            self._after_episodes(len(msg.episode_returns))
+            self._pending.append(msg)
+            self._send_if_ready()
+            if log is not None and time.monotonic() >= next_log:
+                next_log = time.monotonic() + LOG_EVERY_S
+                stats = self.client.stats
+                print(f"relayrl worker {self.client.name}: {self.env_steps} env steps "
+                      f"({self.env_steps / (time.monotonic() - started):.0f}/s), policy version {self.worker.version}, "
+                      f"unacknowledged {self.client.unacknowledged()}, backlog drops {stats['backlog_drops']}, "
+                      f"{'connected' if self.client.connected.is_set() else 'reconnecting'}", file=log, flush=True)
+        return self.stats()
+
+    def _send_if_ready(self, force: bool = False) -> None:
+        rows = sum(len(m.batch.get("reward", ())) for m in self._pending)
+        if not self._pending or (rows < self.config.net.min_samples_per_worker_packet and not force):
+            return
+        batches = [m.batch for m in self._pending if m.batch]
+        batch: Batch = {k: np.concatenate([b[k] for b in batches]) for k in batches[0]} if batches else {}
+        meta: dict[str, Any] = {
+            "env_steps": sum(m.env_steps for m in self._pending),
+            "returns": [float(r) for m in self._pending for r in m.episode_returns],
+            "lengths": [int(n) for m in self._pending for n in m.episode_lengths],
+            "test_returns": self._test_returns}
+        version = min(m.version for m in self._pending)  # the oldest policy in the chunk: staleness errs high
+        if self.config.net.crc_debug:
+            meta["crc"] = crc_of(batch)
+        out = self.compress(batch) if self.compress is not None and batch else batch
+        self.client.send_samples(out, version, meta)
+        self._pending, self._test_returns = [], []
+
+    def _after_episodes(self, finished: int) -> None:
+        every = self.config.net.test_episode_interval
+        for _ in range(finished):
+            self.episodes += 1
+            if every and self.episodes % every == 0:
+                self._test_returns.append(self.run_episodes(1, seed=self.config.seed + self.episodes)[0])
+
+    def run_episodes(self, episodes: int, seed: int | None = None, render: bool = False) -> list[float]:
+        """Deterministic episodes with the current policy (test episodes, and standalone mode)."""
+        env_cfg = self.config.env
+        env = make(env_cfg.id, max_episode_steps=env_cfg.max_episode_steps,
+                   render_mode="human" if render else None, **env_cfg.kwargs)
+        returns = []
+        try:
+            for k in range(episodes):
+                obs, _ = env.reset(seed=None if seed is None else seed + k)
+                total, done = 0.0, False
+                while not done:
+                    action = self.worker.policy.act(np.asarray(obs)[None], "eval").env_action[0]
+                    obs, reward, terminated, truncated, _ = env.step(action)
+                    total += float(reward)
+                    done = terminated or truncated
+                returns.append(total)
+        finally:
+            env.close()
+        return returns
+
+    def stats(self) -> dict:
+        out = {"env_steps": self.env_steps, "episodes": self.episodes, "version": self.worker.version,
+               "versions_received": self.versions_received}
+        if self.client is not None:
+            out.update(self.client.stats)
+        return out
+
+    def close(self, flush_timeout: float = 5.0) -> None:
+        """Send what is pending and wait up to ``flush_timeout`` for it to be acknowledged."""
+        if self.client is not None:
+            if self._pending:
+                self._send_if_ready(force=True)
+            deadline = time.monotonic() + flush_timeout
+            while self.client.unacknowledged() and self.client.connected.is_set() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            self.client.close()
+        self.worker.close()
+
+
+def _saved_version(path: Path) -> int:
+    try:
+        return int(json.loads((path.parent / "latest.json").read_text())["version"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
