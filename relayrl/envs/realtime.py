@@ -133,7 +133,7 @@ class RealTimeConfig:
         is_int = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
         check("act_buf_len", is_int(self.act_buf_len) and self.act_buf_len >= 0, "give an integer >= 0")
         check("ep_max_length", self.ep_max_length is None or (is_int(self.ep_max_length) and self.ep_max_length >= 1),
-              "give an integer >= 1, or null for no limit")
+              "give an integer >= 1, or None (null) for no limit")
         for field in dataclasses.fields(self):
             if field.type == "bool":
                 check(field.name, isinstance(getattr(self, field.name), bool), "give true or false")
@@ -257,7 +257,11 @@ class RealTimeEnv(gym.Env):
         return self._observe(obs), dict(info)
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
-        """Wait for the running time step, start the next one with ``action`` and return what was captured."""
+        """Wait for the running time step to end, start the next one with ``action``, return at once.
+
+        The observation returned was captured ``start_obs_capture`` into the time step that just
+        ended (its action buffer already ends with ``action``); ``action`` acts until the next call.
+        """
         called = time.perf_counter()
         if self._done:
             raise RuntimeError("the episode is over (or reset() was never called): call reset() before step()")
