@@ -237,8 +237,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
     finally:
         worker.close()
     stats = worker.stats()
-    print(f"worker done: {stats['env_steps']} env steps, {stats.get('acked', 0)} chunks acknowledged, "
-          f"{stats.get('backlog_drops', 0)} dropped, policy version {stats['version']}")
+    print(f"worker done: {stats['env_steps']} env steps, {stats.get('sent', 0)} chunks sent, "
+          f"{stats.get('acked', 0)} acknowledged, {stats.get('backlog_drops', 0)} dropped from the backlog, "
+          f"{stats.get('relay_drops', 0)} dropped by the relay, {stats.get('reconnects', 0)} reconnects, "
+          f"policy version {stats['version']}")
     return EXIT_INTERRUPTED if interrupted else 0
 
 

@@ -79,6 +79,10 @@ class NetConfig(Section):
     """Worker: chunks sent and not yet acknowledged at any time."""
     max_message_mb: float = Field(64.0, gt=0)
     """Largest message accepted (samples chunk or weights)."""
+    max_steps_per_update: int | None = Field(None, ge=1)
+    """Worker: after this many env steps with one policy version, wait for newer weights before
+    collecting more (TMRL's synchronous worker; keeps simulated workers from outrunning the learner;
+    null: never wait)."""
     min_samples_per_worker_packet: int = Field(1, ge=1)
     """Worker: transitions gathered before a chunk is sent."""
     compressor: str | None = None

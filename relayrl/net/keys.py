@@ -45,8 +45,9 @@ def generate(folder: str | Path, clients: list[str]) -> list[Path]:
     written."""
     folder = Path(folder)
     for name in clients:
-        if not name or not all(c.isalnum() or c in "-_." for c in name) or name == SERVER:
-            raise ConfigError(f"client name {name!r}: use letters, digits, '-', '_' or '.', and not {SERVER!r}")
+        if (not name or not all(c.isalnum() or c in "-_." for c in name) or name == SERVER
+                or name in (".", "..")):  # "." / "..": DIR itself or its parent, not a folder of their own
+            raise ConfigError(f"client name {name!r}: use letters, digits, '-', '_' or '.', and not {SERVER!r}, '.' or '..'")
     server_dir = folder / SERVER
     (server_dir / "authorized").mkdir(parents=True, exist_ok=True)
     os.chmod(server_dir, 0o700)

@@ -187,6 +187,7 @@ class Relay:
             self.trainer = None
             for key in reversed(list(self.inflight)):  # undelivered: back to the front, in order
                 self.queue.appendleft((*key, self.inflight.pop(key)))
+                self.queued.add(key)  # so a resend of it is still recognised as a duplicate
 
     def _expire(self, now: float) -> None:
         for peer in [p for p in self.peers.values() if now - p.last_seen > self.options.peer_timeout_s]:
@@ -225,11 +226,13 @@ class Relay:
 
     def _ack(self, peer: Peer, msg: wire.Message, payload: list) -> None:
         per_worker: dict[str, list[int]] = {}
-        for item in msg.meta.get("acks", []):
-            if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str) and isinstance(item[1], int)):
-                self.counters["rejects"] += 1
-                return
-            name, seq = item
+        items = msg.meta.get("acks", [])
+        if not isinstance(items, list) or not all(
+                isinstance(item, list) and len(item) == 2 and isinstance(item[0], str) and isinstance(item[1], int)
+                for item in items):  # checked before any is applied: a bad one must not leave workers untold
+            self.counters["rejects"] += 1
+            return
+        for name, seq in items:
             self.inflight.pop((name, seq), None)
             self.done.setdefault(name, SeenSet()).add(seq)
             per_worker.setdefault(name, []).append(seq)

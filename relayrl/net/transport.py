@@ -38,15 +38,17 @@ def _common(sock: zmq.Socket, max_bytes: int) -> None:
 def server_socket(context: zmq.Context, bind: str, keys: str | None, max_bytes: int) -> tuple[zmq.Socket, Any]:
     """A bound ROUTER socket and the authenticator thread (None without keys)."""
     host, port = parse_address(bind, bind=True)
-    sock = context.socket(zmq.ROUTER)
-    _common(sock, max_bytes)
-    auth = None
-    if keys is not None:
-        from zmq.auth.thread import ThreadAuthenticator
-
+    server_keys = None
+    if keys is not None:  # before the socket exists: bad keys raise ConfigError without leaking it
         from relayrl.net.keys import load_server
 
         server_keys = load_server(keys)
+    sock = context.socket(zmq.ROUTER)
+    _common(sock, max_bytes)
+    auth = None
+    if server_keys is not None:
+        from zmq.auth.thread import ThreadAuthenticator
+
         auth = ThreadAuthenticator(context)
         auth.start()
         auth.configure_curve(domain="*", location=str(server_keys.authorized))

@@ -15,6 +15,7 @@ whitelist of dtypes after checking that each frame has exactly the bytes its des
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,7 +63,7 @@ def encode(type: str, *, sender: str = "", seq: int = 0, version: int = -1,
         raise ValueError(f"unknown message type {type!r}")
     descriptors, frames = [], []
     for name, value in (arrays or {}).items():
-        array = np.ascontiguousarray(value)
+        array = np.asarray(value, order="C")  # (np.ascontiguousarray would turn a 0-d array into shape (1,))
         dtype = array.dtype.newbyteorder("<") if array.dtype.byteorder == ">" else array.dtype
         if dtype.str not in DTYPES:
             raise ValueError(f"array {name!r} has dtype {array.dtype}, which the wire protocol does not carry "
@@ -91,7 +92,7 @@ def decode(frames: list, max_bytes: int = MAX_MESSAGE_BYTES) -> Message:
     read-only views of the frames' buffers (copy to write)."""
     if not frames:
         raise WireError("empty message")
-    buffers = [memoryview(f.buffer if hasattr(f, "buffer") else f) for f in frames]
+    buffers = [memoryview(f.buffer if hasattr(f, "buffer") else f).toreadonly() for f in frames]
     total = sum(b.nbytes for b in buffers)
     if total > max_bytes:
         raise WireError(f"message of {total} bytes exceeds the limit of {max_bytes}")
@@ -108,7 +109,7 @@ def decode(frames: list, max_bytes: int = MAX_MESSAGE_BYTES) -> Message:
         raise WireError(f"protocol version {proto!r}, this side speaks {PROTOCOL}: "
                         "run the same relayrl release on the relay, the trainer and the workers")
     kind = header.get("type")
-    if kind not in TYPES:
+    if not isinstance(kind, str) or kind not in TYPES:  # (an unhashable list or map would raise TypeError)
         raise WireError(f"unknown message type {kind!r}")
     sender, meta, descriptors = header.get("sender", ""), header.get("meta", {}), header.get("arrays", [])
     if not isinstance(sender, str) or len(sender) > 256:
@@ -139,7 +140,7 @@ def _array(descriptor: Any, buffer: memoryview) -> tuple[str, np.ndarray]:
     if (not isinstance(shape, list) or len(shape) > MAX_DIMS
             or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**40 for d in shape)):
         raise WireError(f"array {name!r}: shape must be a list of at most {MAX_DIMS} non-negative integers")
-    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    expected = math.prod(shape) * dtype.itemsize  # Python ints: np.prod in int64 wraps around to a small number
     if buffer.nbytes != expected:
         raise WireError(f"array {name!r}: frame has {buffer.nbytes} bytes, {dtype_str}{shape} needs {expected}")
     return name, np.frombuffer(buffer, dtype=dtype).reshape(shape)
@@ -155,7 +156,7 @@ def weights_to_bytes(weights: dict[str, Any]) -> bytes:
     from relayrl.runtime.weights import flatten
 
     arrays, kinds = flatten(weights)
-    arrays = {k: np.ascontiguousarray(v) for k, v in arrays.items()}
+    arrays = {k: np.asarray(v, order="C") for k, v in arrays.items()}  # keeps 0-d tensors 0-d
     return save(arrays, metadata={"relayrl.kinds": json.dumps(kinds)})
 
 
@@ -172,7 +173,10 @@ def weights_from_bytes(blob: bytes) -> dict[str, Any]:
         raise WireError(f"weights are not a valid safetensors file: {exc}") from None
     if set(kinds) != set(arrays) or not all(v in ("tensor", "array", "int", "float") for v in kinds.values()):
         raise WireError("weights metadata does not describe the tensors it carries")
-    return unflatten(arrays, kinds)
+    try:
+        return unflatten(arrays, kinds)
+    except (ValueError, TypeError, IndexError, KeyError, AttributeError) as exc:  # e.g. an "int" of 0 elements
+        raise WireError(f"weights do not match their metadata: {type(exc).__name__}: {exc}") from None
 
 
 def _kinds_from_header(blob: bytes) -> dict[str, str]:
@@ -184,7 +188,7 @@ def _kinds_from_header(blob: bytes) -> dict[str, str]:
         raise WireError("weights blob has a safetensors header longer than the blob")
     try:
         kinds = json.loads(json.loads(blob[8:8 + size])["__metadata__"]["relayrl.kinds"])
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: deeply nested JSON
         raise WireError("weights blob carries no relayrl.kinds metadata") from None
     if not isinstance(kinds, dict):
         raise WireError("weights metadata is not a map")

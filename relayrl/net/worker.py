@@ -52,6 +52,12 @@ class RemoteWorker:
             raise RelayRLError("relayrl worker needs --server HOST:PORT (or --standalone to run the saved policy)")
         self.config, self.expert, self.standalone = config, expert, standalone
         self.weights_dir = Path(net.weights_dir) if net.weights_dir else default_weights_dir(config)
+        self._pending: list[InsertTransitions] = []
+        self._test_returns: list[float] = []
+        self.episodes = 0
+        self.env_steps = 0
+        self.versions_received = 0
+        self._steps_this_version = 0
         self.worker = RolloutWorker(0, config, config.seed)
         self.client: RelayClient | None = None
         try:
@@ -65,11 +71,6 @@ class RemoteWorker:
         except BaseException:
             self.worker.close()
             raise
-        self._pending: list[InsertTransitions] = []
-        self._test_returns: list[float] = []
-        self.episodes = 0
-        self.env_steps = 0
-        self.versions_received = 0
 
     # ---------------------------------------------------------------- weights
 
@@ -114,6 +115,7 @@ class RemoteWorker:
             return
         self._apply(tree, msg.version, f"the trainer (version {msg.version})")
         self.client.version = msg.version
+        self._steps_this_version = 0
         self.versions_received += 1
         self._save(msg.blob, msg.version)
 
@@ -137,7 +139,10 @@ class RemoteWorker:
         started = time.monotonic()
         while not stop.is_set() and (max_steps is None or self.env_steps < max_steps):
             self._take_weights()
+            if not self._paced(stop):
+                continue
             msg = self.worker.collect()
+            self._steps_this_version += msg.env_steps
             self.env_steps += msg.env_steps
             self._after_episodes(len(msg.episode_returns))
             self._pending.append(msg)
@@ -150,6 +155,16 @@ class RemoteWorker:
                       f"unacknowledged {self.client.unacknowledged()}, backlog drops {stats['backlog_drops']}, "
                       f"{'connected' if self.client.connected.is_set() else 'reconnecting'}", file=log, flush=True)
         return self.stats()
+
+    def _paced(self, stop: threading.Event) -> bool:
+        """False while this version has had its ``max_steps_per_update`` env steps (waits a little)."""
+        limit = self.config.net.max_steps_per_update
+        if limit is None or self.expert or self._steps_this_version < limit:
+            return True
+        if self._pending:
+            self._send_if_ready(force=True)  # the trainer needs these to make the next version
+        stop.wait(0.02)
+        return False
 
     def _send_if_ready(self, force: bool = False) -> None:
         rows = sum(len(m.batch.get("reward", ())) for m in self._pending)
@@ -203,16 +218,23 @@ class RemoteWorker:
             out.update(self.client.stats)
         return out
 
-    def close(self, flush_timeout: float = 5.0) -> None:
-        """Send what is pending and wait up to ``flush_timeout`` for it to be acknowledged."""
-        if self.client is not None:
-            if self._pending:
-                self._send_if_ready(force=True)
-            deadline = time.monotonic() + flush_timeout
-            while self.client.unacknowledged() and self.client.connected.is_set() and time.monotonic() < deadline:
-                time.sleep(0.02)
-            self.client.close()
-        self.worker.close()
+    def close(self, flush_timeout: float = 30.0) -> None:
+        """Send what is pending and wait up to ``flush_timeout`` for the trainer to acknowledge it
+        (through a relay restart too: the client reconnects and resends meanwhile)."""
+        try:
+            if self.client is not None:
+                if self._pending:
+                    self._send_if_ready(force=True)
+                deadline = time.monotonic() + flush_timeout
+                while self.client.unacknowledged() and time.monotonic() < deadline and self.client.refused is None:
+                    time.sleep(0.02)
+                left = self.client.unacknowledged()
+                if left and flush_timeout > 0:
+                    print(f"relayrl worker: {left} chunks were not acknowledged by the trainer within "
+                          f"{flush_timeout:.0f} s and are lost", file=sys.stderr)
+                self.client.close()
+        finally:
+            self.worker.close()
 
 
 def _saved_version(path: Path) -> int:

@@ -5,7 +5,8 @@ Registered ids (``import relayrl.testing.envs`` registers them):
   make step number k misbehave; ``fail_reset`` makes every reset raise.
 - ``relayrl-test/DictObs-v0``: Dict/Tuple observation of Box, Discrete, MultiBinary, MultiDiscrete.
 - ``relayrl-test/SlowCartPole-v0``: CartPole-v1 with ``busy_us`` microseconds of busy-waiting per step
-  (a costly env whose cost is CPU, like a physics simulator); ``SlowPendulum-v0`` likewise.
+  (a costly env whose cost is CPU, like a physics simulator) and ``sleep_us`` of sleeping (a step
+  that waits, like a robot); ``SlowPendulum-v0`` likewise.
 """
 
 from __future__ import annotations
@@ -79,11 +80,13 @@ class DictObsEnv(gym.Env):
 class SlowCartPole(gym.Wrapper):
     base_id = "CartPole-v1"
 
-    def __init__(self, busy_us: float = 200.0):
+    def __init__(self, busy_us: float = 200.0, sleep_us: float = 0.0):
         super().__init__(gym.make(self.base_id))
-        self.busy_s = busy_us * 1e-6
+        self.busy_s, self.sleep_s = busy_us * 1e-6, sleep_us * 1e-6
 
     def step(self, action):
+        if self.sleep_s:  # a step that waits without using the CPU, like a robot or a remote simulator
+            time.sleep(self.sleep_s)
         end = time.perf_counter() + self.busy_s
         while time.perf_counter() < end:
             pass

@@ -1,0 +1,28 @@
+"""A relay in a background thread for tests and benchmarks: ``with running_relay() as relay: ...``."""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from relayrl.net.relay import Relay, RelayOptions
+
+
+@contextmanager
+def running_relay(**options: Any) -> Iterator[Relay]:
+    """A relay on 127.0.0.1 (an ephemeral port unless ``bind`` is given); ``relay.address`` is
+    HOST:PORT for clients. Stopped and its socket closed on exit."""
+    options.setdefault("bind", "127.0.0.1:0")
+    options.setdefault("heartbeat_s", 0.1)
+    options.setdefault("peer_timeout_s", 2.0)
+    relay = Relay(RelayOptions(**options))
+    relay.address = relay.endpoint.removeprefix("tcp://")  # type: ignore[attr-defined]
+    stop = threading.Event()
+    thread = threading.Thread(target=relay.serve, args=(stop, None), daemon=True)
+    thread.start()
+    try:
+        yield relay
+    finally:
+        stop.set()
+        thread.join(timeout=10)

@@ -1,0 +1,249 @@
+"""Relay, trainer and workers as real processes on real sockets: delivery across a relay restart,
+SAC learning through the relay, and two network namespaces acting as two hosts."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from relayrl.config import build_config
+from relayrl.net.trainer import RelaySource
+
+SLOW_PENDULUM = "relayrl.testing.envs:relayrl-test/SlowPendulum-v0"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def relayrl(*args: str, netns: str | None = None, **kwargs) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "relayrl", *args]
+    if netns is not None:
+        cmd = ["ip", "netns", "exec", netns, *cmd]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, **kwargs)
+
+
+def wait_listening(proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if "relay listening" in line:
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"relay exited: {line}{proc.stdout.read()}")
+    raise AssertionError("relay did not start")
+
+
+def stop(*procs: subprocess.Popen) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def worker_totals(output: str) -> dict[str, int]:
+    match = re.search(r"worker done: (\d+) env steps, (\d+) chunks sent, (\d+) acknowledged, (\d+) dropped from the "
+                      r"backlog, (\d+) dropped by the relay, (\d+) reconnects", output)
+    assert match, output[-2000:]
+    keys = ("env_steps", "sent", "acked", "backlog_drops", "relay_drops", "reconnects")
+    return dict(zip(keys, map(int, match.groups())))
+
+
+def test_nothing_lost_or_duplicated_across_a_relay_restart(tmp_path):
+    """Two worker processes stream a known number of steps; the relay process is killed (SIGKILL) and
+    restarted on the same port mid-stream; the trainer must end with every chunk of every worker
+    exactly once (contiguous sequence numbers) and exactly the env steps the workers made."""
+    port, steps = free_port(), 2000
+    address = f"127.0.0.1:{port}"
+    relay = relayrl("serve", "--bind", address, "--heartbeat", "0.1")
+    net = ["net.heartbeat_s=0.2", "net.timeout_s=1.0", "net.backlog=4096"]
+    workers = []
+    config = build_config("sac", None, [*net, "net.connect_timeout_s=60"],
+                          {"env.id": SLOW_PENDULUM, "net.server": address})
+    source = None
+    try:
+        wait_listening(relay)
+        source = RelaySource(config, *_spaces())
+        source.reset(0)
+        for k in range(2):
+            sets = [f"--set={s}" for s in [*net, "env.num_envs=1", "sac.steps_per_iteration=4",
+                                             "env.kwargs={sleep_us: 1000, busy_us: 0}",
+                                             f"net.weights_dir={tmp_path / f'w{k}'}"]]
+            workers.append(relayrl("worker", "--server", address, "--env", SLOW_PENDULUM, "--name", f"w{k}",
+                                   "--max-steps", str(steps), *sets))
+        received, restarted = 0, False
+        deadline = time.monotonic() + 120
+        while received < 2 * steps and time.monotonic() < deadline:
+            batch, got = source.pull()
+            received += got
+            assert got == (len(batch["reward"]) if batch else 0)  # one transition per env step
+            if not restarted and received > steps // 2:
+                os.killpg(relay.pid, signal.SIGKILL)  # mid-stream, chunks queued and in flight are lost
+                relay.wait()
+                time.sleep(1.5)  # workers keep collecting into their backlogs
+                relay = relayrl("serve", "--bind", address, "--heartbeat", "0.1")
+                wait_listening(relay)
+                restarted = True
+        assert restarted
+        outputs = [w.communicate(timeout=60)[0] for w in workers]
+        assert received == 2 * steps, f"trainer got {received} env steps of {2 * steps}"
+        for k, output in enumerate(outputs):
+            totals = worker_totals(output)
+            assert totals["env_steps"] == steps
+            assert totals["backlog_drops"] == 0 and totals["relay_drops"] == 0
+            assert totals["reconnects"] >= 1, output[-1500:]
+            seen = source.seen[f"w{k}"]
+            assert seen.floor == totals["acked"] and len(seen) == 0  # seqs 0..n-1, each once
+        assert source.counts["rejected"] == 0
+    finally:
+        if source is not None:
+            source.close()
+        stop(relay, *workers)
+
+
+def _spaces():
+    from relayrl.envs.registry import make
+
+    env = make("Pendulum-v1")
+    spaces = (env.observation_space, env.action_space)
+    env.close()
+    return spaces
+
+
+@pytest.mark.slow
+def test_sac_learns_pendulum_through_the_relay_with_a_restart(tmp_path):
+    """relayrl serve + relayrl train sac --server + two relayrl worker processes, all over CURVE;
+    the relay is killed and restarted once mid-run; the trainer still reaches -200."""
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    keys = tmp_path / "keys"
+    subprocess.run([sys.executable, "-m", "relayrl", "keys", "generate", str(keys), "--clients",
+                    "trainer,w0,w1"], check=True, capture_output=True)
+    relay = relayrl("serve", "--bind", address, "--keys", str(keys / "server"))
+    net = ["--set=net.heartbeat_s=0.2", "--set=net.timeout_s=2"]
+    trainer = workers = None
+    try:
+        wait_listening(relay)
+        trainer = relayrl("train", "sac", "--env", "Pendulum-v1", "--server", address, "--keys", str(keys / "trainer"),
+                          "--run-dir", str(tmp_path / "run"), "--stop-value", "-200", "--total-steps", "30000",
+                          "--quiet", "--no-tensorboard", "--set=sac.update_model_interval=20", *net)
+        workers = [relayrl("worker", "--server", address, "--env", "Pendulum-v1", "--keys", str(keys / f"w{k}"),
+                           "--name", f"w{k}", f"--set=net.weights_dir={tmp_path / f'w{k}'}",
+                           "--set=net.max_steps_per_update=200", *net) for k in range(2)]
+        time.sleep(25)  # about a third of the run
+        os.killpg(relay.pid, signal.SIGKILL)
+        relay.wait()
+        relay = relayrl("serve", "--bind", address, "--keys", str(keys / "server"))
+        wait_listening(relay)
+        out, _ = trainer.communicate(timeout=400)
+        assert trainer.returncode == 0, out[-3000:]
+        summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+        assert summary["solved"] and summary["backend"] == "relay", summary
+        rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+        assert max(r.get("net/workers_seen", 0) for r in rows) == 2
+        assert all(r.get("net/rejected", 0) == 0 for r in rows)
+        assert (tmp_path / "w0" / "latest.safetensors").is_file()  # workers kept the weights they got
+    finally:
+        stop(relay, trainer, *(workers or []))
+
+
+def _netns_available() -> str | None:
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    probe = subprocess.run(["ip", "netns", "add", "relayrl-probe"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"ip netns add failed here: {probe.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", "relayrl-probe"], capture_output=True)
+    return None
+
+
+@pytest.fixture
+def two_hosts():
+    """Namespaces relayrl-a (10.77.0.1) and relayrl-b (10.77.0.2) joined by a veth pair."""
+    reason = _netns_available()
+    if reason:
+        pytest.skip(reason)
+    a, b = f"rrl-a{os.getpid()}", f"rrl-b{os.getpid()}"
+    cmds = [f"ip netns add {a}", f"ip netns add {b}",
+            f"ip link add va{os.getpid() % 10000} type veth peer name vb{os.getpid() % 10000}",
+            f"ip link set va{os.getpid() % 10000} netns {a}", f"ip link set vb{os.getpid() % 10000} netns {b}",
+            f"ip -n {a} addr add 10.77.0.1/24 dev va{os.getpid() % 10000}",
+            f"ip -n {b} addr add 10.77.0.2/24 dev vb{os.getpid() % 10000}",
+            f"ip -n {a} link set va{os.getpid() % 10000} up", f"ip -n {b} link set vb{os.getpid() % 10000} up",
+            f"ip -n {a} link set lo up", f"ip -n {b} link set lo up"]
+    try:
+        for cmd in cmds:
+            subprocess.run(cmd.split(), check=True, capture_output=True)
+        yield a, b
+    finally:
+        subprocess.run(["ip", "netns", "del", a], capture_output=True)
+        subprocess.run(["ip", "netns", "del", b], capture_output=True)
+
+
+def test_two_hosts_in_network_namespaces(two_hosts, tmp_path):
+    """The relay on host A binds its non-loopback address (refused without keys, then with CURVE
+    keys); a trainer and a worker on host B train through it."""
+    host_a, host_b = two_hosts
+    address = "10.77.0.1:5555"
+    refused = subprocess.run(["ip", "netns", "exec", host_a, sys.executable, "-m", "relayrl", "serve", "--bind",
+                              address], capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "--keys" in refused.stderr and "--insecure" in refused.stderr
+    keys = tmp_path / "keys"
+    subprocess.run([sys.executable, "-m", "relayrl", "keys", "generate", str(keys), "--clients", "trainer,w0"],
+                   check=True, capture_output=True)
+    relay = relayrl("serve", "--bind", address, "--keys", str(keys / "server"), netns=host_a)
+    trainer = worker = None
+    try:
+        wait_listening(relay)
+        trainer = relayrl("train", "sac", "--env", "Pendulum-v1", "--server", address, "--keys", str(keys / "trainer"),
+                          "--run-dir", str(tmp_path / "run"), "--total-steps", "1500", "--quiet", "--no-tensorboard",
+                          "--set=eval.freq=0", "--set=eval.episodes=1", "--set=sac.start_training=500",
+                          netns=host_b)
+        worker = relayrl("worker", "--server", address, "--env", "Pendulum-v1", "--keys", str(keys / "w0"),
+                         f"--set=net.weights_dir={tmp_path / 'w0'}", "--set=net.max_steps_per_update=400",
+                         netns=host_b)
+        out, _ = trainer.communicate(timeout=300)
+        assert trainer.returncode == 0, out[-3000:]
+        summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+        assert summary["env_steps"] >= 1500 and summary["updates"] > 0
+    finally:
+        stop(relay, trainer, *([worker] if worker else []))
+
+
+def test_a_client_without_the_relays_keys_gets_nothing(tmp_path):
+    """A worker holding keys the relay never authorized waits and never connects (and the trainer
+    with good keys is unaffected)."""
+    good, other = tmp_path / "good", tmp_path / "other"
+    for folder in (good, other):
+        subprocess.run([sys.executable, "-m", "relayrl", "keys", "generate", str(folder), "--clients", "w0"],
+                       check=True, capture_output=True)
+    from relayrl.net.client import RelayClient
+    from relayrl.testing.relay import running_relay
+
+    with running_relay(keys=str(good / "server")) as relay:
+        stranger = RelayClient(relay.address, "worker", keys=str(other / "w0"), heartbeat_s=0.1, timeout_s=1)
+        friend = RelayClient(relay.address, "worker", keys=str(good / "w0"), heartbeat_s=0.1, timeout_s=1)
+        try:
+            assert friend.wait_connected(10)
+            assert not stranger.wait_connected(3)
+            assert stranger.stats["bytes_in"] == 0
+            assert relay.counters["chunks_in"] == 0 and len(relay.peers) == 1
+        finally:
+            stranger.close(timeout=0)
+            friend.close(timeout=0)

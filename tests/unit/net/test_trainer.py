@@ -1,0 +1,156 @@
+"""The trainer's end of the relay: RelaySource dedup, checks, hooks, and its errors."""
+
+from __future__ import annotations
+
+import sys
+import time
+import types
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from relayrl.config import build_config
+from relayrl.errors import RelayRLError
+from relayrl.net import wire
+from relayrl.net.client import RelayClient
+from relayrl.net.compress import ActionBufferCompressor
+from relayrl.net.trainer import RelaySource, crc_of
+from relayrl.testing.relay import running_relay
+
+OBS = gym.spaces.Box(-1, 1, (4,), np.float32)  # 2 obs entries + an action buffer of 2 x 1
+ACT = gym.spaces.Box(-1, 1, (1,), np.float32)
+
+
+def transitions(n: int, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    obs = rng.random((n, 4), dtype=np.float32)
+    action = rng.random((n, 1), dtype=np.float32)
+    next_obs = np.concatenate([rng.random((n, 2), dtype=np.float32), obs[:, 3:], action], axis=1)
+    return {"obs": obs, "action": action, "reward": rng.random(n, dtype=np.float32), "next_obs": next_obs,
+            "terminated": np.zeros(n, bool), "discount": np.full(n, 0.99, np.float32)}
+
+
+def source_config(address: str, *sets: str):
+    return build_config("sac", None, ["net.heartbeat_s=0.1", "net.timeout_s=2", "net.connect_timeout_s=5", *sets],
+                        {"net.server": address})
+
+
+def message(sender: str, seq: int, batch: dict, meta: dict | None = None) -> wire.Message:
+    return wire.decode(wire.encode(wire.SAMPLES, sender=sender, seq=seq, version=0, arrays=batch,
+                                   meta={"env_steps": len(batch["action"]), **(meta or {})}))
+
+
+@pytest.fixture
+def relay():
+    with running_relay() as r:
+        yield r
+
+
+def test_pull_delivers_worker_chunks_and_acknowledges_them(relay):
+    source = RelaySource(source_config(relay.address), OBS, ACT)
+    worker = RelayClient(relay.address, "worker", name="w0", heartbeat_s=0.1, timeout_s=2)
+    try:
+        source.reset(0)
+        assert worker.wait_connected(5)
+        sent = [transitions(8, seed=k) for k in range(3)]
+        for batch in sent:
+            worker.send_samples(batch, version=0, meta={"env_steps": 8, "returns": [-3.5], "lengths": [200]})
+        rows, steps, deadline = [], 0, time.monotonic() + 10
+        while steps < 24 and time.monotonic() < deadline:
+            batch, got = source.pull()
+            steps += got
+            if batch:
+                rows.append(batch["obs"])
+        np.testing.assert_array_equal(np.concatenate(rows), np.concatenate([b["obs"] for b in sent]))
+        assert source.pop_episodes() == ([-3.5] * 3, [200] * 3)
+        deadline = time.monotonic() + 5
+        while worker.unacknowledged() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert worker.unacknowledged() == 0
+    finally:
+        worker.close()
+        source.close()
+
+
+def test_a_chunk_seen_before_is_acknowledged_but_not_learned_twice(relay):
+    source = RelaySource(source_config(relay.address), OBS, ACT)
+    try:
+        first = message("w0", 0, transitions(4))
+        batch, steps = source._combine([first, message("w0", 1, transitions(4, 1))])
+        assert len(batch["reward"]) == 8 and steps == 8
+        batch, steps = source._combine([first])  # a resend after a relay restart
+        assert batch == {} and steps == 0
+        assert source.counts["duplicates"] == 1
+    finally:
+        source.close()
+
+
+def test_chunks_that_do_not_fit_the_env_are_rejected_and_reported_once(relay, capsys):
+    source = RelaySource(source_config(relay.address), OBS, ACT)
+    try:
+        bad = transitions(4)
+        bad["obs"] = np.zeros((4, 7), np.float32)
+        batch, steps = source._combine([message("w9", 0, bad), message("w9", 1, bad)])
+        assert batch == {} and source.counts["rejected"] == 2
+        assert steps == 8  # the env steps happened; the data is not used
+        err = capsys.readouterr().err
+        assert err.count("rejected a chunk from worker 'w9'") == 1 and "(7,)" in err
+        missing = {k: v for k, v in transitions(4).items() if k != "reward"}
+        source._combine([message("w8", 0, missing)])
+        assert source.counts["rejected"] == 3
+    finally:
+        source.close()
+
+
+def test_action_buffer_compressor_round_trip_passes_crc_debug(relay, monkeypatch):
+    codec = ActionBufferCompressor(act_buf_len=2)
+    module = types.ModuleType("relayrl_test_hooks")
+    module.decompress = codec.decompress
+    monkeypatch.setitem(sys.modules, "relayrl_test_hooks", module)
+    source = RelaySource(source_config(relay.address, "net.decompressor=relayrl_test_hooks:decompress",
+                                       "net.crc_debug=true"), OBS, ACT)
+    try:
+        original = transitions(16)
+        sent = codec.compress(original)
+        assert "next_obs" not in sent and sent["next_obs_head"].shape == (16, 2)
+        batch, _ = source._combine([message("w0", 0, sent, {"crc": crc_of(original)})])
+        for key, value in original.items():
+            np.testing.assert_array_equal(batch[key], value)
+    finally:
+        source.close()
+
+
+def test_crc_debug_names_the_field_a_wrong_decompressor_breaks(relay, monkeypatch):
+    def lossy(batch):
+        out = ActionBufferCompressor(2).decompress(batch)
+        out["next_obs"] = out["next_obs"] + 1e-3
+        return out
+
+    module = types.ModuleType("relayrl_test_lossy")
+    module.decompress = lossy
+    monkeypatch.setitem(sys.modules, "relayrl_test_lossy", module)
+    source = RelaySource(source_config(relay.address, "net.decompressor=relayrl_test_lossy:decompress",
+                                       "net.crc_debug=true"), OBS, ACT)
+    try:
+        original = transitions(8)
+        with pytest.raises(RelayRLError, match="next_obs"):
+            source._combine([message("w0", 0, ActionBufferCompressor(2).compress(original),
+                                     {"crc": crc_of(original)})])
+    finally:
+        source.close()
+
+
+def test_no_relay_is_a_clear_error():
+    source = RelaySource(source_config("127.0.0.1:1", "net.connect_timeout_s=1"), OBS, ACT)
+    with pytest.raises(RelayRLError, match="relayrl serve"):
+        source.reset(0)
+
+
+def test_on_policy_algorithms_are_refused_with_a_server():
+    from relayrl.errors import ConfigError
+    from relayrl.runtime import make_relay_source
+
+    config = build_config("ppo", None, [], {"net.server": "127.0.0.1:5555"})
+    with pytest.raises(ConfigError, match="sac or dqn"):
+        make_relay_source(config)

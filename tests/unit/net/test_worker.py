@@ -1,0 +1,164 @@
+"""``relayrl worker``'s RemoteWorker: weights from the relay, persisted and reloaded; modes; pacing."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from relayrl.algos import get_algo
+from relayrl.config import build_config
+from relayrl.envs.registry import make
+from relayrl.errors import CheckpointError, RelayRLError
+from relayrl.net import wire
+from relayrl.net.client import RelayClient
+from relayrl.net.worker import RemoteWorker
+from relayrl.testing.relay import running_relay
+
+FAST = ["net.heartbeat_s=0.1", "net.timeout_s=2", "env.num_envs=1", "sac.steps_per_iteration=8"]
+
+
+def worker_config(address: str | None, tmp_path, *sets: str):
+    return build_config("sac", None, [*FAST, f"net.weights_dir={tmp_path / 'weights'}", *sets],
+                        {"env.id": "Pendulum-v1", "net.server": address})
+
+
+def trainer_weights(*sets: str, seed: int = 1) -> dict:
+    """The weights a trainer with these options would publish."""
+    torch.manual_seed(seed)
+    config = build_config("sac", None, list(sets), {"env.id": "Pendulum-v1"})
+    env = make("Pendulum-v1")
+    algo = get_algo("sac").algo_cls(config.sac, env.observation_space, env.action_space, 1)
+    env.close()
+    return algo.policy.get_weights()
+
+
+def actor_params(worker: RemoteWorker) -> list[np.ndarray]:
+    return [p.detach().numpy().copy() for p in worker.worker.policy.actor.parameters()]
+
+
+@pytest.fixture
+def relay():
+    with running_relay() as r:
+        yield r
+
+
+def wait_for(condition, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return condition()
+
+
+def test_weights_from_the_trainer_are_used_saved_and_reloaded(relay, tmp_path):
+    trainer = RelayClient(relay.address, "trainer", heartbeat_s=0.1, timeout_s=2)
+    worker = RemoteWorker(worker_config(relay.address, tmp_path, "net.model_history=2"))
+    try:
+        assert trainer.wait_connected(5) and worker.client.wait_connected(5)
+        for version in (1, 2, 3, 4):
+            trainer.publish_weights(version, wire.weights_to_bytes(trainer_weights(seed=version)))
+            assert wait_for(lambda: worker.client._weights_in is not None)
+            worker._take_weights()
+        assert worker.worker.version == 4
+        expected = [v.numpy() for v in trainer_weights(seed=4)["actor"].values()]
+        for got, want in zip(actor_params(worker), expected):
+            np.testing.assert_array_equal(got, want)
+        saved = tmp_path / "weights"
+        assert (saved / "latest.safetensors").is_file()
+        assert sorted(p.name for p in (saved / "history").iterdir()) == ["v000000002.safetensors",
+                                                                         "v000000004.safetensors"]
+    finally:
+        worker.close(flush_timeout=0)
+        trainer.close()
+    again = RemoteWorker(worker_config(relay.address, tmp_path))
+    try:
+        assert again.worker.version == 4  # a restarted worker acts with the last policy it had
+        for got, want in zip(actor_params(again), expected):
+            np.testing.assert_array_equal(got, want)
+    finally:
+        again.close(flush_timeout=0)
+
+
+def test_expert_workers_send_samples_but_never_load_weights(relay, tmp_path):
+    trainer = RelayClient(relay.address, "trainer", heartbeat_s=0.1, timeout_s=2)
+    worker = RemoteWorker(worker_config(relay.address, tmp_path), expert=True)
+    try:
+        before = actor_params(worker)
+        assert trainer.wait_connected(5) and worker.client.wait_connected(5)
+        trainer.publish_weights(7, wire.weights_to_bytes(trainer_weights()))
+        assert wait_for(lambda: worker.client._weights_in is not None)
+        worker.run(max_steps=32, log=None)
+        assert worker.worker.version != 7
+        for got, want in zip(actor_params(worker), before):
+            np.testing.assert_array_equal(got, want)
+        received = []
+        assert wait_for(lambda: received.extend(trainer.receive(0.1)) or len(received) >= 4)
+        assert sum(m.meta["env_steps"] for m in received) == 32
+    finally:
+        worker.close(flush_timeout=0)
+        trainer.close()
+
+
+def test_weights_that_do_not_fit_name_the_fix(relay, tmp_path):
+    trainer = RelayClient(relay.address, "trainer", heartbeat_s=0.1, timeout_s=2)
+    worker = RemoteWorker(worker_config(relay.address, tmp_path))
+    try:
+        assert trainer.wait_connected(5) and worker.client.wait_connected(5)
+        trainer.publish_weights(1, wire.weights_to_bytes(trainer_weights("sac.hidden_sizes=[32]")))
+        assert wait_for(lambda: worker.client._weights_in is not None)
+        with pytest.raises(RelayRLError, match="same --config/--set"):
+            worker._take_weights()
+    finally:
+        worker.close(flush_timeout=0)
+        trainer.close()
+
+
+def test_standalone_needs_saved_weights_then_runs_episodes(tmp_path):
+    config = worker_config(None, tmp_path, "env.max_episode_steps=20")
+    with pytest.raises(CheckpointError, match="--weights"):
+        RemoteWorker(config, standalone=True)
+    blob = wire.weights_to_bytes(trainer_weights())
+    (tmp_path / "w.safetensors").write_bytes(blob)
+    worker = RemoteWorker(config, standalone=True, weights=tmp_path / "w.safetensors")
+    try:
+        returns = worker.run_episodes(2, seed=0)
+        assert len(returns) == 2 and all(np.isfinite(returns))
+    finally:
+        worker.close()
+
+
+def test_pacing_waits_for_new_weights_after_max_steps_per_update(relay, tmp_path):
+    worker = RemoteWorker(worker_config(relay.address, tmp_path, "net.max_steps_per_update=40"))
+    stop = threading.Event()
+    try:
+        assert worker.client.wait_connected(5)
+        timer = threading.Timer(1.5, stop.set)
+        timer.start()
+        worker.run(stop=stop, log=None)
+        assert 40 <= worker.env_steps < 40 + 8  # one chunk may cross the limit; then it waits
+    finally:
+        worker.close(flush_timeout=0)
+
+
+def test_truncated_episodes_and_test_episodes(relay, tmp_path):
+    trainer = RelayClient(relay.address, "trainer", heartbeat_s=0.1, timeout_s=2)
+    worker = RemoteWorker(worker_config(relay.address, tmp_path, "env.max_episode_steps=10",
+                                        "net.test_episode_interval=2"))
+    try:
+        assert trainer.wait_connected(5) and worker.client.wait_connected(5)
+        worker.run(max_steps=40, log=None)
+        worker._send_if_ready(force=True)
+        received = []
+        assert wait_for(lambda: received.extend(trainer.receive(0.1)) or
+                        sum(m.meta["env_steps"] for m in received) >= 40)
+        lengths = [n for m in received for n in m.meta["lengths"]]
+        assert lengths == [10, 10, 10, 10]
+        assert not any(m.arrays["terminated"].any() for m in received)  # a time limit is not a termination
+        assert len([r for m in received for r in m.meta["test_returns"]]) == 2  # reported, not sent as data
+        assert sum(len(m.arrays["reward"]) for m in received) == 40
+    finally:
+        worker.close(flush_timeout=0)
+        trainer.close()
