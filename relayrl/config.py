@@ -82,7 +82,7 @@ class NetConfig(Section):
     max_steps_per_update: int | None = Field(None, ge=1)
     """Worker: after this many env steps with one policy version, wait for newer weights before
     collecting more (TMRL's synchronous worker; keeps simulated workers from outrunning the learner;
-    null: never wait)."""
+    not before the worker's own start_training steps, the trainer's warm-up; null: never wait)."""
     min_samples_per_worker_packet: int = Field(1, ge=1)
     """Worker: transitions gathered before a chunk is sent."""
     compressor: str | None = None

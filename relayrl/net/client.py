@@ -165,6 +165,8 @@ class RelayClient:
             while not self._stop.is_set() and self.refused is None:
                 sock = client_socket(self.context, self.server, self.keys, self.max_bytes)
                 self._session(sock)
+                if self._stop.is_set():
+                    break  # keep the socket: the goodbye below frees our slot at the relay at once
                 sock.close(linger=0)
                 sock = None
         finally:

@@ -159,8 +159,9 @@ class RemoteWorker:
     def _paced(self, stop: threading.Event) -> bool:
         """False while this version has had its ``max_steps_per_update`` env steps (waits a little)."""
         limit = self.config.net.max_steps_per_update
-        if limit is None or self.expert or self._steps_this_version < limit:
-            return True
+        warmup = getattr(getattr(self.config, self.config.algo), "start_training", 0)
+        if limit is None or self.expert or self._steps_this_version < limit or self.env_steps < warmup:
+            return True  # (no pacing before the trainer's start_training: it publishes nothing new till then)
         if self._pending:
             self._send_if_ready(force=True)  # the trainer needs these to make the next version
         stop.wait(0.02)
