@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import sys
 import threading
 import time
 from collections import OrderedDict, deque
@@ -59,6 +60,8 @@ class RelayClient:
         self._weights_pending = False
         self.connected = threading.Event()
         self.refused: str | None = None
+        self._retry_deadline: float | None = None  # refused for now: hello again until then
+        self._retry_at = 0.0
         self.relay_version = -1
         self.session: str | None = None
         self.stats = {"sent": 0, "acked": 0, "backlog_drops": 0, "relay_drops": 0, "reconnects": 0,
@@ -193,7 +196,7 @@ class RelayClient:
             self._sent.clear()
         while not self._stop.is_set() and self.refused is None:
             now = time.monotonic()
-            wait = self.heartbeat_s if self.connected.is_set() else max(0.0, next_hello - now)
+            wait = self.heartbeat_s if self.connected.is_set() else max(0.0, max(next_hello, self._retry_at) - now)
             events = dict(poller.poll(int(min(wait, self.heartbeat_s) * 1000) + 1))
             if self._wake_rx in events:
                 while True:
@@ -215,7 +218,7 @@ class RelayClient:
                             self._sent.clear()
             now = time.monotonic()
             if not self.connected.is_set():
-                if now >= next_hello:
+                if now >= next_hello and now >= self._retry_at:
                     self._try_send(sock, wire.encode(wire.HELLO, sender=self.name, version=self.version,
                                                      meta={"role": self.role}))
                     next_hello, backoff = now + backoff, min(backoff * 2, self.backoff_s[1])
@@ -274,7 +277,18 @@ class RelayClient:
         if msg.type == wire.REHELLO:
             return False
         if msg.type == wire.REFUSED:
-            self.refused = str(msg.meta.get("reason", "no reason given"))
+            reason, retry_after = str(msg.meta.get("reason", "no reason given")), msg.meta.get("retry_after")
+            now = time.monotonic()
+            if isinstance(retry_after, (int, float)) and 0 <= retry_after <= 600:
+                # the slot may belong to a peer that died (e.g. this trainer before a restart): wait
+                # once for the relay to drop it; a refusal after that is final
+                if self._retry_deadline is None:
+                    self._retry_deadline = now + retry_after + 3 * self.heartbeat_s
+                    print(f"relayrl: the relay says: {reason}; retrying for {retry_after:.0f} s", file=sys.stderr)
+                if now < self._retry_deadline:
+                    self._retry_at = now + min(max(retry_after, self.heartbeat_s), self._retry_deadline - now)
+                    return True
+            self.refused = reason
             return True
         if msg.type == wire.WELCOME:
             self.session, self.relay_version = msg.meta.get("session"), msg.version

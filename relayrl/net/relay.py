@@ -156,9 +156,13 @@ class Relay:
             self._drop(old)
         if role == TRAINER:
             if self.trainer is not None and self.trainer.ident != ident:
+                # retry_after: when the relay would drop the other trainer if it has died (a restarted
+                # trainer waits that long once, then takes the slot; a live one keeps it)
+                silent = time.monotonic() - self.trainer.last_seen
                 return self._refuse(ident, f"another trainer ({self.trainer.name!r}) is connected to this relay; "
                                            "stop it first, or wait for the relay to notice it is gone "
-                                           f"({self.options.peer_timeout_s:.0f} s after its last heartbeat)")
+                                           f"({self.options.peer_timeout_s:.0f} s after its last heartbeat)",
+                                    retry_after=max(0.0, self.options.peer_timeout_s - silent))
         else:
             for other in [p for p in self.peers.values() if p.role == WORKER and p.name == name and p.ident != ident]:
                 self._drop(other)  # the same worker on a new connection
@@ -177,9 +181,12 @@ class Relay:
         elif self.weights is not None:
             self._send(ident, self.weights[1])
 
-    def _refuse(self, ident: bytes, reason: str) -> None:
+    def _refuse(self, ident: bytes, reason: str, retry_after: float | None = None) -> None:
         self.counters["refused"] += 1
-        self._send(ident, wire.encode(wire.REFUSED, meta={"reason": reason, "session": self.session}))
+        meta: dict[str, Any] = {"reason": reason, "session": self.session}
+        if retry_after is not None:
+            meta["retry_after"] = retry_after
+        self._send(ident, wire.encode(wire.REFUSED, meta=meta))
 
     def _drop(self, peer: Peer) -> None:
         self.peers.pop(peer.ident, None)

@@ -247,3 +247,37 @@ def test_a_client_without_the_relays_keys_gets_nothing(tmp_path):
         finally:
             stranger.close(timeout=0)
             friend.close(timeout=0)
+
+
+def test_a_killed_trainer_resumes_and_keeps_the_samples_queued_meanwhile(tmp_path):
+    """SIGKILL the trainer: the relay keeps queueing worker chunks; `--resume` with the same
+    --server takes the trainer slot (after the relay notices the old one is gone) and finishes."""
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    relay = relayrl("serve", "--bind", address, "--peer-timeout", "2")
+    run_dir = tmp_path / "run"
+    common = ["--server", address, "--quiet", "--no-tensorboard", "--set=net.heartbeat_s=0.2",
+              "--set=sac.start_training=200", "--set=eval.freq=400", "--set=eval.episodes=1",
+              "--set=eval.num_envs=1", "--set=sac.update_model_interval=20"]
+    trainer = worker = None
+    try:
+        wait_listening(relay)
+        trainer = relayrl("train", "sac", "--env", "Pendulum-v1", "--run-dir", str(run_dir),
+                          "--total-steps", "100000", *common)
+        worker = relayrl("worker", "--server", address, "--env", "Pendulum-v1", "--set=net.heartbeat_s=0.2",
+                         f"--set=net.weights_dir={tmp_path / 'w0'}", "--set=net.max_steps_per_update=100",
+                         "--set=sac.start_training=200")
+        deadline = time.monotonic() + 120
+        while not (run_dir / "checkpoints" / "last.json").is_file() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert (run_dir / "checkpoints" / "last.json").is_file(), trainer.stdout.read() if trainer.poll() else ""
+        os.killpg(trainer.pid, signal.SIGKILL)
+        trainer.wait()
+        resumed = subprocess.run([sys.executable, "-m", "relayrl", "train", "sac", "--resume", str(run_dir),
+                                  "--total-steps", "1600", *common], capture_output=True, text=True, timeout=300)
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["env_steps"] >= 1600 and summary["backend"] == "relay"
+        assert worker.poll() is None  # the worker rode through the trainer's restart
+    finally:
+        stop(relay, *[p for p in (trainer, worker) if p is not None])

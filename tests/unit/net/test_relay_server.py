@@ -329,16 +329,32 @@ def test_a_resend_of_a_chunk_put_back_in_the_queue_is_still_a_duplicate(make_rel
 # ---------------------------------------------------------------- one trainer, bounded workers
 
 
-def test_a_second_trainer_is_refused_until_the_first_says_bye(make_relay, clients, raw):
+def test_a_second_trainer_is_refused_while_the_first_lives(make_relay, clients):
+    run = make_relay(peer_timeout_s=1.0)
+    first = clients(run.server, "trainer", "first-trainer")
+    connected(first)
+    second = clients(run.server, "trainer", "t2")
+    # it waits once for the slot (the first might have died), then the refusal is final
+    with pytest.raises(RelayRefused, match="another trainer .*'first-trainer'.* is connected"):
+        second.wait_connected(DEADLINE)
+    assert run.relay.counters["refused"] >= 1 and run.relay.trainer.name == "first-trainer"
+    with pytest.raises(RelayRefused):  # the refusal sticks: the caller learns it on any call
+        second.send_samples(chunk(0), version=0, meta={})
+
+
+def test_a_trainer_that_died_silently_is_replaced_after_the_peer_timeout(make_relay, clients, raw):
+    run = make_relay(peer_timeout_s=1.0)
+    dead = raw(run.server, "dead-trainer")
+    dead.hello("trainer")  # and never a heartbeat again, like a killed process
+    restarted = clients(run.server, "trainer", "t2")
+    connected(restarted)
+    assert run.relay.trainer.name == "t2"
+
+
+def test_a_bye_frees_the_trainer_slot(make_relay, clients, raw):
     run = make_relay(peer_timeout_s=30.0)  # long: only the bye frees the slot within this test
     first = raw(run.server, "first-trainer")
     first.hello("trainer")
-    second = clients(run.server, "trainer", "t2")
-    with pytest.raises(RelayRefused, match="another trainer .*'first-trainer'.* is connected"):
-        second.wait_connected(DEADLINE)
-    assert run.relay.counters["refused"] == 1
-    with pytest.raises(RelayRefused):  # the refusal sticks: the caller learns it on any call
-        second.send_samples(chunk(0), version=0, meta={})
     first.send(wire.BYE)
     wait_until(lambda: run.relay.trainer is None, "the relay to free the trainer slot")
     third = clients(run.server, "trainer", "t3")
