@@ -234,8 +234,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
             worker.run(max_steps=args.max_steps, stop=stop)
     except KeyboardInterrupt:
         interrupted = True
-    finally:
-        worker.close()
+    finally:  # stopped by a signal: a short wait for acknowledgements; a finished run waits longer
+        worker.close(flush_timeout=5.0 if interrupted or stop.is_set() else 30.0)
     stats = worker.stats()
     print(f"worker done: {stats['env_steps']} env steps, {stats.get('sent', 0)} chunks sent, "
           f"{stats.get('acked', 0)} acknowledged, {stats.get('backlog_drops', 0)} dropped from the backlog, "
