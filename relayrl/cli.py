@@ -91,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("dir", type=Path, metavar="DIR")
     g.add_argument("--clients", default="trainer,worker",
                    help="comma-separated client names (default trainer,worker)")
+    g.add_argument("--trainers", default="trainer",
+                   help="which of the clients may act as trainers (comma-separated; default trainer); "
+                        "the others may only be workers")
     return parser
 
 
@@ -248,7 +251,8 @@ def cmd_keys(args: argparse.Namespace) -> int:
     from relayrl.net.keys import generate
 
     clients = [c.strip() for c in args.clients.split(",") if c.strip()]
-    for folder in generate(args.dir, clients):
+    trainers = tuple(c.strip() for c in args.trainers.split(",") if c.strip())
+    for folder in generate(args.dir, clients, trainers):
         print(f"wrote {folder}")
     print(f"relay: relayrl serve --keys {args.dir / 'server'}; each client: --keys {args.dir}/NAME "
           "(copy only that folder to that machine)")

@@ -77,7 +77,8 @@ class Relay:
             warnings.warn(f"relay on {options.bind} without encryption or authentication (--insecure)",
                           stacklevel=2)
         self.max_bytes = int(options.max_message_mb * 2**20)
-        self.socket, self._auth = server_socket(self.context, options.bind, options.keys, self.max_bytes)
+        self.socket, self._auth, self.roles = server_socket(self.context, options.bind, options.keys, self.max_bytes)
+        self.owners: dict[str, str] = {}  # with keys: client name -> the public key that first used it
         self.endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
         self.peers: dict[bytes, Peer] = {}
         self.trainer: Peer | None = None
@@ -132,7 +133,7 @@ class Relay:
             return
         peer = self.peers.get(ident)
         if msg.type == wire.HELLO:
-            self._hello(ident, msg)
+            self._hello(ident, msg, _user_id(payload[0]) if self.roles is not None else None)
             return
         if peer is None:
             if msg.type != wire.BYE:
@@ -147,10 +148,19 @@ class Relay:
 
     # ---------------------------------------------------------------- handshake and peers
 
-    def _hello(self, ident: bytes, msg: wire.Message) -> None:
+    def _hello(self, ident: bytes, msg: wire.Message, key: str | None) -> None:
         role, name = msg.meta.get("role"), msg.sender
         if role not in (TRAINER, WORKER) or not name:
             return self._refuse(ident, "a hello must name a role (trainer or worker) and a sender")
+        if self.roles is not None:  # CURVE: what a key may do was fixed when the keys were made
+            key_role = self.roles.get(key or "")
+            if key_role != role:
+                return self._refuse(ident, f"this client's key is authorized as a {key_role}, not as a {role} "
+                                           "(`relayrl keys generate DIR --clients NAME --trainers NAME` makes "
+                                           "trainer keys)")
+            if self.owners.setdefault(name, key) != key:  # type: ignore[arg-type]
+                return self._refuse(ident, f"the name {name!r} is used by another client's key: give each "
+                                           "worker its own --name")
         old = self.peers.get(ident)
         if old is not None and old.role != role:
             self._drop(old)
@@ -317,6 +327,14 @@ _HANDLERS = {
     (TRAINER, wire.PING): Relay._ping,
     (TRAINER, wire.BYE): Relay._bye,
 }
+
+
+def _user_id(frame: Any) -> str | None:
+    """The authenticated public key (z85) ZeroMQ attached to a received frame."""
+    try:
+        return frame.get("User-Id")
+    except (zmq.ZMQError, AttributeError, UnicodeDecodeError):
+        return None
 
 
 def _is_loopback(host: str) -> bool:

@@ -35,8 +35,20 @@ def _common(sock: zmq.Socket, max_bytes: int) -> None:
     sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 10000)
 
 
-def server_socket(context: zmq.Context, bind: str, keys: str | None, max_bytes: int) -> tuple[zmq.Socket, Any]:
-    """A bound ROUTER socket and the authenticator thread (None without keys)."""
+class _Roles:
+    """ZAP credentials: a key is accepted if it has a role (read once at start)."""
+
+    def __init__(self, roles: dict[str, str]):
+        self.roles = roles
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        return key.decode("ascii", "replace") in self.roles
+
+
+def server_socket(context: zmq.Context, bind: str, keys: str | None,
+                  max_bytes: int) -> tuple[zmq.Socket, Any, dict[str, str] | None]:
+    """A bound ROUTER socket, the authenticator thread and the role of each accepted public key
+    (z85 text, what ZeroMQ reports as a message's User-Id) — the last two None without keys."""
     host, port = parse_address(bind, bind=True)
     server_keys = None
     if keys is not None:  # before the socket exists: bad keys raise ConfigError without leaking it
@@ -45,13 +57,14 @@ def server_socket(context: zmq.Context, bind: str, keys: str | None, max_bytes: 
         server_keys = load_server(keys)
     sock = context.socket(zmq.ROUTER)
     _common(sock, max_bytes)
-    auth = None
+    auth, roles = None, None
     if server_keys is not None:
         from zmq.auth.thread import ThreadAuthenticator
 
+        roles = server_keys.roles()
         auth = ThreadAuthenticator(context)
         auth.start()
-        auth.configure_curve(domain="*", location=str(server_keys.authorized))
+        auth.configure_curve_callback(domain="*", credentials_provider=_Roles(roles))
         sock.curve_secretkey = server_keys.secret
         sock.curve_publickey = server_keys.public
         sock.curve_server = True
@@ -64,7 +77,7 @@ def server_socket(context: zmq.Context, bind: str, keys: str | None, max_bytes: 
             auth.stop()
         raise ConfigError(f"cannot bind {bind}: {exc.strerror} (is another relay using port {port}? "
                           "pick another with --bind HOST:PORT)") from None
-    return sock, auth
+    return sock, auth, roles
 
 
 def client_socket(context: zmq.Context, server: str, keys: str | None, max_bytes: int) -> zmq.Socket:

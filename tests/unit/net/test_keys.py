@@ -11,6 +11,16 @@ def _mode(path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
+def test_trainer_keys_go_to_their_own_folder_and_roles_are_read_back(tmp_path):
+    keys.generate(tmp_path, ["trainer", "robot1"])  # "trainer" is a trainer by default
+    server = tmp_path / "server"
+    assert [p.name for p in (server / "trainers").iterdir()] == ["trainer.key"]
+    assert [p.name for p in (server / "authorized").iterdir()] == ["robot1.key"]
+    roles = keys.load_server(server).roles()
+    by_name = {keys.load_client(tmp_path / n).public.decode(): n for n in ("trainer", "robot1")}
+    assert {by_name[k]: role for k, role in roles.items()} == {"trainer": "trainer", "robot1": "worker"}
+
+
 def test_generate_writes_the_documented_layout_with_private_secrets(tmp_path):
     written = keys.generate(tmp_path, ["robot1", "pc-2"])
     assert set(written) == {tmp_path / "server", tmp_path / "robot1", tmp_path / "pc-2"}

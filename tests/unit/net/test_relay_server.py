@@ -546,7 +546,7 @@ def test_garbage_never_takes_the_relay_down(make_relay, clients, raw):
 
 
 def test_only_clients_with_authorized_keys_get_through(make_relay, clients, tmp_path):
-    keys.generate(tmp_path / "keys", ["w1", "t1"])
+    keys.generate(tmp_path / "keys", ["w1", "t1"], trainers=("t1",))
     keys.generate(tmp_path / "other", ["rogue", "stranger"])
     # rogue: an unknown client key but the right server key, so only the relay's check keeps it out
     shutil.copy(tmp_path / "keys" / "w1" / "server.key", tmp_path / "other" / "rogue" / "server.key")
@@ -572,6 +572,23 @@ def test_only_clients_with_authorized_keys_get_through(make_relay, clients, tmp_
     assert trainer.receive(0.5) == []
     s = stats(run.relay)
     assert s["workers"] == 1 and s["chunks_in"] == 1 and run.relay.trainer.name == "t1"
+
+
+def test_a_key_may_only_take_its_own_role_and_its_own_name(make_relay, clients, tmp_path):
+    keys.generate(tmp_path / "keys", ["w1", "w2", "t1"], trainers=("t1",))
+    run = make_relay(keys=str(tmp_path / "keys" / "server"))
+    as_trainer = clients(run.server, "trainer", "sneaky", keys=str(tmp_path / "keys" / "w1"))
+    with pytest.raises(RelayRefused, match="authorized as a worker, not as a trainer"):
+        as_trainer.wait_connected(DEADLINE)
+    as_worker = clients(run.server, "worker", "t1-worker", keys=str(tmp_path / "keys" / "t1"))
+    with pytest.raises(RelayRefused, match="authorized as a trainer, not as a worker"):
+        as_worker.wait_connected(DEADLINE)
+    first = clients(run.server, "worker", "w1", keys=str(tmp_path / "keys" / "w1"))
+    connected(first)
+    impostor = clients(run.server, "worker", "w1", keys=str(tmp_path / "keys" / "w2"))
+    with pytest.raises(RelayRefused, match="used by another client's key"):
+        impostor.wait_connected(DEADLINE)
+    assert [p.name for p in run.relay.peers.values()] == ["w1"]
 
 
 def test_a_public_bind_needs_keys_or_insecure():
