@@ -50,6 +50,7 @@ class RelaySource:
         self.returns: list[float] = []
         self.lengths: list[int] = []
         self.test_returns: list[float] = []
+        self.timing: dict[str, dict[str, float]] = {}  # worker -> its real-time clock statistics
         self.counts = {"duplicates": 0, "rejected": 0, "chunks": 0}
         self._lags: list[int] = []
         self._reported: set[str] = set()
@@ -95,6 +96,9 @@ class RelaySource:
                **{f"net/{k}": float(v) for k, v in self.counts.items()},
                "net/reconnects": float(self.client.stats["reconnects"]),
                "net/bytes_in": float(self.client.stats["bytes_in"])}
+        if self.timing:
+            out["net/rt_late_steps"] = sum(t.get("late_steps", 0.0) for t in self.timing.values())
+            out["net/rt_jitter_max"] = max(t.get("jitter", 0.0) for t in self.timing.values())
         if self.test_returns:
             out["net/test_return"] = float(np.mean(self.test_returns))
             self.test_returns = []
@@ -119,6 +123,10 @@ class RelaySource:
             self.returns.extend(float(r) for r in _numbers(meta.get("returns")))
             self.lengths.extend(int(n) for n in _numbers(meta.get("lengths")))
             self.test_returns.extend(float(r) for r in _numbers(meta.get("test_returns")))
+            timing = meta.get("timing")
+            if isinstance(timing, dict):  # a real-time env's clock, latest per worker
+                self.timing[msg.sender] = {k: float(v) for k, v in timing.items()
+                                           if k in ("late_steps", "jitter") and isinstance(v, (int, float)) and np.isfinite(v)}
             if batch is None:
                 continue
             self.counts["chunks"] += 1

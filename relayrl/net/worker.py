@@ -150,10 +150,14 @@ class RemoteWorker:
             if log is not None and time.monotonic() >= next_log:
                 next_log = time.monotonic() + LOG_EVERY_S
                 stats = self.client.stats
+                timing = self.timing()
+                clock = (f", real-time clock: {int(timing['late_steps'])} late steps, jitter "
+                         f"{timing['jitter'] * 1e3:.1f} ms" if timing else "")
                 print(f"relayrl worker {self.client.name}: {self.env_steps} env steps "
                       f"({self.env_steps / (time.monotonic() - started):.0f}/s), policy version {self.worker.version}, "
                       f"unacknowledged {self.client.unacknowledged()}, backlog drops {stats['backlog_drops']}, "
-                      f"{'connected' if self.client.connected.is_set() else 'reconnecting'}", file=log, flush=True)
+                      f"{'connected' if self.client.connected.is_set() else 'reconnecting'}{clock}", file=log,
+                      flush=True)
         return self.stats()
 
     def _paced(self, stop: threading.Event) -> bool:
@@ -178,6 +182,9 @@ class RemoteWorker:
             "returns": [float(r) for m in self._pending for r in m.episode_returns],
             "lengths": [int(n) for m in self._pending for n in m.episode_lengths],
             "test_returns": self._test_returns}
+        timing = self.timing()
+        if timing:
+            meta["timing"] = timing
         version = min(m.version for m in self._pending)  # the oldest policy in the chunk: staleness errs high
         if self.config.net.crc_debug:
             meta["crc"] = crc_of(batch)
@@ -211,6 +218,17 @@ class RemoteWorker:
         finally:
             env.close()
         return returns
+
+    def timing(self) -> dict[str, float]:
+        """Real-time envs' clock statistics (relayrl.envs.realtime), worst over this worker's envs:
+        late steps, jitter (s), mean time between steps spent outside the env (s). Empty otherwise."""
+        stats = [t() for env in getattr(self.worker.venv, "envs", [])
+                 if callable(t := getattr(env.unwrapped, "timing", None))]
+        if not stats:
+            return {}
+        return {"late_steps": float(sum(s["late_steps"] for s in stats)),
+                "jitter": float(max(s["jitter"] for s in stats)),
+                "inference_mean": float(max(s["inference_mean"] for s in stats))}
 
     def stats(self) -> dict:
         out = {"env_steps": self.env_steps, "episodes": self.episodes, "version": self.worker.version,

@@ -164,3 +164,31 @@ def test_truncated_episodes_and_test_episodes(relay, tmp_path):
     finally:
         worker.close(flush_timeout=0)
         trainer.close()
+
+
+def test_a_real_time_env_reports_its_clock_to_the_trainer(relay, tmp_path):
+    from relayrl.net.trainer import RelaySource
+
+    config = build_config("sac", None, [*FAST, f"net.weights_dir={tmp_path / 'weights'}"],
+                          {"env.id": "relayrl.envs.realtime:relayrl/RealTimeDrone-v0", "net.server": relay.address})
+    source_config = build_config("sac", None, ["net.heartbeat_s=0.1", "net.timeout_s=2"],
+                                 {"env.id": "relayrl.envs.realtime:relayrl/RealTimeDrone-v0",
+                                  "net.server": relay.address})
+    worker = RemoteWorker(config)
+    env = make("relayrl.envs.realtime:relayrl/RealTimeDrone-v0")
+    source = RelaySource(source_config, env.observation_space, env.action_space)
+    env.close()
+    try:
+        source.reset(0)
+        assert worker.client.wait_connected(5)
+        worker.run(max_steps=16, log=None)
+        got = 0
+        deadline = time.monotonic() + 10
+        while got < 16 and time.monotonic() < deadline:
+            got += source.pull()[1]
+        stats = source.stats()
+        assert stats["net/rt_late_steps"] >= 0 and 0 <= stats["net/rt_jitter_max"] < 1.0
+        assert worker.timing()["late_steps"] == stats["net/rt_late_steps"]
+    finally:
+        worker.close(flush_timeout=0)
+        source.close()
