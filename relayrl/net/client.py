@@ -107,8 +107,11 @@ class RelayClient:
             return len(self._backlog)
 
     def take_weights(self) -> wire.Message | None:
+        """The newest weights received since the last call (then ``version`` is theirs), or None."""
         with self._lock:
             msg, self._weights_in = self._weights_in, None
+            if msg is not None:
+                self.version = max(self.version, msg.version)
         return msg
 
     def receive(self, timeout: float) -> list[wire.Message]:
@@ -296,8 +299,7 @@ class RelayClient:
                 self._sent.clear()  # resend everything unacknowledged on this connection
                 if self._weights_out is not None:
                     self._weights_pending = True  # a restarted relay needs the current weights
-            self.connected.set()
-            self._want_weights(sock)
+            self.connected.set()  # (no weights request here: the relay pushes its weights after a welcome)
         elif msg.type == wire.PONG:
             if msg.meta.get("session") != self.session:
                 return False

@@ -642,3 +642,17 @@ def test_clients_survive_a_relay_restart_and_nothing_is_lost_or_repeated(make_re
                    "the new relay to hold the trainer's weights")
     finally:
         second.shutdown()
+
+
+def test_a_joining_worker_downloads_the_weights_once(make_relay, clients):
+    run = make_relay()
+    trainer = clients(run.server, "trainer", "t")
+    connected(trainer)
+    blob = wire.weights_to_bytes({"w": np.ones(250_000, np.float32)})  # 1 MB
+    trainer.publish_weights(3, blob)
+    wait_until(lambda: run.relay.weights is not None, "the relay to hold the weights")
+    worker = clients(run.server, "worker", "w")
+    assert wait_until(worker.take_weights, "the weights").version == 3
+    time.sleep(1.0)  # several heartbeats: none may ask for the same weights again
+    assert worker.take_weights() is None
+    assert len(blob) < worker.stats["bytes_in"] < 1.5 * len(blob)
