@@ -208,7 +208,7 @@ def test_ctrl_c_stops_learner_and_workers_within_the_deadline(tmp_path):
 def test_a_hung_worker_is_killed_and_replaced(tmp_path):
     import signal
 
-    config = build_config("ppo", None, PPO_FAST + ["backend=mp", "workers=2", "worker_timeout=2"],
+    config = build_config("ppo", None, PPO_FAST + ["backend=mp", "workers=2", "worker_timeout=5"],
                           {"total_steps": 100_000, "seed": 4})
     pool = make_pool(config)
     frozen = []
@@ -221,7 +221,7 @@ def test_a_hung_worker_is_killed_and_replaced(tmp_path):
 
     summary = _train_on(pool, config, tmp_path, freeze_one)
     assert frozen and summary["solved"], summary
-    assert pool.backend.restarts >= 1 and "no progress for 2 s" in pool.backend.failures[0]
+    assert pool.backend.restarts >= 1 and "no progress for 5 s" in pool.backend.failures[0]
     assert _gone(set(frozen))
 
 
