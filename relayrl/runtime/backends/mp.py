@@ -186,7 +186,7 @@ class MpBackend:
     def receive(self, timeout: float = 0.0) -> list[InsertTransitions]:
         out: list[InsertTransitions] = []
         deadline = time.monotonic() + timeout
-        while True:
+        while self._queue is not None:  # None once closed (a Ray proxy closed while a poll was in flight)
             try:
                 msg = self._queue.get(timeout=max(0.0, min(0.2, deadline - time.monotonic()))) \
                     if not out and timeout > 0 else self._queue.get_nowait()
@@ -202,6 +202,7 @@ class MpBackend:
             if proc.pending is not None and proc.pending == msg.version:
                 proc.pending = None
             out.append(msg)
+        return out
 
     def queue_depth(self) -> int:
         """Chunks waiting for the learner (approximate, as multiprocessing reports it)."""

@@ -182,11 +182,15 @@ class RayBackend:
         return out
 
     def _replace_unresponsive(self) -> None:
+        # A healthy proxy can be silent for a while: restarting one of its hung workers takes the
+        # worker_timeout plus the restart itself, and a new proxy first starts Python and its workers.
+        # A limit of just worker_timeout replaced busy proxies over and over on a loaded machine.
+        limit = max(2 * self.worker_timeout, self.worker_timeout + 30.0) + POLL_S
         now = time.monotonic()
         for ref, (k, submitted) in list(self._polls.items()):
-            if now - submitted > self.worker_timeout + POLL_S:
+            if now - submitted > limit:
                 del self._polls[ref]
-                self._restart(k, f"node proxy did not answer for {self.worker_timeout:g} s")
+                self._restart(k, f"node proxy did not answer for {limit:g} s")
 
     def _restart(self, k: int, reason: str) -> None:
         self.failures.append(f"node proxy {k} ({self._nodes[k][:8]}): {reason}")
