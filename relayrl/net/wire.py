@@ -52,7 +52,7 @@ class Message:
     version: int = -1
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
-    blob: bytes | None = None
+    blob: bytes | memoryview | None = None  # decoded: a read-only view of the frame (no copy)
 
 
 def encode(type: str, *, sender: str = "", seq: int = 0, version: int = -1,
@@ -124,7 +124,7 @@ def decode(frames: list, max_bytes: int = MAX_MESSAGE_BYTES) -> Message:
     arrays = {}
     for i, descriptor in enumerate(descriptors):
         arrays.update([_array(descriptor, buffers[1 + i])])
-    blob = bytes(buffers[-1]) if has_blob else None
+    blob = buffers[-1].toreadonly() if has_blob else None  # a view: the relay forwards weights uncopied
     return Message(kind, sender, _int(header, "seq"), _int(header, "version"), arrays, meta, blob)
 
 
@@ -160,12 +160,13 @@ def weights_to_bytes(weights: dict[str, Any]) -> bytes:
     return save(arrays, metadata={"relayrl.kinds": json.dumps(kinds)})
 
 
-def weights_from_bytes(blob: bytes) -> dict[str, Any]:
+def weights_from_bytes(blob: bytes | memoryview) -> dict[str, Any]:
     """The inverse of ``weights_to_bytes``; raises WireError for bytes that are not such a file."""
     from safetensors.numpy import load
 
     from relayrl.runtime.weights import unflatten
 
+    blob = bytes(blob)  # (safetensors and json want bytes; no copy if it already is)
     kinds = _kinds_from_header(blob)
     try:
         arrays = load(blob)
