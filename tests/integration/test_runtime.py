@@ -289,12 +289,16 @@ def test_a_request_to_a_worker_that_just_died_is_sent_again_to_its_replacement()
         backend.start(0)
         for version in (0, 1):
             if version == 1:  # dead before the request reaches it: the pipe is broken
+                # (idle first: a worker killed while its queue feeder thread holds the shared queue's
+                # write lock leaves the lock taken for good; a known hazard of one mp.Queue, see the
+                # closing note of issue 6, not what this test is about)
+                time.sleep(1.0)
                 backend._procs[1].process.kill()
                 backend._procs[1].process.join()
             backend.publish(LoadParams(version, policy.get_weights()), env_steps=0)
             backend.request(version)
-            got = []
-            while len(got) < 2:
+            got, deadline = [], time.monotonic() + 120
+            while len(got) < 2 and time.monotonic() < deadline:
                 got += backend.receive(timeout=30)
             assert sorted((m.worker_id, m.version) for m in got) == [(0, version), (1, version)]
         assert backend.restarts == 1
