@@ -83,6 +83,10 @@ class NetConfig(Section):
     """Worker: after this many env steps with one policy version, wait for newer weights before
     collecting more (TMRL's synchronous worker; keeps simulated workers from outrunning the learner;
     not before the worker's own start_training steps, the trainer's warm-up; null: never wait)."""
+    pace_timeout_s: float = Field(10.0, gt=0)
+    """Worker: the longest wait for newer weights once paced; then it collects another
+    max_steps_per_update steps and warns (a trainer that publishes less often than the worker's pace,
+    or one still warming up, must not deadlock the two)."""
     min_samples_per_worker_packet: int = Field(1, ge=1)
     """Worker: transitions gathered before a chunk is sent."""
     compressor: str | None = None

@@ -58,6 +58,8 @@ class RemoteWorker:
         self.env_steps = 0
         self.versions_received = 0
         self._steps_this_version = 0
+        self._paced_since: float | None = None
+        self.pace_timeouts = 0
         self.worker = RolloutWorker(0, config, config.seed)
         self.client: RelayClient | None = None
         try:
@@ -163,11 +165,25 @@ class RemoteWorker:
     def _paced(self, stop: threading.Event) -> bool:
         """False while this version has had its ``max_steps_per_update`` env steps (waits a little)."""
         limit = self.config.net.max_steps_per_update
-        warmup = getattr(getattr(self.config, self.config.algo), "start_training", 0)
+        algo = getattr(self.config, self.config.algo)
+        warmup = max(getattr(algo, "start_training", 0), getattr(algo, "batch_size", 0))
         if limit is None or self.expert or self._steps_this_version < limit or self.env_steps < warmup:
-            return True  # (no pacing before the trainer's start_training: it publishes nothing new till then)
+            self._paced_since = None
+            return True  # (no pacing before the trainer's warm-up: it publishes nothing new till then)
         if self._pending:
             self._send_if_ready(force=True)  # the trainer needs these to make the next version
+        now = time.monotonic()
+        if self._paced_since is None:
+            self._paced_since = now
+        elif now - self._paced_since > self.config.net.pace_timeout_s:
+            self.pace_timeouts += 1
+            if self.pace_timeouts == 1:
+                print(f"relayrl worker: no new weights for {self.config.net.pace_timeout_s:g} s after "
+                      f"{self._steps_this_version} steps of version {self.worker.version}; collecting on. If the "
+                      "trainer is not just slow, make its update_model_interval at most max_steps_per_update x "
+                      "updates_per_step", file=sys.stderr, flush=True)
+            self._steps_this_version, self._paced_since = 0, None
+            return True
         stop.wait(0.02)
         return False
 
@@ -232,7 +248,7 @@ class RemoteWorker:
 
     def stats(self) -> dict:
         out = {"env_steps": self.env_steps, "episodes": self.episodes, "version": self.worker.version,
-               "versions_received": self.versions_received}
+               "versions_received": self.versions_received, "pace_timeouts": self.pace_timeouts}
         if self.client is not None:
             out.update(self.client.stats)
         return out

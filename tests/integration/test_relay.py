@@ -7,7 +7,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,44 +16,7 @@ import pytest
 from relayrl.config import build_config
 from relayrl.net.trainer import RelaySource
 
-SLOW_PENDULUM = "relayrl.testing.envs:relayrl-test/SlowPendulum-v0"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def relayrl(*args: str, netns: str | None = None, **kwargs) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "relayrl", *args]
-    if netns is not None:
-        cmd = ["ip", "netns", "exec", netns, *cmd]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, **kwargs)
-
-
-def wait_listening(proc: subprocess.Popen, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if "relay listening" in line:
-            return
-        if proc.poll() is not None:
-            raise AssertionError(f"relay exited: {line}{proc.stdout.read()}")
-    raise AssertionError("relay did not start")
-
-
-def stop(*procs: subprocess.Popen) -> None:
-    for proc in procs:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-    for proc in procs:
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+from relay_procs import SLOW_PENDULUM, finish, free_port, relayrl, stop, tails, wait_listening  # same folder
 
 
 def worker_totals(output: str) -> dict[str, int]:
@@ -101,7 +63,7 @@ def test_nothing_lost_or_duplicated_across_a_relay_restart(tmp_path):
                 wait_listening(relay)
                 restarted = True
         assert restarted
-        outputs = [w.communicate(timeout=60)[0] for w in workers]
+        outputs = [finish(w, timeout=60) for w in workers]
         assert received == 2 * steps, f"trainer got {received} env steps of {2 * steps}"
         for k, output in enumerate(outputs):
             totals = worker_totals(output)
@@ -151,8 +113,8 @@ def test_sac_learns_pendulum_through_the_relay_with_a_restart(tmp_path):
         relay.wait()
         relay = relayrl("serve", "--bind", address, "--keys", str(keys / "server"))
         wait_listening(relay)
-        out, _ = trainer.communicate(timeout=400)
-        assert trainer.returncode == 0, out[-3000:]
+        finish(trainer, timeout=400)
+        assert trainer.returncode == 0, tails(trainer, relay, *workers)
         summary = json.loads((tmp_path / "run" / "summary.json").read_text())
         assert summary["solved"] and summary["backend"] == "relay", summary
         rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -218,8 +180,8 @@ def test_two_hosts_in_network_namespaces(two_hosts, tmp_path):
         worker = relayrl("worker", "--server", address, "--env", "Pendulum-v1", "--keys", str(keys / "w0"),
                          f"--set=net.weights_dir={tmp_path / 'w0'}", "--set=net.max_steps_per_update=400",
                          netns=host_b)
-        out, _ = trainer.communicate(timeout=300)
-        assert trainer.returncode == 0, out[-3000:]
+        finish(trainer, timeout=300)
+        assert trainer.returncode == 0, tails(trainer, relay, worker)
         summary = json.loads((tmp_path / "run" / "summary.json").read_text())
         assert summary["env_steps"] >= 1500 and summary["updates"] > 0
     finally:
@@ -270,7 +232,7 @@ def test_a_killed_trainer_resumes_and_keeps_the_samples_queued_meanwhile(tmp_pat
         deadline = time.monotonic() + 300  # generous: a loaded 2-core machine starts three Pythons slowly
         while not (run_dir / "checkpoints" / "last.json").is_file() and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert (run_dir / "checkpoints" / "last.json").is_file(), trainer.stdout.read() if trainer.poll() else ""
+        assert (run_dir / "checkpoints" / "last.json").is_file(), tails(trainer, worker, relay)
         os.killpg(trainer.pid, signal.SIGKILL)
         trainer.wait()
         resumed = subprocess.run([sys.executable, "-m", "relayrl", "train", "sac", "--resume", str(run_dir),

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from test_relay import SLOW_PENDULUM, free_port, relayrl, stop, wait_listening  # same folder, no package
+from relay_procs import SLOW_PENDULUM, free_port, relayrl, stop, tails, wait_listening  # same folder
 
 WARMUP_S, MEASURE_S = 30.0, 75.0
 
@@ -37,7 +37,7 @@ def test_eight_workers_for_two_minutes_with_bounded_memory(tmp_path):
                                  "--set=env.kwargs={sleep_us: 2000, busy_us: 0}", "--set=net.heartbeat_s=0.5",
                                  "--set=net.backlog=64", f"--set=net.weights_dir={tmp_path / f'w{k}'}"))
         time.sleep(WARMUP_S)  # imports done, replay buffer full, queues at their steady depth
-        assert all(p.poll() is None for p in procs), [p.stdout.read()[-2000:] for p in procs if p.poll() is not None]
+        assert all(p.poll() is None for p in procs), tails(*[p for p in procs if p.poll() is not None])
         before = {p.pid: rss_mb(p.pid) for p in procs}
         time.sleep(MEASURE_S)
         assert all(p.poll() is None for p in procs)

@@ -130,17 +130,46 @@ def test_standalone_needs_saved_weights_then_runs_episodes(tmp_path):
         worker.close()
 
 
+def _run_for(worker: RemoteWorker, seconds: float) -> None:
+    stop = threading.Event()
+    assert worker.client.wait_connected(5)
+    timer = threading.Timer(seconds, stop.set)
+    timer.start()
+    worker.run(stop=stop, log=None)
+
+
 def test_pacing_waits_for_new_weights_after_max_steps_per_update(relay, tmp_path):
     worker = RemoteWorker(worker_config(relay.address, tmp_path, "net.max_steps_per_update=40",
-                                        "sac.start_training=100"))
-    stop = threading.Event()
+                                        "sac.start_training=100", "sac.batch_size=64"))
     try:
-        assert worker.client.wait_connected(5)
-        timer = threading.Timer(1.5, stop.set)
-        timer.start()
-        worker.run(stop=stop, log=None)
+        _run_for(worker, 1.5)
         # free until the trainer's warm-up (start_training) is collected, then 40 steps per version at most
         assert 100 <= worker.env_steps < 100 + 8
+        assert worker.pace_timeouts == 0
+    finally:
+        worker.close(flush_timeout=0)
+
+
+def test_the_warm_up_is_the_trainers_first_full_batch(relay, tmp_path):
+    """A trainer learns only once it holds max(start_training, batch_size) samples: a worker paced
+    before that would wait for weights that never come."""
+    worker = RemoteWorker(worker_config(relay.address, tmp_path, "net.max_steps_per_update=10",
+                                        "sac.start_training=50", "sac.batch_size=120"))
+    try:
+        _run_for(worker, 1.5)
+        assert 120 <= worker.env_steps < 120 + 8
+    finally:
+        worker.close(flush_timeout=0)
+
+
+def test_a_paced_worker_without_new_weights_collects_on_after_pace_timeout(relay, tmp_path, capsys):
+    worker = RemoteWorker(worker_config(relay.address, tmp_path, "net.max_steps_per_update=40",
+                                        "sac.start_training=100", "sac.batch_size=64", "net.pace_timeout_s=0.4"))
+    try:
+        _run_for(worker, 2.0)
+        assert worker.pace_timeouts >= 1 and worker.env_steps >= 140
+        assert worker.stats()["pace_timeouts"] == worker.pace_timeouts
+        assert "update_model_interval" in capsys.readouterr().err
     finally:
         worker.close(flush_timeout=0)
 
