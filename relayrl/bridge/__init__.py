@@ -1,0 +1,16 @@
+"""The simulator bridge: external simulators exchange observations and actions with the trainer
+through shared memory (specification: docs/bridge-protocol.md).
+
+- ``BridgeEnv``: the trainer side (launch or attach to a simulator; behaviours of many agents).
+- ``World``: the simulator side in Python (the C version is in ``relayrl/bridge/c``).
+"""
+
+from relayrl.bridge.channel import BridgeClosed, BridgeError, BridgeTimeout, PeerDied, VersionMismatch
+from relayrl.bridge.layout import BehaviourSpec, ObsSpec
+from relayrl.bridge.sidechannel import EngineConfigurationChannel, EnvironmentParametersChannel, SideChannel
+from relayrl.bridge.trainer import BridgeEnv, DecisionSteps, TerminalSteps
+from relayrl.bridge.world import World
+
+__all__ = ["BridgeEnv", "World", "BehaviourSpec", "ObsSpec", "DecisionSteps", "TerminalSteps", "SideChannel",
+           "EngineConfigurationChannel", "EnvironmentParametersChannel", "BridgeError", "BridgeClosed",
+           "BridgeTimeout", "PeerDied", "VersionMismatch"]

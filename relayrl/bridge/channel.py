@@ -1,0 +1,435 @@
+"""The shared files of one bridge channel and the turn-taking over them (spec §1, §2, §4, §6, §7).
+
+Both sides use ``Channel``: the trainer ``create``s it, the simulator ``attach``es. The owner of the
+turn writes the body and calls ``hand_over``; the other side blocks in ``wait_turn`` (a short spin,
+then ``poll`` on a FIFO doorbell, so an idle side costs no CPU) and notices a peer that closed, died
+or went silent.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import secrets
+import select
+import stat
+import struct
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from relayrl.bridge import layout as L
+from relayrl.errors import RelayRLError
+
+EDITOR_NAME = "editor"
+POLL_SLICE_S = 0.1
+
+
+class BridgeError(RelayRLError):
+    """The bridge cannot go on: the message says what happened and what to do."""
+
+    exit_code = 4
+    reason = L.PROTOCOL_ERROR
+
+
+class BridgeClosed(BridgeError):
+    """The peer closed the channel (its reason is in the message and ``reason``)."""
+
+    exit_code = 0
+
+    def __init__(self, message: str, reason: int):
+        super().__init__(message)
+        self.reason = reason
+
+
+class BridgeTimeout(BridgeError, TimeoutError):
+    exit_code = 3
+    reason = L.TIMEOUT
+
+
+class PeerDied(BridgeError):
+    exit_code = 3
+    reason = L.PEER_DIED
+
+
+class VersionMismatch(BridgeError):
+    exit_code = 2
+    reason = L.VERSION_MISMATCH
+
+
+def bridge_dir(directory: str | os.PathLike | None = None) -> Path:
+    """The user-only directory for channels (§1), created 0700 if missing, refused if unsafe."""
+    if directory is None:
+        directory = os.environ.get("RELAYRL_BRIDGE_DIR")
+    if directory is None:
+        root = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+        directory = root / f"relayrl-{os.getuid()}"
+    path = Path(directory)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = path.stat()
+    if info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise BridgeError(f"bridge directory {path} is owned by uid {info.st_uid} with mode "
+                          f"{stat.filemode(info.st_mode)}: it must be yours and 0700 (chmod 700 {path}, or set "
+                          "RELAYRL_BRIDGE_DIR to a private directory)")
+    return path
+
+
+def _open_fifo(path: Path, flags: int) -> int:
+    return os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC)
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return True  # unknown: rely on the doorbell's hang-up and the timeout
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Channel:
+    """One side's handle on a channel. Use ``Channel.create`` (trainer) or ``Channel.attach`` (simulator)."""
+
+    def __init__(self, header_path: Path, role: str, timeout_s: float, spin_us: float):
+        self.header_path, self.role = Path(header_path), role
+        self.timeout_s, self.spin_s = timeout_s, spin_us * 1e-6
+        self.trainer = role == "trainer"
+        self.header: mmap.mmap | None = None
+        self.body: mmap.mmap | None = None
+        self.generation = 0
+        self.side = self.rl = 0
+        self.owned = 1 if self.trainer else 0  # the turn value at which the memory is ours
+        self.bell_in = self.bell_out = -1  # our doorbell (read) and the peer's (write)
+        self.handshaken = False
+        self.peer_alive: Callable[[], bool] | None = None  # overrides the pid check (a launched child)
+        self.closed = False
+        self._turn: np.ndarray | None = None
+
+    # ---- paths
+    def path(self, suffix: str) -> Path:
+        return self.header_path.with_name(self.header_path.name + suffix)
+
+    def body_path(self, generation: int) -> Path:
+        return self.path(f".{generation}")
+
+    # ---- creation (trainer) and attachment (simulator)
+    @classmethod
+    def create(cls, directory: str | os.PathLike | None = None, *, editor: bool = False, timeout_s: float = 60.0,
+               spin_us: float = 50.0) -> "Channel":
+        folder = bridge_dir(directory)
+        remove_stale(folder)
+        name = EDITOR_NAME if editor else secrets.token_hex(16)
+        self = cls(folder / name, "trainer", timeout_s, spin_us)
+        self.unlink()  # a stale editor channel
+        for suffix in (".ts", ".st"):
+            os.mkfifo(self.path(suffix), 0o600)
+        self.generation, self.side, self.rl = 1, L.INITIAL_SIDE, L.INITIAL_RL
+        self.body = _create_mapped(self.body_path(1), self.side + self.rl)
+        tmp = self.path(".tmp")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, L.new_header(os.getpid()))
+        finally:
+            os.close(fd)
+        os.rename(tmp, self.header_path)
+        self._map_header()
+        self.bell_in = _open_fifo(self.path(".st"), os.O_RDONLY)
+        return self
+
+    @classmethod
+    def attach(cls, header_path: str | os.PathLike, *, timeout_s: float = 60.0, spin_us: float = 50.0) -> "Channel":
+        self = cls(Path(header_path), "simulator", timeout_s, spin_us)
+        deadline = time.monotonic() + timeout_s
+        while not self.header_path.exists():  # attach mode: the trainer may come later
+            if time.monotonic() > deadline:
+                raise BridgeTimeout(f"no bridge channel at {self.header_path} after {timeout_s:g} s: start the trainer "
+                                    "first, or pass the --memory-path it printed")
+            time.sleep(0.05)
+        try:
+            self._map_header()
+        except (OSError, ValueError) as exc:
+            raise BridgeError(f"cannot map the bridge header {self.header_path}: {exc}") from None
+        magic = bytes(self.header[0:8])
+        if magic != L.MAGIC:
+            raise BridgeError(f"{self.header_path} is not a relayrl bridge header (magic {magic!r}, expected "
+                              f"{L.MAGIC!r}): pass the --memory-path the trainer gave")
+        struct.pack_into("<HH", self.header, L.OFF_SIM_VERSION, *L.VERSION)
+        struct.pack_into("<i", self.header, L.OFF_SIM_PID, os.getpid())
+        self.bell_in = _open_fifo(self.path(".ts"), os.O_RDONLY)
+        self.bell_out = _open_fifo(self.path(".st"), os.O_WRONLY)
+        trainer = self.trainer_version
+        if trainer[0] != L.VERSION[0]:
+            self.close(L.VERSION_MISMATCH, hand_over=True)
+            raise VersionMismatch(f"the trainer speaks bridge protocol {trainer[0]}.{trainer[1]}, this simulator "
+                                  f"{L.VERSION[0]}.{L.VERSION[1]}: use relayrl and a simulator SDK of the same "
+                                  "major version")
+        self.sync_body()
+        return self
+
+    def _map_header(self) -> None:
+        fd = os.open(self.header_path, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            if os.fstat(fd).st_size != L.HEADER_SIZE:
+                raise ValueError(f"it is {os.fstat(fd).st_size} bytes, a header is {L.HEADER_SIZE}")
+            self.header = mmap.mmap(fd, L.HEADER_SIZE)
+        finally:
+            os.close(fd)
+        self._turn = np.frombuffer(self.header, dtype="<u8", count=1, offset=L.OFF_TURN)
+
+    # ---- header fields
+    @property
+    def turn(self) -> int:
+        return int(self._turn[0])
+
+    @property
+    def trainer_version(self) -> tuple[int, int]:
+        return struct.unpack_from("<HH", self.header, L.OFF_TRAINER_VERSION)
+
+    @property
+    def simulator_version(self) -> tuple[int, int]:
+        return struct.unpack_from("<HH", self.header, L.OFF_SIM_VERSION)
+
+    def flag(self, offset: int) -> int:
+        return self.header[offset]
+
+    def set_flag(self, offset: int, value: int) -> None:
+        self.header[offset] = value
+
+    @property
+    def peer_closed(self) -> int:
+        return self.header[L.OFF_SIM_CLOSED if self.trainer else L.OFF_TRAINER_CLOSED]
+
+    @property
+    def peer_pid(self) -> int:
+        return struct.unpack_from("<i", self.header, L.OFF_SIM_PID if self.trainer else L.OFF_TRAINER_PID)[0]
+
+    # ---- the body
+    def sync_body(self) -> bool:
+        """Map the header's body generation if it is not the one mapped (§7). True when it changed."""
+        generation, side, rl = struct.unpack_from("<III", self.header, L.OFF_GENERATION)
+        if generation == self.generation and self.body is not None:
+            return False
+        if generation < 1 or side < 8 or rl < 8 or side % 8 or rl % 8:
+            raise self._fail(f"corrupt bridge header: generation {generation}, side channel {side} bytes, "
+                             f"RL region {rl} bytes")
+        path = self.body_path(generation)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise self._fail(f"body generation {generation} ({path}) is missing") from None
+        try:
+            size = os.fstat(fd).st_size
+            if size != side + rl:
+                raise self._fail(f"body {path} is {size} bytes, the header says {side} + {rl}")
+            body = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        old, old_generation = self.body, self.generation
+        self.body, self.generation, self.side, self.rl = body, generation, side, rl
+        _release(old)
+        if old is not None and not self.trainer:
+            self.body_path(old_generation).unlink(missing_ok=True)  # normally removed by the grower already
+        return True
+
+    def grow(self, side: int, rl: int, keep_rl: bool) -> None:
+        """Owner only: move to generation G+1 of size ``side + rl``; copy the RL region if ``keep_rl``
+        (the trainer, growing its side channel), else the caller rewrites it (the simulator)."""
+        generation = self.generation + 1
+        body = _create_mapped(self.body_path(generation), side + rl)
+        if keep_rl:
+            body[side:side + self.rl] = self.body[self.side:self.side + self.rl]
+        struct.pack_into("<III", self.header, L.OFF_GENERATION, generation, side, rl)
+        old, old_generation = self.body, self.generation
+        self.body, self.generation, self.side, self.rl = body, generation, side, rl
+        self.body_path(old_generation).unlink(missing_ok=True)
+        _release(old)
+
+    def write_side(self, payload: bytes) -> None:
+        """Owner only: this turn's outgoing side-channel records (grows the body when needed)."""
+        if len(payload) > self.side - 4:
+            self.grow(max(L.grown_side(len(payload)), self.side), self.rl, keep_rl=True)
+        struct.pack_into("<I", self.body, 0, len(payload))
+        if payload:
+            self.body[4:4 + len(payload)] = payload
+
+    def read_side(self) -> bytes:
+        (length,) = struct.unpack_from("<I", self.body, 0)
+        if length > self.side - 4:
+            raise self._fail(f"side channel claims {length} bytes in a region of {self.side}")
+        return bytes(self.body[4:4 + length])
+
+    # ---- turns
+    def hand_over(self) -> None:
+        """Give the memory to the peer: every write of ours is done (§4)."""
+        self._turn[0] = self.owned + 1  # an aligned 8-byte store, after every write of the turn
+        self.owned += 2
+        self._ring()
+
+    def _ring(self) -> None:
+        if self.bell_out < 0:
+            return
+        try:
+            os.write(self.bell_out, b"\1")
+        except BlockingIOError:
+            pass  # the pipe is full: a wake-up is already pending
+        except BrokenPipeError:
+            pass  # the peer is gone; its wait would have told it, ours will tell us
+
+    def wait_turn(self, timeout_s: float | None = None) -> None:
+        """Block until the peer hands the memory over; raise if it closed, died or timed out."""
+        want = self.owned
+        turn = self._turn
+        if int(turn[0]) == want:
+            return
+        spin_end = time.perf_counter() + self.spin_s
+        while time.perf_counter() < spin_end:
+            if int(turn[0]) == want:
+                return
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s
+        poller = select.poll()
+        poller.register(self.bell_in, select.POLLIN)
+        while True:
+            self._drain()
+            value = int(turn[0])
+            if value == want:
+                return
+            if value != want - 1:
+                raise self._fail(f"turn counter jumped to {value} while waiting for {want}: a turn was lost or "
+                                 "doubled")
+            if self.peer_closed:
+                raise self._peer_closed()
+            events = poller.poll(POLL_SLICE_S * 1000)
+            if int(turn[0]) == want:
+                return
+            if self.peer_closed:
+                raise self._peer_closed()
+            hung_up = any(ev & select.POLLHUP and not ev & select.POLLIN for _, ev in events)
+            if self.handshaken and (hung_up or not self._alive()):
+                self.close(L.PEER_DIED)
+                raise PeerDied(f"the {self._peer_name} died (its end of the channel closed) while the "
+                               f"{self.role} waited: {'restart the trainer' if not self.trainer else 'see its output'}")
+            if hung_up:  # before the handshake: a peer that opened and closed again
+                time.sleep(POLL_SLICE_S)
+            if time.monotonic() > deadline:
+                self.close(L.TIMEOUT)
+                raise BridgeTimeout(f"the {self._peer_name} did not answer within {timeout_s:g} s (timeout_s): it "
+                                    "is stuck or too slow; raise the timeout if it is just slow")
+
+    @property
+    def _peer_name(self) -> str:
+        return "simulator" if self.trainer else "trainer"
+
+    def _alive(self) -> bool:
+        return self.peer_alive() if self.peer_alive is not None else _pid_alive(self.peer_pid)
+
+    def _drain(self) -> None:
+        try:
+            while os.read(self.bell_in, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _peer_closed(self) -> BridgeError:
+        reason = self.peer_closed
+        text = L.REASONS.get(reason, f"reason {reason}")
+        if reason == L.VERSION_MISMATCH:
+            sim, tr = self.simulator_version, self.trainer_version
+            self.close(L.NORMAL)
+            return VersionMismatch(f"the simulator speaks bridge protocol {sim[0]}.{sim[1]}, the trainer "
+                                   f"{tr[0]}.{tr[1]}: rebuild the simulator with an SDK of the trainer's major "
+                                   "version")
+        self.close(L.NORMAL)
+        return BridgeClosed(f"the {self._peer_name} closed the channel ({text})", reason)
+
+    def _fail(self, message: str) -> BridgeError:
+        self.close(L.PROTOCOL_ERROR)
+        return BridgeError(f"bridge channel {self.header_path.name}: {message}")
+
+    # ---- after the handshake: the trainer opens its doorbell to the simulator
+    def open_peer_bell(self) -> None:
+        if self.trainer and self.bell_out < 0:
+            self.bell_out = _open_fifo(self.path(".ts"), os.O_WRONLY)
+        self.handshaken = True
+
+    # ---- closing
+    def close(self, reason: int = L.NORMAL, hand_over: bool = False) -> None:
+        """Set our closed byte (sticky), wake the peer, release everything. The trainer removes the
+        files; the simulator does too when the trainer is gone (died, timed out or never answered)."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.header is not None:
+            offset = L.OFF_TRAINER_CLOSED if self.trainer else L.OFF_SIM_CLOSED
+            if not self.header[offset]:
+                self.header[offset] = reason
+            if hand_over and self.bell_out >= 0:
+                self._turn[0] = self.owned + 1
+            self._ring()
+        for fd in (self.bell_in, self.bell_out):
+            if fd >= 0:
+                os.close(fd)
+        self.bell_in = self.bell_out = -1
+        if self.trainer or reason in (L.TIMEOUT, L.PEER_DIED):
+            self.unlink()
+        _release(self.body)
+        self.body = None
+        self._turn = None
+        _release(self.header)
+        self.header = None
+
+    def unlink(self) -> None:
+        """Remove every file of this channel name (best effort)."""
+        folder, name = self.header_path.parent, self.header_path.name
+        for path in folder.glob(f"{name}*"):
+            rest = path.name[len(name):]
+            if rest in ("", ".ts", ".st", ".tmp") or (rest[:1] == "." and rest[1:].isdigit()):
+                path.unlink(missing_ok=True)
+
+
+def _create_mapped(path: Path, size: int) -> mmap.mmap:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        os.ftruncate(fd, size)
+        return mmap.mmap(fd, size)
+    finally:
+        os.close(fd)
+
+
+def _release(mapping: mmap.mmap | None) -> None:
+    """Unmap now, or when the last numpy view of it is gone (views handed to users keep it alive)."""
+    if mapping is None:
+        return
+    try:
+        mapping.close()
+    except BufferError:
+        pass
+
+
+def remove_stale(folder: Path) -> int:
+    """Remove the channels in ``folder`` whose trainer process is gone (§1, DOTS checklist A15)."""
+    removed = 0
+    for header in folder.iterdir():
+        if not header.is_file() or "." in header.name:
+            continue
+        try:
+            with open(header, "rb") as f:
+                raw = f.read(L.HEADER_SIZE)
+        except OSError:
+            continue
+        if len(raw) != L.HEADER_SIZE or raw[:8] != L.MAGIC:
+            continue
+        (pid,) = struct.unpack_from("<i", raw, L.OFF_TRAINER_PID)
+        if pid > 0 and pid != os.getpid() and not _pid_alive(pid):
+            Channel(header, "trainer", 0, 0).unlink()
+            removed += 1
+    return removed
+
+
+__all__ = ["Channel", "BridgeError", "BridgeClosed", "BridgeTimeout", "PeerDied", "VersionMismatch", "bridge_dir"]

@@ -1,0 +1,274 @@
+"""The trainer side of the bridge: an external simulator as behaviours of many agents.
+
+    with BridgeEnv("path/to/simulator") as env:       # or BridgeEnv(attach=True) for an editor
+        env.reset()
+        for _ in range(1000):
+            for name in env.behaviours:
+                decisions, terminations = env.get_steps(name)
+                env.set_actions(name, continuous=policy(decisions.obs[0]))
+            env.step()
+
+``get_steps`` returns zero-copy views of the shared memory, valid until the next ``step``/``reset``
+(``.copy()`` keeps them). Errors (the simulator died, closed, timed out, speaks another protocol
+version) are ``BridgeError`` subclasses with a message that says what to do.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from relayrl.bridge import layout as L
+from relayrl.bridge.channel import BridgeError, Channel
+from relayrl.bridge.sidechannel import SideChannel, SideChannels
+
+CLOSE_GRACE_S = 5.0
+
+
+@dataclass
+class DecisionSteps:
+    """Agents that request a decision this turn: row i of every array is the same agent."""
+
+    obs: list[np.ndarray]  # one [n, *shape] array per observation
+    reward: np.ndarray  # [n] float32, since the agent's previous decision
+    agent_id: np.ndarray  # [n] int64
+    action_mask: list[np.ndarray]  # one [n, branch size] bool array per branch; True = forbidden
+
+    def __len__(self) -> int:
+        return len(self.agent_id)
+
+    def copy(self) -> "DecisionSteps":
+        return DecisionSteps([o.copy() for o in self.obs], self.reward.copy(), self.agent_id.copy(),
+                             [m.copy() for m in self.action_mask])
+
+
+@dataclass
+class TerminalSteps:
+    """Agents whose episode ended this turn, with their final observation."""
+
+    obs: list[np.ndarray]
+    reward: np.ndarray
+    interrupted: np.ndarray  # [n] bool: cut by a step limit (truncated), not a terminal state
+    agent_id: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.agent_id)
+
+    def copy(self) -> "TerminalSteps":
+        return TerminalSteps([o.copy() for o in self.obs], self.reward.copy(), self.interrupted.copy(),
+                             self.agent_id.copy())
+
+
+class _Views:
+    """Full-size [N, ...] numpy views of one behaviour section; sliced to n rows per turn."""
+
+    def __init__(self, body, section: L.SectionLayout):
+        spec, n = section.spec, section.spec.max_agents
+        self.section = section
+
+        def array(offset: int, dtype, shape) -> np.ndarray:
+            count = int(np.prod(shape))
+            return np.frombuffer(body, dtype=dtype, count=count, offset=offset).reshape(shape)
+
+        self.counts = array(section.n_decisions, "<u4", (1,))
+        self.final_counts = array(section.n_terminations, "<u4", (1,))
+        self.obs = [array(at, o.dtype, (n, *o.shape)) for at, o in zip(section.decision_obs, spec.observations)]
+        self.reward = array(section.decision_reward, "<f4", (n,))
+        self.ids = array(section.decision_ids, "<i8", (n,))
+        self.mask = array(section.decision_mask, "u1", (n, spec.mask_width)).view(bool)
+        edges = np.cumsum((0, *spec.branches))
+        self.masks = [self.mask[:, a:b] for a, b in zip(edges[:-1], edges[1:])]
+        self.final_obs = [array(at, o.dtype, (n, *o.shape)) for at, o in zip(section.final_obs, spec.observations)]
+        self.final_reward = array(section.final_reward, "<f4", (n,))
+        self.interrupted = array(section.interrupted, "u1", (n,)).view(bool)
+        self.final_ids = array(section.final_ids, "<i8", (n,))
+        self.continuous = array(section.continuous, "<f4", (n, spec.continuous))
+        self.discrete = array(section.discrete, "<i4", (n, len(spec.branches)))
+
+
+class BridgeEnv:
+    """A channel to one simulator: launch its executable (a list or a shell-like string; the memory
+    path is appended as ``--memory-path PATH``) or, with ``attach=True``, wait for a running one at
+    the fixed editor path. ``side_channels`` are SideChannel objects (engine configuration,
+    environment parameters, your own)."""
+
+    def __init__(self, executable: str | Sequence[str] | None = None, *, args: Sequence[str] = (),
+                 attach: bool = False, timeout_s: float = 60.0, spin_us: float = 50.0,
+                 side_channels: Iterable[SideChannel] = (), directory: str | os.PathLike | None = None,
+                 log_path: str | os.PathLike | None = None):
+        if (executable is None) == (not attach):
+            raise BridgeError("give the simulator executable to launch, or attach=True to wait for a running one")
+        self.side_channels = SideChannels(side_channels)
+        self.proc: subprocess.Popen | None = None
+        self.channel = Channel.create(directory, editor=attach, timeout_s=timeout_s, spin_us=spin_us)
+        self._views: dict[str, _Views] = {}
+        self._generation = 0  # of the body the views point into
+        self._n: dict[str, tuple[int, int]] = {}
+        self._acted: set[str] = set()
+        self._log = None
+        try:
+            if executable is not None:
+                cmd = shlex.split(executable) if isinstance(executable, str) else list(executable)
+                self._log = open(log_path, "ab") if log_path is not None else None
+                try:
+                    self.proc = subprocess.Popen([*cmd, "--memory-path", str(self.channel.header_path), *args],
+                                                 start_new_session=True, stdin=subprocess.DEVNULL,
+                                                 stdout=self._log, stderr=self._log)
+                except OSError as exc:
+                    raise BridgeError(f"cannot start the simulator {cmd[0]!r}: {exc}") from None
+                self.channel.peer_alive = lambda: self.proc.poll() is None
+            else:
+                print(f"relayrl bridge: waiting for a simulator to attach to {self.channel.header_path}",
+                      file=sys.stderr, flush=True)
+            self._wait()  # the handshake turn: the simulator's version, behaviours and first decisions
+        except BaseException:
+            self.close()
+            raise
+
+    # ---- what the simulator offers
+    @property
+    def memory_path(self) -> Path:
+        return self.channel.header_path
+
+    @property
+    def behaviours(self) -> dict[str, L.BehaviourSpec]:
+        return {name: views.section.spec for name, views in self._views.items()}
+
+    def get_steps(self, behaviour: str) -> tuple[DecisionSteps, TerminalSteps]:
+        views = self._get(behaviour)
+        n, m = self._n[behaviour]
+        return (DecisionSteps([o[:n] for o in views.obs], views.reward[:n], views.ids[:n],
+                              [mask[:n] for mask in views.masks]),
+                TerminalSteps([o[:m] for o in views.final_obs], views.final_reward[:m], views.interrupted[:m],
+                              views.final_ids[:m]))
+
+    def set_actions(self, behaviour: str, continuous: np.ndarray | None = None,
+                    discrete: np.ndarray | None = None) -> None:
+        """Actions for this turn's deciding agents, row i for decision row i: continuous [n, C]
+        (cast to float32) and discrete [n, B] (cast to int32). Agents left without actions get zeros."""
+        views = self._get(behaviour)
+        spec, (n, _) = views.section.spec, self._n[behaviour]
+        if n == 0 and (continuous is not None and np.size(continuous) or discrete is not None and np.size(discrete)):
+            raise BridgeError(f"behaviour {behaviour!r} has no agents waiting for a decision this turn: "
+                              "send actions only to behaviours whose decision steps are not empty")
+        for kind, value, width, out in (("continuous", continuous, spec.continuous, views.continuous),
+                                        ("discrete", discrete, len(spec.branches), views.discrete)):
+            if value is None:
+                continue
+            array = np.asarray(value)
+            if array.shape != (n, width):
+                raise BridgeError(f"{kind} actions for {behaviour!r} have shape {array.shape}, expected ({n}, {width}): "
+                                  f"one row per deciding agent ({n} this turn)")
+            if kind == "discrete":
+                bad = (array < 0) | (array >= np.array(spec.branches))
+                if bad.any():
+                    raise BridgeError(f"discrete actions for {behaviour!r} out of range for branches {spec.branches}")
+            np.copyto(out[:n], array, casting="unsafe")
+        self._acted.add(behaviour)
+
+    # ---- turns
+    def step(self) -> None:
+        """Send the actions set this turn (zeros for behaviours without) and wait for the next decisions."""
+        for name, views in self._views.items():
+            n = self._n[name][0]
+            if name not in self._acted and n:
+                views.continuous[:n] = 0
+                views.discrete[:n] = 0
+        self._hand_over()
+
+    def reset(self) -> None:
+        """Ask the simulator to reset every behaviour; fresh decisions, no terminations, follow."""
+        self.channel.set_flag(L.OFF_RESET, 1)
+        self._hand_over()
+
+    def query(self) -> None:
+        """Exchange side-channel messages without advancing the simulation (the actions stay owed)."""
+        self.channel.set_flag(L.OFF_QUERY, 1)
+        self._hand_over(keep_actions=True)
+
+    def _hand_over(self, keep_actions: bool = False) -> None:
+        if self.channel.closed:
+            raise BridgeError("the bridge is closed: create a new BridgeEnv")
+        self.channel.write_side(self.side_channels.outgoing())
+        if not keep_actions:
+            self._acted.clear()
+        self.channel.hand_over()
+        self._wait()
+
+    def _wait(self) -> None:
+        channel = self.channel
+        channel.wait_turn()
+        channel.open_peer_bell()
+        try:
+            channel.sync_body()
+            if channel.generation != self._generation:  # a new body, ours or the simulator's: views moved
+                self._parse()
+            self.side_channels.dispatch(channel.read_side())
+            self._n = {}
+            for name, views in self._views.items():
+                n, m = int(views.counts[0]), int(views.final_counts[0])
+                limit = views.section.spec.max_agents
+                if n > limit or m > limit:
+                    raise channel._fail(f"behaviour {name!r} reports {n} decisions and {m} terminations, "
+                                        f"more than its {limit} agents")
+                self._n[name] = (n, m)
+        except L.LayoutError as exc:
+            raise channel._fail(str(exc)) from None
+
+    def _parse(self) -> None:
+        body, self._generation = self.channel.body, self.channel.generation
+        self._views = {s.spec.name: _Views(body, s) for s in L.parse_sections(body, self.channel.side,
+                                                                               self.channel.rl)}
+
+    def _get(self, behaviour: str) -> _Views:
+        try:
+            return self._views[behaviour]
+        except KeyError:
+            raise BridgeError(f"no behaviour {behaviour!r} in the simulator; it has {sorted(self._views)}") from None
+
+    # ---- closing
+    def close(self) -> None:
+        """Tell the simulator to stop, wait up to 5 s for a launched one, then kill its process group."""
+        channel = getattr(self, "channel", None)
+        if channel is not None and not channel.closed:
+            self._views = {}
+            channel.close(L.NORMAL)
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                self.proc.wait(timeout=CLOSE_GRACE_S)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.proc.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def __enter__(self) -> "BridgeEnv":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+__all__ = ["BridgeEnv", "DecisionSteps", "TerminalSteps"]

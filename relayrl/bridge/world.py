@@ -1,0 +1,301 @@
+"""The simulator side of the bridge in Python: a world of agents grouped by behaviour.
+
+    world = World()                                   # --memory-path from the command line
+    world.register("ball", max_agents=12, observations=[(6,)], continuous=2)
+    while True:
+        for agent in agents:
+            world.request_decision("ball", agent.id).set_observation(0, agent.obs()).set_reward(agent.reward)
+        status = world.step()                         # hand the turn over, block until the actions
+        if status == "closed":
+            break
+        if status == "reset":
+            ...                                       # restart every agent, then request decisions again
+            continue
+        for agent_id, (continuous, discrete) in world.actions("ball").items():
+            ...
+
+Many agents: ``set_decisions(name, ids, [obs arrays], rewards)`` writes a whole block at once, and
+``action_arrays(name)`` returns (ids, continuous [n, C], discrete [n, B]).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from relayrl.bridge import layout as L
+from relayrl.bridge.channel import BridgeError, Channel
+from relayrl.bridge.sidechannel import SideChannel, SideChannels
+from relayrl.bridge.trainer import _Views
+
+OK, RESET, CLOSED = "ok", "reset", "closed"
+
+
+def memory_path_from_args(argv: Sequence[str] | None = None) -> str | None:
+    """The value of ``--memory-path PATH`` (or ``--memory-path=PATH``) in ``argv``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    for i, arg in enumerate(argv):
+        if arg == "--memory-path" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--memory-path="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+class _Rows:
+    """One behaviour's staged rows for the next hand-over (a decision or a termination block)."""
+
+    def __init__(self, spec: L.BehaviourSpec, final: bool):
+        n = spec.max_agents
+        self.spec, self.count = spec, 0
+        self.obs = [np.zeros((n, *o.shape), o.dtype) for o in spec.observations]
+        self.reward = np.zeros(n, np.float32)
+        self.ids = np.zeros(n, np.int64)
+        self.extra = np.zeros(n, bool) if final else np.zeros((n, spec.mask_width), bool)  # interrupted | masks
+        self.bulk: tuple | None = None
+        self.rows: dict[int, int] = {}
+
+    def add(self, agent_id: int) -> int:
+        if self.bulk is not None:
+            raise BridgeError(f"behaviour {self.spec.name!r}: set_decisions/set_terminations and per-agent calls "
+                              "cannot be mixed in one turn")
+        if agent_id in self.rows:
+            raise BridgeError(f"agent {agent_id} of {self.spec.name!r} is already in this turn's block")
+        if self.count >= self.spec.max_agents:
+            raise BridgeError(f"behaviour {self.spec.name!r} has max_agents={self.spec.max_agents}: agent "
+                              f"{agent_id} is one too many (register it with more)")
+        row, self.count = self.count, self.count + 1
+        self.rows[agent_id] = row
+        self.ids[row] = agent_id
+        self.reward[row] = 0.0
+        self.extra[row] = False
+        return row
+
+    def clear(self) -> None:
+        self.count, self.bulk, self.rows = 0, None, {}
+
+
+class DecisionBuilder:
+    def __init__(self, rows: _Rows, row: int):
+        self._rows, self._row = rows, row
+
+    def set_observation(self, index: int, value: Any) -> "DecisionBuilder":
+        self._rows.obs[index][self._row] = value
+        return self
+
+    def set_reward(self, reward: float) -> "DecisionBuilder":
+        self._rows.reward[self._row] = reward
+        return self
+
+    def set_action_mask(self, branch: int, forbidden: Iterable[int]) -> "DecisionBuilder":
+        start = sum(self._rows.spec.branches[:branch])
+        for option in forbidden:
+            self._rows.extra[self._row, start + option] = True
+        return self
+
+
+class TerminationBuilder(DecisionBuilder):
+    def set_action_mask(self, branch: int, forbidden: Iterable[int]) -> "DecisionBuilder":
+        raise BridgeError("an ended episode takes no action mask")
+
+
+class World:
+    """The simulator's end of a bridge channel (see the module docstring)."""
+
+    def __init__(self, memory_path: str | None = None, *, timeout_s: float = 60.0, spin_us: float = 50.0,
+                 side_channels: Iterable[SideChannel] = (), argv: Sequence[str] | None = None):
+        path = memory_path or memory_path_from_args(argv)
+        if path is None:
+            raise BridgeError("no --memory-path given: the trainer passes it when it launches the simulator "
+                              "(or pass World(memory_path=...) to attach to a waiting trainer)")
+        self.side_channels = SideChannels(side_channels)
+        self.channel = Channel.attach(path, timeout_s=timeout_s, spin_us=spin_us)
+        self.channel.handshaken = True  # the trainer is there: it created the channel
+        self.specs: list[L.BehaviourSpec] = []
+        self._decisions: dict[str, _Rows] = {}
+        self._terminations: dict[str, _Rows] = {}
+        self._views: dict[str, _Views] = {}
+        self._generation = 0  # of the body the views point into
+        self._sent: dict[str, np.ndarray] = {}  # agent ids of the decision rows handed over
+        self._layout_dirty = True
+        self._reset_handlers: list[Callable[[], None]] = []
+
+    # ---- behaviours
+    def register(self, name: str, max_agents: int, observations: Sequence[Any], continuous: int = 0,
+                 branches: Sequence[int] = ()) -> L.BehaviourSpec:
+        """A behaviour; ``observations`` are shapes or (shape, dtype) pairs (float32 or uint8). It is
+        sent with the next ``step()``. Registering a known name again with a larger ``max_agents``
+        (same everything else) grows it."""
+        obs = tuple(L.ObsSpec(tuple(o[0]), np.dtype(o[1])) if len(o) == 2 and isinstance(o[0], (tuple, list))
+                    else L.ObsSpec(tuple(o)) for o in observations)
+        spec = L.BehaviourSpec(name, max_agents, obs, continuous, tuple(branches))
+        known = next((i for i, s in enumerate(self.specs) if s.name == name), None)
+        if known is not None:
+            old = self.specs[known]
+            if (old.observations, old.continuous, old.branches) != (spec.observations, spec.continuous, spec.branches):
+                raise BridgeError(f"behaviour {name!r} is already registered with another spec")
+            if spec.max_agents <= old.max_agents:
+                return old
+            self.specs[known] = spec
+        else:
+            self.specs.append(spec)
+        self._decisions[name] = _Rows(spec, final=False)
+        self._terminations[name] = _Rows(spec, final=True)
+        self._layout_dirty = True
+        return spec
+
+    def on_reset(self, handler: Callable[[], None]) -> None:
+        self._reset_handlers.append(handler)
+
+    # ---- this turn's rows
+    def request_decision(self, behaviour: str, agent_id: int) -> DecisionBuilder:
+        rows = self._rows(self._decisions, behaviour)
+        return DecisionBuilder(rows, rows.add(int(agent_id)))
+
+    def end_episode(self, behaviour: str, agent_id: int, interrupted: bool = False) -> TerminationBuilder:
+        rows = self._rows(self._terminations, behaviour)
+        row = rows.add(int(agent_id))
+        rows.extra[row] = interrupted
+        return TerminationBuilder(rows, row)
+
+    def interrupt_episode(self, behaviour: str, agent_id: int) -> TerminationBuilder:
+        return self.end_episode(behaviour, agent_id, interrupted=True)
+
+    def set_decisions(self, behaviour: str, agent_ids: np.ndarray, observations: Sequence[np.ndarray],
+                      rewards: np.ndarray, masks: np.ndarray | None = None) -> None:
+        """A whole decision block: ids [n], one [n, *shape] array per observation, rewards [n],
+        masks [n, sum(branches)] (True = forbidden). Copied into the shared memory at ``step()``."""
+        self._bulk(self._decisions, behaviour, agent_ids, observations, rewards, masks)
+
+    def set_terminations(self, behaviour: str, agent_ids: np.ndarray, observations: Sequence[np.ndarray],
+                         rewards: np.ndarray, interrupted: np.ndarray | None = None) -> None:
+        self._bulk(self._terminations, behaviour, agent_ids, observations, rewards, interrupted)
+
+    def _bulk(self, blocks: dict[str, _Rows], behaviour: str, ids, observations, rewards, extra) -> None:
+        rows = self._rows(blocks, behaviour)
+        spec, n = rows.spec, len(ids)
+        if rows.count:
+            raise BridgeError(f"behaviour {behaviour!r}: per-agent calls and a whole block cannot be mixed in one turn")
+        if n > spec.max_agents:
+            raise BridgeError(f"{n} agents for {behaviour!r}, registered with max_agents={spec.max_agents}")
+        if len(observations) != len(spec.observations):
+            raise BridgeError(f"{behaviour!r} has {len(spec.observations)} observations, got {len(observations)}")
+        for k, (array, obs) in enumerate(zip(observations, spec.observations)):
+            if np.shape(array) != (n, *obs.shape):
+                raise BridgeError(f"observation {k} of {behaviour!r} has shape {np.shape(array)}, expected "
+                                  f"{(n, *obs.shape)}")
+        rows.bulk = (np.asarray(ids), list(observations), np.asarray(rewards), extra)
+
+    def _rows(self, blocks: dict[str, _Rows], behaviour: str) -> _Rows:
+        try:
+            return blocks[behaviour]
+        except KeyError:
+            raise BridgeError(f"behaviour {behaviour!r} is not registered: call world.register first") from None
+
+    # ---- turns
+    def step(self) -> str:
+        """Write this turn's blocks and side-channel messages, hand over, and wait for the trainer.
+        Returns "ok" (actions are ready), "reset" (the trainer asked for a reset: reset handlers have
+        run; request fresh decisions and step again) or "closed" (the trainer closed normally).
+        Raises BridgeError when the trainer died, timed out or the channel is corrupt."""
+        channel = self.channel
+        if channel.closed:
+            return CLOSED
+        if self._layout_dirty:
+            self._relayout()
+        for spec in self.specs:
+            self._write(spec.name)
+        while True:
+            channel.write_side(self.side_channels.outgoing())
+            channel.hand_over()
+            try:
+                channel.wait_turn()
+            except BridgeError as exc:
+                if getattr(exc, "reason", None) == L.NORMAL:
+                    return CLOSED
+                raise
+            channel.sync_body()
+            if channel.generation != self._generation:  # a new body (the trainer's or ours): views moved
+                self._map_views()
+            self.side_channels.dispatch(channel.read_side())
+            if channel.flag(L.OFF_QUERY):
+                channel.set_flag(L.OFF_QUERY, 0)
+                continue
+            for rows in (*self._decisions.values(), *self._terminations.values()):
+                rows.clear()
+            if channel.flag(L.OFF_RESET):
+                channel.set_flag(L.OFF_RESET, 0)
+                self._sent = {}
+                for handler in self._reset_handlers:
+                    handler()
+                return RESET
+            return OK
+
+    def actions(self, behaviour: str) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """Each deciding agent's (continuous [C], discrete [B]) actions of the last turn (copies)."""
+        ids, continuous, discrete = self.action_arrays(behaviour)
+        return {int(i): (continuous[row].copy(), discrete[row].copy()) for row, i in enumerate(ids)}
+
+    def action_arrays(self, behaviour: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(agent ids [n], continuous [n, C], discrete [n, B]): views valid until the next ``step()``."""
+        ids = self._sent.get(behaviour, np.zeros(0, np.int64))
+        views = self._views[behaviour]
+        return ids, views.continuous[:len(ids)], views.discrete[:len(ids)]
+
+    def _relayout(self) -> None:
+        """Rewrite the RL region for the current specs, in a new generation when the size changed."""
+        channel = self.channel
+        size = L.rl_size(self.specs)
+        if size != channel.rl:
+            channel.grow(channel.side, size, keep_rl=False)
+        body, at = channel.body, channel.side
+        body[at:at + 8] = np.array([len(self.specs), 0], "<u4").tobytes()
+        at += 8
+        for spec in self.specs:
+            section = L.layout(spec, at)
+            head = L.encode_spec(spec, section.size)
+            body[at:at + len(head)] = head
+            at += section.size
+        self._map_views()
+        self._layout_dirty = False
+
+    def _map_views(self) -> None:
+        body, self._generation = self.channel.body, self.channel.generation
+        self._views = {s.spec.name: _Views(body, s) for s in L.parse_sections(body, self.channel.side,
+                                                                               self.channel.rl)}
+
+    def _write(self, name: str) -> None:
+        views = self._views[name]
+        for rows, final in ((self._decisions[name], False), (self._terminations[name], True)):
+            obs_out = views.final_obs if final else views.obs
+            ids_out = views.final_ids if final else views.ids
+            reward_out = views.final_reward if final else views.reward
+            if rows.bulk is not None:
+                ids, observations, rewards, extra = rows.bulk
+            else:
+                n = rows.count
+                ids, observations, rewards = rows.ids[:n], [o[:n] for o in rows.obs], rows.reward[:n]
+                extra = rows.extra[:n]
+            n = len(ids)
+            for out, array in zip(obs_out, observations):
+                np.copyto(out[:n], array, casting="unsafe")
+            reward_out[:n] = rewards
+            ids_out[:n] = ids
+            if final:
+                views.interrupted[:n] = False if extra is None else extra
+                views.final_counts[0] = n
+            else:
+                views.mask[:n] = False if extra is None else np.asarray(extra, bool)
+                views.counts[0] = n
+                self._sent[name] = np.array(ids, np.int64)
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def __enter__(self) -> "World":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
