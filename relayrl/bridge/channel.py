@@ -286,11 +286,11 @@ class Channel:
         want = self.owned
         turn = self._turn
         if int(turn[0]) == want:
-            return
+            return self._got_turn()
         spin_end = time.perf_counter() + self.spin_s
         while time.perf_counter() < spin_end:
             if int(turn[0]) == want:
-                return
+                return self._got_turn()
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout_s
         poller = select.poll()
@@ -299,7 +299,7 @@ class Channel:
             self._drain()
             value = int(turn[0])
             if value == want:
-                return
+                return self._got_turn()
             if value != want - 1:
                 raise self._fail(f"turn counter jumped to {value} while waiting for {want}: a turn was lost or "
                                  "doubled")
@@ -307,11 +307,11 @@ class Channel:
                 raise self._peer_closed()
             events = poller.poll(POLL_SLICE_S * 1000)
             if int(turn[0]) == want:
-                return
+                return self._got_turn()
             if self.peer_closed:
                 raise self._peer_closed()
             hung_up = any(ev & select.POLLHUP and not ev & select.POLLIN for _, ev in events)
-            if self.handshaken and (hung_up or not self._alive()):
+            if (self.handshaken and hung_up) or not self._alive():
                 self.close(L.PEER_DIED)
                 raise PeerDied(f"the {self._peer_name} died (its end of the channel closed) while the "
                                f"{self.role} waited: {'restart the trainer' if not self.trainer else 'see its output'}")
@@ -321,6 +321,11 @@ class Channel:
                 self.close(L.TIMEOUT)
                 raise BridgeTimeout(f"the {self._peer_name} did not answer within {timeout_s:g} s (timeout_s): it "
                                     "is stuck or too slow; raise the timeout if it is just slow")
+
+    def _got_turn(self) -> None:
+        """The memory is ours; a peer that handed it over while closing (e.g. after a version check) stops us."""
+        if self.peer_closed:
+            raise self._peer_closed()
 
     @property
     def _peer_name(self) -> str:

@@ -982,7 +982,7 @@ int rrb_step(rrb_world *w) {
         if (rd32(w->hdr + H_GEN) != w->G && follow_generation(w) < 0) break;
         int reset = w->hdr[H_RESET] != 0;
         int query = w->hdr[H_QUERY] != 0;
-        uint32_t L;
+        uint32_t L = 0;
         if (take_inbox(w, &L) < 0) break;
         if (query && !reset) {
             /* answer the side channel only; the blocks stay as they are */
