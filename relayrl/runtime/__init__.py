@@ -64,6 +64,13 @@ def make_relay_source(config: RunConfig) -> Any:
 
 
 def train(config: RunConfig, **kwargs: Any) -> dict[str, Any]:
+    if config.env.id.startswith("bridge:"):  # an external simulator through shared memory
+        from relayrl.bridge.agents import make_bridge_envs
+
+        if config.net.server is not None or config.workers != 1 or config.backend not in ("auto", "inline"):
+            raise ConfigError("a bridge simulator trains in this process: drop --server/--workers/--backend "
+                              "(one simulator process holds all its agents)")
+        return train_local(config, make_envs=make_bridge_envs, **kwargs)
     if config.net.server is not None:
         source = make_relay_source(config)
         try:

@@ -24,6 +24,7 @@ from relayrl.errors import CheckpointError, ConfigError, NonFiniteError
 from relayrl.io.checkpoint import load_checkpoint, save_checkpoint
 from relayrl.io.metrics import MetricsLogger
 from relayrl.io.rundir import new_run_dir, write_summary
+from relayrl.train.agents import AgentEvaluator, AgentRolloutCollector, AgentTransitionCollector
 from relayrl.train.collector import OnPolicyCollector
 from relayrl.train.evaluator import Evaluator
 from relayrl.train.learner import HookContext, Learner
@@ -55,7 +56,8 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
           previous: Path | str | None = None, quiet: bool = True, tensorboard: bool = True,
           stop_event: threading.Event | None = None,
           hooks: Sequence[tuple[str, Callable[[HookContext], None], dict[str, Any]]] = (),
-          samples: Any = None, publish: Callable[[dict, int], None] | None = None) -> dict[str, Any]:
+          samples: Any = None, publish: Callable[[dict, int], None] | None = None,
+          make_envs: Callable[[RunConfig], tuple[Any, Any]] | None = None) -> dict[str, Any]:
     """Train ``config.algo`` on ``config.env.id`` until the stop value or ``total_steps``.
 
     Args:
@@ -72,13 +74,16 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
             the weights last published.
         publish: called with ``(weights, version)`` at the start, then every
             ``update_model_interval`` updates (off-policy) or before every rollout (on-policy).
+        make_envs: builds (training env, evaluation env) instead of Gymnasium vector envs, e.g. the
+            agent envs of a simulator bridge (``relayrl/train/agents.py``).
     """
     entry = get_algo(config.algo)
     if entry.on_policy and (samples is None) != (publish is None):
         raise ConfigError(f"{config.algo} is on-policy: a sample source needs a weight sink (samples= and "
                           "publish= together), so every rollout is collected with the weights just published")
     algo_cfg = getattr(config, config.algo)
-    stop_value = config.stop_value if config.stop_value is not None else spec_stop_value(config.env.id)
+    stop_value = config.stop_value if config.stop_value is not None or make_envs is not None \
+        else spec_stop_value(config.env.id)
     if resume and run_dir is None:
         raise CheckpointError("resume needs the run directory to continue")
     run_dir = Path(run_dir) if run_dir is not None else new_run_dir(config.env.id, config.algo)
@@ -88,12 +93,22 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
     np.random.seed(config.seed)
 
     # everything that can fail on bad input happens before the run directory is written
-    env_args = _env_setup(config, entry.on_policy)
-    venv = make_vec(config.env.id, config.env.num_envs, **env_args)
-    eval_venv = None
+    if make_envs is not None:
+        venv, eval_venv = make_envs(config)
+    else:
+        env_args = _env_setup(config, entry.on_policy)
+        venv = make_vec(config.env.id, config.env.num_envs, **env_args)
+        eval_venv = None
+    agents = getattr(venv, "agent_batches", False)  # agents as rows, each deciding when it needs to
     try:
-        eval_venv = make_vec(config.env.id, min(config.eval.num_envs, config.eval.episodes), **env_args)
+        if eval_venv is None:
+            eval_venv = make_vec(config.env.id, min(config.eval.num_envs, config.eval.episodes), **env_args)
         columns = config.env.num_envs * (config.workers if samples is not None else 1)  # envs in a rollout
+        if agents:
+            columns = 1  # AgentRolloutCollector: every agent's steps in one column
+            if getattr(algo_cfg, "prenorm", False):
+                raise ConfigError(f"{config.algo}.prenorm does not apply to agent envs (a simulator bridge): "
+                                  "set it to false")
         algo = entry.algo_cls(algo_cfg, venv.single_observation_space, venv.single_action_space, columns)
         state, source_state = RunState(), {}
         if resume:
@@ -111,6 +126,9 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
     if entry.on_policy:
         source: Any = _OnPolicySource(algo, venv, algo_cfg, samples, publish)
     else:
+        if agents and samples is None:
+            samples = AgentTransitionCollector(venv, algo.policy, algo_cfg.gamma, algo_cfg.steps_per_iteration,
+                                               algo_cfg.n_step)
         source = OffPolicySource(algo, venv, algo_cfg, seed=config.seed, total_steps=config.total_steps,
                                  samples=samples, publish=publish)
         if resume:
@@ -118,7 +136,8 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
     source.reset(seed=config.seed + RESUME_SEED_OFFSET * state.resumes)
     if publish is not None and not entry.on_policy:  # remote collectors start from the learner's weights
         publish(algo.policy.get_weights(), algo.policy.version)
-    evaluator = Evaluator(eval_venv, config.eval.episodes, seed=config.seed + EVAL_SEED_OFFSET)
+    evaluator: Any = (AgentEvaluator if agents else Evaluator)(eval_venv, config.eval.episodes,
+                                                              seed=config.seed + EVAL_SEED_OFFSET)
     evaluator.count = state.eval_count
     logger = MetricsLogger(run_dir, tensorboard=tensorboard)
     learner = Learner(algo if entry.on_policy else source.learning,
@@ -295,7 +314,12 @@ class _OnPolicySource:
     def __init__(self, algo: Any, venv: Any, cfg: Any, samples: Any = None,
                  publish: Callable[[dict, int], None] | None = None):
         self.algo, self.samples, self.publish = algo, samples, publish
-        self.collector = OnPolicyCollector(venv, algo.policy, cfg.num_steps) if samples is None else samples
+        if samples is not None:
+            self.collector = samples
+        elif getattr(venv, "agent_batches", False):
+            self.collector = AgentRolloutCollector(venv, algo.policy, cfg.num_steps)
+        else:
+            self.collector = OnPolicyCollector(venv, algo.policy, cfg.num_steps)
         self._published = -1
 
     def reset(self, seed: int | None) -> None:

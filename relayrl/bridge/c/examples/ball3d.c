@@ -7,8 +7,9 @@
  * Behaviour "ball3d": N = agents (ids 0..N-1), one observation float32 (6,) =
  * [tilt_x, tilt_z, x, z, vx, vz], C = 2 continuous actions, no discrete branches.
  * Each platform tilts to 0.25 * clip(action, -1, 1) radians per axis (action[0] -> tilt_x drives x,
- * action[1] -> tilt_z drives z); per decision, dt = 0.05, g = 9.81:
- *   v += g sin(tilt) dt;  p += v dt;  v += 0.05 uniform(-1, 1)   (per axis)
+ * action[1] -> tilt_z drives z); per decision, dt = 0.05, g = 9.81, per axis:
+ *   v += g sin(tilt) dt + 0.05 uniform(-1, 1);  p += v dt
+ * (the random push is applied with the gravity term, before the position update, as in ball3d.py)
  * Reward +0.1 per step while |x| <= 1 and |z| <= 1. A ball that leaves ends the episode (terminal,
  * reward -1); after 500 steps the episode is cut (interrupted, reward 0.1). An agent whose episode
  * ended starts a new one at once (tilt 0, p ~ U[-0.5, 0.5]^2, v ~ U[-0.3, 0.3]^2) and requests a
@@ -151,9 +152,8 @@ int main(int argc, char **argv) {
             platform *q = &pl[i];
             for (int a = 0; a < 2; a++) {
                 q->tilt[a] = MAX_TILT * clip((double)act[2 * i + a], -1.0, 1.0);
-                q->v[a] += GRAVITY * sin(q->tilt[a]) * DT;
+                q->v[a] += GRAVITY * sin(q->tilt[a]) * DT + NOISE * uniform(-1.0, 1.0);
                 q->p[a] += q->v[a] * DT;
-                q->v[a] += NOISE * uniform(-1.0, 1.0);
             }
             q->steps += 1;
         }

@@ -1,0 +1,111 @@
+"""A simulator's behaviour as an *agent env* for training (``relayrl/train/agents.py``).
+
+``relayrl train ppo --env "bridge:COMMAND"`` launches COMMAND (split like a shell would; the memory
+path is appended) and trains on one behaviour. ``env.kwargs`` may set ``behaviour`` (required when
+the simulator has several), ``timeout_s`` and ``args`` (extra simulator arguments). Observations
+are the behaviour's observations flattened and concatenated (float32); actions are continuous
+(a Box in [-1, 1]) or one discrete branch. Other behaviours get zero actions.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import gymnasium as gym
+import numpy as np
+
+from relayrl.bridge.trainer import BridgeEnv
+from relayrl.errors import ConfigError, EnvError
+from relayrl.train.agents import AgentTurn
+
+PREFIX = "bridge:"
+KWARGS = {"behaviour", "timeout_s", "args", "spin_us"}
+
+
+def is_bridge(env_id: str) -> bool:
+    return env_id.startswith(PREFIX)
+
+
+class BridgeAgents:
+    """One behaviour of a launched simulator: ``reset(seed) -> AgentTurn``, ``step(actions) -> AgentTurn``."""
+
+    agent_batches = True
+
+    def __init__(self, command: str | Sequence[str], behaviour: str | None = None, timeout_s: float = 60.0,
+                 args: Sequence[str] = (), spin_us: float = 50.0):
+        self.bridge = BridgeEnv(command, args=[str(a) for a in args], timeout_s=timeout_s, spin_us=spin_us)
+        try:
+            names = list(self.bridge.behaviours)
+            if behaviour is None:
+                if len(names) != 1:
+                    raise ConfigError(f"the simulator has behaviours {names}: choose one with "
+                                      "--set env.kwargs={behaviour: NAME}")
+                behaviour = names[0]
+            if behaviour not in names:
+                raise ConfigError(f"the simulator has no behaviour {behaviour!r}; it has {names}")
+            self.behaviour = behaviour
+            spec = self.bridge.behaviours[behaviour]
+            size = sum(o.size for o in spec.observations)
+            self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (size,), np.float32)
+            if spec.continuous and not spec.branches:
+                self.single_action_space: gym.Space = gym.spaces.Box(-1.0, 1.0, (spec.continuous,), np.float32)
+            elif len(spec.branches) == 1 and not spec.continuous:
+                self.single_action_space = gym.spaces.Discrete(spec.branches[0])
+            else:
+                raise EnvError(f"behaviour {behaviour!r} has {spec.continuous} continuous actions and branches "
+                               f"{list(spec.branches)}: training handles continuous actions or one discrete branch")
+            self.num_envs = spec.max_agents
+            self.turns = 0
+        except BaseException:
+            self.bridge.close()
+            raise
+
+    @property
+    def stats(self) -> dict[str, int]:
+        return {"bridge_turns": self.turns}
+
+    def _turn(self) -> AgentTurn:
+        decisions, ends = self.bridge.get_steps(self.behaviour)
+        return AgentTurn(ids=decisions.agent_id.copy(), obs=_flat(decisions.obs), reward=decisions.reward.copy(),
+                         end_ids=ends.agent_id.copy(), end_obs=_flat(ends.obs), end_reward=ends.reward.copy(),
+                         interrupted=ends.interrupted.copy())
+
+    def reset(self, seed: int | None = None) -> AgentTurn:
+        self.bridge.reset()  # the simulator seeds itself (pass --seed through env.kwargs.args)
+        return self._turn()
+
+    def step(self, actions: np.ndarray) -> AgentTurn:
+        actions = np.asarray(actions)
+        if isinstance(self.single_action_space, gym.spaces.Discrete):
+            self.bridge.set_actions(self.behaviour, discrete=actions.reshape(-1, 1))
+        else:
+            self.bridge.set_actions(self.behaviour, continuous=actions)
+        self.bridge.step()
+        self.turns += 1
+        return self._turn()
+
+    def close(self) -> None:
+        self.bridge.close()
+
+
+def _flat(arrays: list[np.ndarray]) -> np.ndarray:
+    n = len(arrays[0])
+    return np.concatenate([a.reshape(n, a[0].size if n else int(np.prod(a.shape[1:]))).astype(np.float32)
+                           for a in arrays], axis=1)
+
+
+def make_bridge_envs(config: Any, evaluation: bool = True) -> tuple[BridgeAgents, BridgeAgents | None]:
+    """The training simulator and, for evaluation, a second one (same command and options)."""
+    command = config.env.id[len(PREFIX):].strip()
+    if not command:
+        raise ConfigError("--env bridge:COMMAND needs the simulator's command, e.g. --env \"bridge:./my_sim --fast\"")
+    options = dict(config.env.kwargs)
+    unknown = set(options) - KWARGS
+    if unknown:
+        raise ConfigError(f"env.kwargs {sorted(unknown)} do not apply to a bridge simulator; use {sorted(KWARGS)}")
+    train = BridgeAgents(command, **options)
+    try:
+        return train, BridgeAgents(command, **options) if evaluation else None
+    except BaseException:
+        train.close()
+        raise

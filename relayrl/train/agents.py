@@ -1,0 +1,287 @@
+"""Training on *agent envs*: any number of agents, each asking for a decision when it needs one.
+
+An agent env (e.g. ``relayrl.bridge.agents.BridgeAgents``: a simulator's behaviour) has
+``single_observation_space``, ``single_action_space``, ``num_envs`` (the most agents it can
+have), ``stats``, ``close()``, and::
+
+    reset(seed) -> AgentTurn        step(env_actions for turn.ids) -> AgentTurn
+
+An ``AgentTurn`` holds the agents that want a decision now (ids, obs, the reward each earned since
+its previous decision) and the agents whose episode ended since their last action (ids, final obs,
+last reward, interrupted = cut by a step limit). An agent may be in both: it ended an episode and
+began the next. Agents that skip turns simply keep their last action pending.
+
+The collectors here turn that into what the algorithms already learn from:
+
+- ``AgentRolloutCollector`` (PPO): each agent's steps in time order, concatenated into a [L, 1]
+  rollout. Every place where an agent's trajectory stops inside the rollout is marked done
+  (terminated, interrupted, or cut at the rollout's end with V(next observation) as bootstrap), so
+  GAE never crosses from one agent to another.
+- ``AgentTransitionCollector`` (SAC, DQN): one-step transitions as soon as an agent's next
+  observation (or final observation) arrives.
+- ``AgentEvaluator``: deterministic episodes with a quota per agent, like ``Evaluator``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from relayrl.errors import ConfigError, EnvError
+from relayrl.train.evaluator import EvalResult
+from relayrl.types import Batch
+
+MAX_EVAL_TURNS = 1_000_000
+
+
+@dataclass
+class AgentTurn:
+    ids: np.ndarray  # [n] int64, agents that want a decision
+    obs: np.ndarray  # [n, ...]
+    reward: np.ndarray  # [n] float32, earned since each agent's previous decision
+    end_ids: np.ndarray  # [m] int64, agents whose episode ended
+    end_obs: np.ndarray  # [m, ...] final observations
+    end_reward: np.ndarray  # [m]
+    interrupted: np.ndarray  # [m] bool: truncated (step limit), not terminal
+
+
+class AgentEpisodes:
+    """Returns and lengths of finished episodes, per agent id."""
+
+    def __init__(self):
+        self._open: dict[int, list] = {}
+        self.returns: list[float] = []
+        self.lengths: list[int] = []
+
+    def reset(self) -> None:
+        self._open.clear()
+
+    def track(self, turn: AgentTurn, acted: set[int]) -> None:
+        """``acted``: agents whose action this turn answered (their reward completes a step)."""
+        ended = turn.end_ids.tolist()
+        for k, agent in enumerate(ended):
+            ret, length = self._open.pop(agent, (0.0, 0))
+            self.returns.append(ret + float(turn.end_reward[k]))
+            self.lengths.append(length + 1)
+        for k, agent in enumerate(turn.ids.tolist()):
+            if agent in acted and agent not in ended:  # (after an end, a decision starts the next episode)
+                entry = self._open.setdefault(agent, [0.0, 0])
+                entry[0] += float(turn.reward[k])
+                entry[1] += 1
+            else:
+                self._open.setdefault(agent, [0.0, 0])
+
+    def pop(self) -> tuple[list[float], list[int]]:
+        returns, lengths = self.returns, self.lengths
+        self.returns, self.lengths = [], []
+        return returns, lengths
+
+
+class _Steps:
+    """Growable columns of acted steps (slots) and their outcomes, filled as agents report back."""
+
+    FIELDS = ("obs", "action", "logp", "value")
+
+    def __init__(self):
+        self.cols: dict[str, list[np.ndarray]] = {f: [] for f in self.FIELDS}
+        self.keys: list[np.ndarray] = []
+        self.size = 0
+        self.outcome: dict[int, tuple[float, bool, bool, float]] = {}  # slot -> reward, term, trunc, boot
+
+    def add(self, keys: np.ndarray, **rows: np.ndarray) -> np.ndarray:
+        for f in self.FIELDS:
+            self.cols[f].append(np.asarray(rows[f]))
+        self.keys.append(np.asarray(keys, np.int64))
+        slots = np.arange(self.size, self.size + len(keys))
+        self.size += len(keys)
+        return slots
+
+    def arrays(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        keys = np.concatenate(self.keys) if self.keys else np.zeros(0, np.int64)
+        return keys, {f: np.concatenate(c) for f, c in self.cols.items() if c}
+
+
+class AgentRolloutCollector:
+    """On-policy rollouts from an agent env: ``num_steps`` turns per ``collect()`` (module docstring)."""
+
+    def __init__(self, env, policy, num_steps: int):
+        self.env, self.policy, self.num_steps = env, policy, num_steps
+        self.episodes = AgentEpisodes()
+        self._turn: AgentTurn | None = None
+        self._pending: dict[int, tuple] = {}  # agent -> (obs, action, logp, value) acted, not yet answered
+
+    def reset(self, seed: int | None) -> None:
+        self._turn = self.env.reset(seed)
+        self.episodes.reset()
+        self._pending = {}
+
+    def collect(self) -> Batch:
+        steps, pending = _Steps(), {}
+        for agent, row in self._pending.items():  # answers still owed from the previous rollout
+            pending[agent] = int(steps.add(np.array([agent]), obs=row[0][None], action=row[1][None],
+                                           logp=row[2][None], value=row[3][None])[0])
+        for _ in range(self.num_steps):
+            turn = self._turn
+            if len(turn.ids):
+                out = self.policy.act(turn.obs, "collect")
+                slots = steps.add(turn.ids, obs=out.obs, action=out.action, logp=out.logp, value=out.value)
+                pending.update(zip(turn.ids.tolist(), slots.tolist()))
+                env_action = out.env_action
+            else:
+                env_action = np.zeros((0, *self.policy.action_shape), self.policy.action_dtype)
+            acted = set(turn.ids.tolist())
+            nxt = self.env.step(env_action)
+            self.episodes.track(nxt, acted)
+            boot = np.zeros(len(nxt.end_ids), np.float32)
+            if nxt.interrupted.any():
+                boot[nxt.interrupted] = self.policy.value(nxt.end_obs[nxt.interrupted])
+            for k, agent in enumerate(nxt.end_ids.tolist()):
+                slot = pending.pop(agent, None)
+                if slot is not None:
+                    interrupted = bool(nxt.interrupted[k])
+                    steps.outcome[slot] = (float(nxt.end_reward[k]), not interrupted, interrupted, float(boot[k]))
+            ended = set(nxt.end_ids.tolist())
+            for k, agent in enumerate(nxt.ids.tolist()):
+                if agent not in ended:
+                    slot = pending.pop(agent, None)
+                    if slot is not None:
+                        steps.outcome[slot] = (float(nxt.reward[k]), False, False, np.nan)
+            self._turn = nxt
+        return self._finish(steps, pending)
+
+    def _finish(self, steps: _Steps, pending: dict[int, int]) -> Batch:
+        keys, cols = steps.arrays()
+        self._pending = {agent: tuple(cols[f][slot] for f in _Steps.FIELDS) for agent, slot in pending.items()}
+        if not steps.outcome:
+            raise EnvError("no agent answered an action during a whole rollout: the env must report each agent "
+                           "again (a decision or an episode end) after it acts; raise num_steps otherwise")
+        by_agent = np.argsort(keys, kind="stable")  # every slot, per agent in time order
+        successor = np.full(steps.size, -1)
+        same = keys[by_agent[1:]] == keys[by_agent[:-1]]
+        successor[by_agent[:-1][same]] = by_agent[1:][same]
+        answered = np.zeros(steps.size, bool)
+        answered[list(steps.outcome)] = True
+        order = by_agent[answered[by_agent]]  # the answered slots, per agent in time order
+        outcome = np.array([steps.outcome[s] for s in order.tolist()], np.float64)
+        reward, term, trunc, boot = outcome[:, 0], outcome[:, 1] > 0, outcome[:, 2] > 0, outcome[:, 3]
+        current = self._turn  # agents deciding now act next in the following rollout
+        current_values = dict(zip(current.ids.tolist(), self.policy.value(current.obs).tolist())) \
+            if len(current.ids) else {}
+        next_value = np.zeros(len(order), np.float32)
+        cut = np.zeros(len(order), bool)  # the trace stops here inside the rollout: bootstrap
+        for i, slot in enumerate(order.tolist()):
+            if term[i]:
+                continue
+            if trunc[i]:
+                next_value[i] = boot[i]
+                continue
+            following = successor[slot]
+            if following >= 0:  # the agent acted again: answered (next row) or still pending
+                next_value[i] = cols["value"][following]
+                cut[i] = not (i + 1 < len(order) and order[i + 1] == following)
+            else:
+                next_value[i] = current_values.get(int(keys[slot]), cols["value"][slot])
+                cut[i] = True
+        batch = {f: cols[f][order] for f in _Steps.FIELDS}
+        batch.update(reward=reward.astype(np.float32), terminated=term, truncated=trunc | cut,
+                     next_value=next_value)
+        return {k: v.reshape(len(order), 1, *v.shape[1:]) for k, v in batch.items()}
+
+    def pop_episodes(self) -> tuple[list[float], list[int]]:
+        return self.episodes.pop()
+
+
+class AgentTransitionCollector:
+    """Off-policy sample source (``reset``/``pull``/``pop_episodes``) on an agent env: one-step
+    transitions, complete as soon as an agent reports back after acting."""
+
+    def __init__(self, env, policy, gamma: float, turns_per_pull: int, n_step: int = 1):
+        if n_step != 1:
+            raise ConfigError("agent envs (the simulator bridge) learn from one-step transitions: set n_step=1")
+        self.env, self.policy, self.gamma, self.turns = env, policy, gamma, turns_per_pull
+        self.episodes = AgentEpisodes()
+        self._turn: AgentTurn | None = None
+        self._pending: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def reset(self, seed: int | None) -> None:
+        self._turn = self.env.reset(seed)
+        self.episodes.reset()
+        self._pending = {}
+
+    def pull(self) -> tuple[Batch, int]:
+        rows: dict[str, list] = {"obs": [], "action": [], "reward": [], "next_obs": [], "terminated": []}
+
+        def emit(agent: int, reward: float, next_obs: np.ndarray, terminated: bool) -> None:
+            obs, action = self._pending.pop(agent)
+            for key, value in zip(rows, (obs, action, reward, next_obs, terminated)):
+                rows[key].append(value)
+
+        for _ in range(self.turns):
+            turn = self._turn
+            if len(turn.ids):
+                out = self.policy.act(turn.obs, "collect")
+                self._pending.update(zip(turn.ids.tolist(), zip(np.asarray(turn.obs, np.float32), out.action)))
+                env_action = out.env_action
+            else:
+                env_action = np.zeros((0, *self.policy.action_shape), np.float32)
+            acted = set(turn.ids.tolist())
+            nxt = self.env.step(env_action)
+            self.episodes.track(nxt, acted)
+            ended = set()
+            for k, agent in enumerate(nxt.end_ids.tolist()):
+                ended.add(agent)
+                if agent in self._pending:
+                    emit(agent, float(nxt.end_reward[k]), nxt.end_obs[k], not bool(nxt.interrupted[k]))
+            for k, agent in enumerate(nxt.ids.tolist()):
+                if agent not in ended and agent in self._pending:
+                    emit(agent, float(nxt.reward[k]), nxt.obs[k], False)
+            self._turn = nxt
+        n = len(rows["reward"])
+        if not n:
+            return {}, 0
+        batch = {"obs": np.stack(rows["obs"]).astype(np.float32), "action": np.stack(rows["action"]),
+                 "reward": np.array(rows["reward"], np.float32),
+                 "next_obs": np.stack(rows["next_obs"]).astype(np.float32),
+                 "terminated": np.array(rows["terminated"], bool),
+                 "discount": np.full(n, self.gamma, np.float32)}
+        return batch, n
+
+    def pop_episodes(self) -> tuple[list[float], list[int]]:
+        return self.episodes.pop()
+
+
+class AgentEvaluator:
+    """Deterministic evaluation on an agent env: ``episodes`` episodes spread over the first agents
+    (by id) with a fixed quota each, so quick failures cannot crowd out long episodes."""
+
+    def __init__(self, env, episodes: int, seed: int):
+        self.env, self.episodes, self.seed = env, episodes, seed
+        self.count = 0
+
+    def evaluate(self, policy) -> EvalResult:
+        turn = self.env.reset(self.seed + 100_003 * self.count)
+        self.count += 1
+        agents = sorted(turn.ids.tolist())[:self.episodes]
+        if not agents:
+            raise EnvError("the agent env reported no agents after a reset: nothing to evaluate")
+        quota = {a: self.episodes // len(agents) for a in agents}
+        for a in agents[: self.episodes % len(agents)]:
+            quota[a] += 1
+        tracker = AgentEpisodes()
+        returns, lengths = [], []
+        for _ in range(MAX_EVAL_TURNS):
+            acted = set(turn.ids.tolist())
+            action = policy.act(turn.obs, "eval").env_action if len(turn.ids) else \
+                np.zeros((0, *policy.action_shape), getattr(policy, "action_dtype", np.float32))
+            turn = self.env.step(action)
+            tracker.track(turn, acted)
+            for agent, ret, length in zip(turn.end_ids.tolist(), tracker.returns, tracker.lengths):
+                if quota.get(agent, 0) > 0:
+                    quota[agent] -= 1
+                    returns.append(ret)
+                    lengths.append(length)
+            tracker.pop()
+            if not any(quota.values()):
+                return EvalResult(np.array(returns), np.array(lengths))
+        raise EnvError(f"evaluation did not finish {self.episodes} episodes in {MAX_EVAL_TURNS} turns")
