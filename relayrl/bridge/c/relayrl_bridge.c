@@ -924,7 +924,7 @@ int rrb_set_observation(rrb_world *w, int behaviour, int row, int k, const void 
 int rrb_set_action_mask(rrb_world *w, int behaviour, int row, const uint8_t *mask) {
     beh *b = get_beh(w, behaviour);
     if (!b || !mask || b->M == 0 || row < 0 || (uint32_t)row >= b->n) return -1;
-    memcpy(section(w, b) + b->L.dec_mask + (uint64_t)b->M * row, mask, b->M);
+    memcpy(section(w, b) + b->L.dec_mask + (uint64_t)b->M * (uint64_t)row, mask, b->M);
     return 0;
 }
 

@@ -1,0 +1,59 @@
+"""Training through the simulator bridge: `relayrl train ... --env bridge:COMMAND` against the 3DBall-like
+example simulator (a separate process, real shared memory)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+BALL3D = f"bridge:{shlex.quote(sys.executable)} -m relayrl.bridge.examples.ball3d"
+
+
+def train(tmp_path, *args: str, timeout: float = 600) -> dict:
+    run = subprocess.run([sys.executable, "-m", "relayrl", "train", *args, "--run-dir", str(tmp_path / "run"),
+                          "--quiet", "--no-tensorboard"], capture_output=True, text=True, timeout=timeout)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads((tmp_path / "run" / "summary.json").read_text())
+
+
+def test_ppo_balances_the_python_3dball_through_the_bridge(tmp_path):
+    summary = train(tmp_path, "ppo", "--env", BALL3D, "--stop-value", "45", "--total-steps", "60000",
+                    "--set", "eval.freq=3072", "--set", "eval.episodes=12")
+    assert summary["solved"] and summary["best_eval_return"] >= 45, summary
+    assert summary["env_steps_to_stop_value"] <= 60000
+
+
+def test_sac_learns_from_the_bridge(tmp_path):
+    """SAC's one-step transitions from agent turns: it runs, updates and evaluates."""
+    summary = train(tmp_path, "sac", "--env", BALL3D, "--total-steps", "600", "--set", "sac.start_training=200",
+                    "--set", "eval.freq=0", "--set", "eval.episodes=3", "--set", "sac.batch_size=64",
+                    "--set", "env.kwargs={args: [--agents, '4']}")
+    assert summary["env_steps"] >= 600 and summary["updates"] > 0
+    assert summary["last_eval_return"] is not None
+
+
+def test_a_bridge_command_that_fails_is_one_clear_message(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "relayrl", "train", "ppo", "--env", "bridge:/no/such/simulator",
+                          "--run-dir", str(tmp_path / "run"), "--quiet"], capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0 and "cannot start the simulator '/no/such/simulator'" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize("sets, message", [
+    (["env.kwargs={behavior: x}"], "do not apply to a bridge simulator"),
+    (["env.kwargs={behaviour: nope}"], "no behaviour 'nope'"),
+    (["ppo.prenorm=true"], "prenorm does not apply"),
+])
+def test_bridge_options_are_checked(tmp_path, sets, message):
+    from relayrl.config import build_config
+    from relayrl.errors import ConfigError
+    from relayrl.runtime import train as run_train
+
+    config = build_config("ppo", None, sets, {"env.id": BALL3D})
+    with pytest.raises(ConfigError, match=message):
+        run_train(config, run_dir=tmp_path / "run", tensorboard=False)
+    assert not (tmp_path / "run").exists()  # refused before the run directory is written
