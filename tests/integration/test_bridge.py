@@ -27,6 +27,16 @@ def test_ppo_balances_the_python_3dball_through_the_bridge(tmp_path):
     assert summary["env_steps_to_stop_value"] <= 60000
 
 
+def test_ppo_balances_the_c_3dball_through_the_bridge(tmp_path):
+    """The same task, simulated by the C example (relayrl/bridge/c/examples/ball3d.c)."""
+    from relayrl.bridge.cbuild import build
+
+    exe = build("ball3d", tmp_path / "build")
+    summary = train(tmp_path, "ppo", "--env", f"bridge:{shlex.quote(str(exe))}", "--stop-value", "45",
+                    "--total-steps", "60000", "--set", "eval.freq=3072", "--set", "eval.episodes=12")
+    assert summary["solved"] and summary["best_eval_return"] >= 45, summary
+
+
 def test_sac_learns_from_the_bridge(tmp_path):
     """SAC's one-step transitions from agent turns: it runs, updates and evaluates."""
     summary = train(tmp_path, "sac", "--env", BALL3D, "--total-steps", "600", "--set", "sac.start_training=200",
