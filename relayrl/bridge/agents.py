@@ -2,7 +2,10 @@
 
 ``relayrl train ppo --env "bridge:COMMAND"`` launches COMMAND (split like a shell would; the memory
 path is appended) and trains on one behaviour. ``env.kwargs`` may set ``behaviour`` (required when
-the simulator has several), ``timeout_s`` and ``args`` (extra simulator arguments). Observations
+the simulator has several), ``timeout_s``, ``args`` (extra simulator arguments), ``parameters``
+(named floats sent on the environment-parameters side channel) and ``engine`` (engine
+configuration: ``time_scale``, ``width``/``height``, ``quality_level``, ``target_frame_rate``,
+``capture_frame_rate``), both sent before the first reset. Observations
 are the behaviour's observations flattened and concatenated (float32); actions are continuous
 (a Box in [-1, 1]) or one discrete branch. Other behaviours get zero actions.
 """
@@ -14,12 +17,13 @@ from typing import Any, Sequence
 import gymnasium as gym
 import numpy as np
 
+from relayrl.bridge.sidechannel import EngineConfigurationChannel, EnvironmentParametersChannel
 from relayrl.bridge.trainer import BridgeEnv
 from relayrl.errors import ConfigError, EnvError
 from relayrl.train.agents import AgentTurn
 
 PREFIX = "bridge:"
-KWARGS = {"behaviour", "timeout_s", "args", "spin_us"}
+KWARGS = {"behaviour", "timeout_s", "args", "spin_us", "parameters", "engine"}
 
 
 def is_bridge(env_id: str) -> bool:
@@ -32,8 +36,18 @@ class BridgeAgents:
     agent_batches = True
 
     def __init__(self, command: str | Sequence[str], behaviour: str | None = None, timeout_s: float = 60.0,
-                 args: Sequence[str] = (), spin_us: float = 50.0):
-        self.bridge = BridgeEnv(command, args=[str(a) for a in args], timeout_s=timeout_s, spin_us=spin_us)
+                 args: Sequence[str] = (), spin_us: float = 50.0, parameters: dict[str, float] | None = None,
+                 engine: dict[str, Any] | None = None):
+        self.parameters, self.engine = EnvironmentParametersChannel(), EngineConfigurationChannel()
+        for key, value in (parameters or {}).items():
+            self.parameters.set_float_parameter(str(key), float(value))
+        try:
+            self.engine.set_configuration(**(engine or {}))
+        except TypeError as exc:
+            raise ConfigError(f"env.kwargs.engine: {exc}; use time_scale, width, height, quality_level, "
+                              "target_frame_rate, capture_frame_rate") from None
+        self.bridge = BridgeEnv(command, args=[str(a) for a in args], timeout_s=timeout_s, spin_us=spin_us,
+                                side_channels=[self.parameters, self.engine])
         try:
             names = list(self.bridge.behaviours)
             if behaviour is None:
