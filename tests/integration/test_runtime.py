@@ -49,11 +49,11 @@ def _shm() -> set[str]:
     return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
 
 
-def _train_on(pool, config, tmp_path, after_iter):
+def _train_on(pool, config, tmp_path, after_iter, stop_event=None):
     """Train on ``pool`` with one after_iter hook, closing the pool whatever happens."""
     try:
         return train_local(config, run_dir=tmp_path / "run", tensorboard=False, samples=pool,
-                           publish=pool.publish, hooks=[("after_iter", after_iter, {})])
+                           publish=pool.publish, hooks=[("after_iter", after_iter, {})], stop_event=stop_event)
     finally:
         pool.close()
 
@@ -206,22 +206,30 @@ def test_ctrl_c_stops_learner_and_workers_within_the_deadline(tmp_path):
 
 
 def test_a_hung_worker_is_killed_and_replaced(tmp_path):
+    """SIGSTOP one worker: it is declared hung after worker_timeout, killed and replaced, and training
+    goes on with the replacement (the run is stopped five iterations after the restart)."""
     import signal
+    import threading
 
     config = build_config("ppo", None, PPO_FAST + ["backend=mp", "workers=2", "worker_timeout=5"],
                           {"total_steps": 100_000, "seed": 4})
     pool = make_pool(config)
-    frozen = []
+    frozen, after_restart, stop = [], [], threading.Event()
 
     def freeze_one(ctx):  # SIGSTOP: alive but making no progress, like an env step that never returns
         if ctx.iteration == 3 and not frozen:
             pid = pool.backend._procs[0].process.pid
             os.kill(pid, signal.SIGSTOP)
             frozen.append(pid)
+        if pool.backend.restarts:
+            after_restart.append(ctx.iteration)
+            if len(after_restart) >= 5:
+                stop.set()
 
-    summary = _train_on(pool, config, tmp_path, freeze_one)
-    assert frozen and summary["solved"], summary
+    summary = _train_on(pool, config, tmp_path, freeze_one, stop)
+    assert frozen and summary["stop_reason"] == "interrupted", summary
     assert pool.backend.restarts >= 1 and "no progress for 5 s" in pool.backend.failures[0]
+    assert len(after_restart) >= 5 and summary["updates"] > 0
     assert _gone(set(frozen))
 
 
