@@ -1,0 +1,108 @@
+"""Mirror symmetry for legged robots: a left/right reflection of observations and actions.
+
+A mirror spec is a list of signed indices in roadrunner's convention: entry i says where element i
+of the mirrored vector comes from and whether it is negated, ``mirrored[i] = sign(spec[i]) *
+x[abs(spec[i])]``. Index 0 cannot carry a sign, so it is written 0.1 (or -0.1 to negate). A
+reflection applied twice is the identity; ``MirrorSpec`` refuses a spec that is not.
+
+    spec = MirrorSpec.from_config(obs=[0.1, 1, 5, 6, 7, 2, 3, 4], act=[3, 4, 5, 0, 1, 2])
+    loss = mirror_loss(actor_mean, obs, spec)   # 0 for an exactly symmetric policy
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+import yaml
+
+from relayrl.errors import ConfigError
+
+# Gymnasium MuJoCo walkers whose left and right legs mirror each other (planar: swap, no negation).
+BUILT_IN: dict[str, dict[str, list[float]]] = {
+    # obs: rootz, rooty, (thigh, leg, foot) right, (thigh, leg, foot) left, then the same 9 velocities
+    # with the root's x, z and angular velocity first; act: right (thigh, leg, foot), left (...)
+    "Walker2d": {"obs": [0.1, 1, 5, 6, 7, 2, 3, 4, 8, 9, 10, 14, 15, 16, 11, 12, 13],
+                 "act": [3, 4, 5, 0.1, 1, 2]},
+}
+
+
+def _parse(spec: Sequence[float], size: int | None, what: str) -> tuple[np.ndarray, np.ndarray]:
+    values = np.asarray(spec, dtype=np.float64)
+    if values.ndim != 1 or not len(values):
+        raise ConfigError(f"mirror {what} spec must be a non-empty list of signed indices, got {spec!r}")
+    index = np.abs(values).astype(np.int64)  # 0.1 -> 0
+    sign = np.where(values < 0, -1.0, 1.0)
+    n = len(values)
+    if size is not None and n != size:
+        raise ConfigError(f"mirror {what} spec has {n} entries but the {what} has {size} elements")
+    if (index >= n).any():
+        raise ConfigError(f"mirror {what} spec points past its end: {values[index >= n].tolist()} (size {n})")
+    broken = [i for i in range(n) if index[index[i]] != i or sign[i] * sign[index[i]] < 0]
+    if broken:
+        raise ConfigError(f"mirror {what} spec is not a reflection (applying it twice must give back the "
+                          f"original): entries {broken} do not map back, e.g. {broken[0]} -> "
+                          f"{values[broken[0]]:g} -> {values[index[broken[0]]]:g}")
+    return index, sign
+
+
+@dataclass
+class MirrorSpec:
+    obs_index: np.ndarray
+    obs_sign: np.ndarray
+    act_index: np.ndarray
+    act_sign: np.ndarray
+
+    @classmethod
+    def from_config(cls, obs: Sequence[float], act: Sequence[float], obs_size: int | None = None,
+                    act_size: int | None = None) -> "MirrorSpec":
+        oi, os_ = _parse(obs, obs_size, "observation")
+        ai, as_ = _parse(act, act_size, "action")
+        return cls(oi, os_, ai, as_)
+
+    @classmethod
+    def load(cls, source: str, env_id: str, obs_size: int, act_size: int) -> "MirrorSpec":
+        """``source``: "auto" (the built-in spec for ``env_id``) or a YAML file with ``obs:`` and ``act:``."""
+        if source == "auto":
+            family = env_id.split(":")[-1].split("-")[0]
+            if family not in BUILT_IN:
+                raise ConfigError(f"no built-in mirror spec for {env_id!r} (there are {sorted(BUILT_IN)}): give "
+                                  "ppo.mirror_spec=FILE.yaml with obs: and act: lists")
+            data = BUILT_IN[family]
+        else:
+            path = Path(source)
+            if not path.is_file():
+                raise ConfigError(f"mirror spec file {source!r} not found")
+            data = yaml.safe_load(path.read_text()) or {}
+            if not isinstance(data, dict) or set(data) != {"obs", "act"}:
+                raise ConfigError(f"mirror spec file {source!r} must hold exactly two lists, obs: and act:")
+        return cls.from_config(data["obs"], data["act"], obs_size, act_size)
+
+    def torch(self) -> "TorchMirror":
+        return TorchMirror(self)
+
+
+class TorchMirror:
+    """The reflection as tensor ops: ``obs(x)`` and ``act(a)`` mirror the last dimension."""
+
+    def __init__(self, spec: MirrorSpec):
+        self.obs_index = torch.as_tensor(spec.obs_index)
+        self.obs_sign = torch.as_tensor(spec.obs_sign, dtype=torch.float32)
+        self.act_index = torch.as_tensor(spec.act_index)
+        self.act_sign = torch.as_tensor(spec.act_sign, dtype=torch.float32)
+
+    def obs(self, x: torch.Tensor) -> torch.Tensor:
+        return x[..., self.obs_index] * self.obs_sign
+
+    def act(self, a: torch.Tensor) -> torch.Tensor:
+        return a[..., self.act_index] * self.act_sign
+
+
+def mirror_loss(mean_action: Callable[[torch.Tensor], torch.Tensor], obs: torch.Tensor,
+                mirror: TorchMirror) -> torch.Tensor:
+    """MSE between the policy's action for each state and the mirror of its action for the mirrored
+    state: zero exactly when the policy commutes with the reflection."""
+    return (mean_action(obs) - mirror.act(mean_action(mirror.obs(obs)))).pow(2).mean()
