@@ -36,7 +36,7 @@ class BridgeAgents:
     agent_batches = True
 
     def __init__(self, command: str | Sequence[str], behaviour: str | None = None, timeout_s: float = 60.0,
-                 args: Sequence[str] = (), spin_us: float = 50.0, parameters: dict[str, float] | None = None,
+                 args: Sequence[str] = (), spin_us: float = 500.0, parameters: dict[str, float] | None = None,
                  engine: dict[str, Any] | None = None):
         self.parameters, self.engine = EnvironmentParametersChannel(), EngineConfigurationChannel()
         for key, value in (parameters or {}).items():

@@ -26,6 +26,7 @@ from relayrl.errors import RelayRLError
 
 EDITOR_NAME = "editor"
 POLL_SLICE_S = 0.1
+SPIN_MIN_S = 20e-6
 
 
 class BridgeError(RelayRLError):
@@ -98,7 +99,8 @@ class Channel:
 
     def __init__(self, header_path: Path, role: str, timeout_s: float, spin_us: float):
         self.header_path, self.role = Path(header_path), role
-        self.timeout_s, self.spin_s = timeout_s, spin_us * 1e-6
+        self.timeout_s, self.spin_max_s = timeout_s, spin_us * 1e-6
+        self.wait_avg_s = 0.0  # running mean of recent waits: sets the spin budget
         self.trainer = role == "trainer"
         self.header: mmap.mmap | None = None
         self.body: mmap.mmap | None = None
@@ -121,7 +123,7 @@ class Channel:
     # ---- creation (trainer) and attachment (simulator)
     @classmethod
     def create(cls, directory: str | os.PathLike | None = None, *, editor: bool = False, timeout_s: float = 60.0,
-               spin_us: float = 50.0) -> "Channel":
+               spin_us: float = 500.0) -> "Channel":
         folder = bridge_dir(directory)
         remove_stale(folder)
         name = EDITOR_NAME if editor else secrets.token_hex(16)
@@ -143,7 +145,7 @@ class Channel:
         return self
 
     @classmethod
-    def attach(cls, header_path: str | os.PathLike, *, timeout_s: float = 60.0, spin_us: float = 50.0) -> "Channel":
+    def attach(cls, header_path: str | os.PathLike, *, timeout_s: float = 60.0, spin_us: float = 500.0) -> "Channel":
         self = cls(Path(header_path), "simulator", timeout_s, spin_us)
         deadline = time.monotonic() + timeout_s
         while not self.header_path.exists():  # attach mode: the trainer may come later
@@ -282,12 +284,24 @@ class Channel:
             pass  # the peer is gone; its wait would have told it, ours will tell us
 
     def wait_turn(self, timeout_s: float | None = None) -> None:
-        """Block until the peer hands the memory over; raise if it closed, died or timed out."""
+        """Block until the peer hands the memory over; raise if it closed, died or timed out.
+
+        Spins first, adaptively: up to twice the recent mean wait, at most ``spin_us``; a peer that
+        usually takes longer than that gets only SPIN_MIN_S before ``poll()`` (no wasted core)."""
+        start = time.perf_counter()
+        try:
+            return self._wait_turn(timeout_s, start)
+        finally:
+            self.wait_avg_s = 0.8 * self.wait_avg_s + 0.2 * (time.perf_counter() - start)
+
+    def _wait_turn(self, timeout_s: float | None, start: float) -> None:
         want = self.owned
         turn = self._turn
         if int(turn[0]) == want:
             return self._got_turn()
-        spin_end = time.perf_counter() + self.spin_s
+        budget = SPIN_MIN_S if self.wait_avg_s > self.spin_max_s else min(max(2 * self.wait_avg_s, SPIN_MIN_S),
+                                                                          self.spin_max_s)
+        spin_end = start + budget
         while time.perf_counter() < spin_end:
             if int(turn[0]) == want:
                 return self._got_turn()

@@ -101,7 +101,7 @@ class BridgeEnv:
     environment parameters, your own)."""
 
     def __init__(self, executable: str | Sequence[str] | None = None, *, args: Sequence[str] = (),
-                 attach: bool = False, timeout_s: float = 60.0, spin_us: float = 50.0,
+                 attach: bool = False, timeout_s: float = 60.0, spin_us: float = 500.0,
                  side_channels: Iterable[SideChannel] = (), directory: str | os.PathLike | None = None,
                  log_path: str | os.PathLike | None = None):
         if (executable is None) == (not attach):

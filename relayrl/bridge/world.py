@@ -104,7 +104,7 @@ class TerminationBuilder(DecisionBuilder):
 class World:
     """The simulator's end of a bridge channel (see the module docstring)."""
 
-    def __init__(self, memory_path: str | None = None, *, timeout_s: float = 60.0, spin_us: float = 50.0,
+    def __init__(self, memory_path: str | None = None, *, timeout_s: float = 60.0, spin_us: float = 500.0,
                  side_channels: Iterable[SideChannel] = (), argv: Sequence[str] | None = None):
         path = memory_path or memory_path_from_args(argv)
         if path is None:

@@ -44,7 +44,10 @@
 
 static const uint8_t MAGIC[8] = {0x52, 0x4C, 0x52, 0x4C, 0x42, 0x52, 0x44, 0x47}; /* RLRLBRDG */
 
-#define SPIN_NS 50000LL      /* spin budget before sleeping in poll()   */
+#ifndef RRB_SPIN_MAX_NS
+#define RRB_SPIN_MAX_NS 500000LL /* longest spin before sleeping in poll() (adaptive, see wait_turn) */
+#endif
+#define SPIN_MIN_NS 20000LL
 #define SLICE_MS 100         /* poll() slice                            */
 #define MAX_N (1u << 24)
 #define MAX_K 16
@@ -95,6 +98,7 @@ struct rrb_world {
     int failure;      /* RRB_REASON_*: why the world stopped */
     int peer_reason;
     int in_handler;
+    double wait_avg_ns; /* running mean of recent waits: sets the spin budget */
     char err[512];
 };
 
@@ -484,14 +488,28 @@ static void drain(int fd) {
 }
 
 /* Waits until `turn` == expected (protocol §4). 0, or -1 after fail(). */
+static int wait_turn_inner(rrb_world *w, uint64_t expected);
+
+/* Adaptive spin (the same rule as the Python side): spin up to twice the recent mean wait, at most
+ * RRB_SPIN_MAX_NS; a peer that usually takes longer than that gets only SPIN_MIN_NS, then poll(). */
 static int wait_turn(rrb_world *w, uint64_t expected) {
+    long long start = now_ns();
+    int r = wait_turn_inner(w, expected);
+    w->wait_avg_ns = 0.8 * w->wait_avg_ns + 0.2 * (double)(now_ns() - start);
+    return r;
+}
+
+static int wait_turn_inner(rrb_world *w, uint64_t expected) {
     _Atomic uint64_t *tp = turn_ptr(w);
     long long spin_start = now_ns();
+    long long budget = (long long)(2.0 * w->wait_avg_ns);
+    if (w->wait_avg_ns > (double)RRB_SPIN_MAX_NS || budget < SPIN_MIN_NS) budget = SPIN_MIN_NS;
+    if (budget > RRB_SPIN_MAX_NS) budget = RRB_SPIN_MAX_NS;
     for (unsigned i = 0;; i++) {
         uint64_t v = atomic_load_explicit(tp, memory_order_acquire);
         if (v == expected) return 0;
         if (v != expected - 1) break; /* reported below */
-        if ((i & 31u) == 31u && now_ns() - spin_start > SPIN_NS) break;
+        if ((i & 31u) == 31u && now_ns() - spin_start > budget) break;
         cpu_relax();
     }
     double start = now_s();
@@ -905,6 +923,24 @@ int rrb_request_decision(rrb_world *w, int behaviour, int64_t agent_id, float re
     memcpy(sec + b->L.dec_rew + 4u * row, &reward, 4);
     memcpy(sec + b->L.dec_ids + 8u * row, &agent_id, 8);
     if (b->M) memset(sec + b->L.dec_mask + (uint64_t)b->M * row, 0, b->M);
+    return (int)row;
+}
+
+int rrb_request_decisions(rrb_world *w, int behaviour, uint32_t count, const int64_t *agent_ids,
+                          const float *rewards) {
+    beh *b = get_beh(w, behaviour);
+    if (!b || w->in_handler || (count && (!agent_ids || !rewards))) return -1;
+    if ((uint64_t)b->n + count > b->N) {
+        set_err(w, "behaviour '%s': %u + %u decisions exceed N = %u in one turn", b->name, (unsigned)b->n,
+                (unsigned)count, (unsigned)b->N);
+        return -1;
+    }
+    uint32_t row = b->n;
+    uint8_t *sec = section(w, b);
+    memcpy(sec + b->L.dec_rew + 4u * row, rewards, 4u * (size_t)count);
+    memcpy(sec + b->L.dec_ids + 8u * row, agent_ids, 8u * (size_t)count);
+    if (b->M) memset(sec + b->L.dec_mask + (uint64_t)b->M * row, 0, (size_t)b->M * count);
+    b->n += count;
     return (int)row;
 }
 

@@ -148,6 +148,15 @@ int rrb_register(rrb_world *world, const char *name, uint32_t max_agents, int n_
 int rrb_request_decision(rrb_world *world, int behaviour, int64_t agent_id, float reward);
 
 /*
+ * Many agents at once: appends `count` decision requests (ids and rewards from the arrays) and
+ * returns the first of their consecutive rows, or -1 if they do not fit. Masks are cleared; write
+ * the observations with rrb_observation_ptr(world, behaviour, first_row, k), which points at
+ * `count` consecutive rows of observation k (one memcpy per observation).
+ */
+int rrb_request_decisions(rrb_world *world, int behaviour, uint32_t count, const int64_t *agent_ids,
+                          const float *rewards);
+
+/*
  * Copies observation `k` of decision row `row` from `data` (size_k * item_k bytes: float32 or
  * uint8 items, row-major). Returns 0, or -1 on a bad argument.
  */
@@ -180,7 +189,7 @@ void *rrb_final_observation_ptr(rrb_world *world, int behaviour, int row, int k)
 
 /*
  * Publishes this turn's decisions, terminations and side-channel records, hands over and waits
- * for the trainer (spin ~50 us, then poll the doorbell in slices <= 100 ms; §4). Query turns are
+ * for the trainer (adaptive spin up to 500 us, then poll the doorbell in slices <= 100 ms; §4). Query turns are
  * answered inside (message handler, then hand over again) without returning. Returns:
  *   RRB_OK     the trainer's actions answer the decisions requested before this call
  *              (rrb_decision_count / rrb_continuous_actions / rrb_discrete_actions);

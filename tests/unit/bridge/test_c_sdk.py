@@ -64,7 +64,7 @@ def _files(folder: Path, name: str) -> list[str]:
 
 # ---------------------------------------------------------------------------------------- building
 
-@pytest.mark.parametrize("name", ["echo_sim", "ball3d"])
+@pytest.mark.parametrize("name", ["echo_sim", "ball3d", "bench_sim"])
 def test_examples_compile_without_any_warning(name, build_dir):
     """-Werror (with -Wpedantic -Wshadow): any warning fails the build, and the compiler prints nothing."""
     exe = build_dir / name
@@ -420,10 +420,11 @@ int main(int argc, char **argv) {
     float got[5];
     memcpy(got, ca, sizeof got);
     int32_t opt = da[0];
-    for (int i = 0; i < 5; i++) {
-        int row = rrb_request_decision(w, a, i, 0.0f);
-        CHECK(row == i && rrb_set_observation(w, a, row, 0, &got[i]) == 0);
-    }
+    int64_t ids[5] = {0, 1, 2, 3, 4};
+    float zero[5] = {0};
+    CHECK(rrb_request_decisions(w, a, 6, ids, zero) == -1);     /* more than N = 5 */
+    CHECK(rrb_request_decisions(w, a, 5, ids, zero) == 0);      /* bulk: rows 0..4 */
+    memcpy(rrb_observation_ptr(w, a, 0, 0), got, sizeof got);   /* consecutive rows, one copy */
     r = rrb_request_decision(w, b, 77, (float)opt);
     CHECK(r == 0);
     CHECK(rrb_step(w) == RRB_RESET && rrb_decision_count(w, a) == 0);
