@@ -20,6 +20,7 @@ def rss_mb(pid: int) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.soak
 def test_eight_workers_for_a_minute_with_bounded_memory(tmp_path):
     address = f"127.0.0.1:{free_port()}"
     relay = relayrl("serve", "--bind", address, "--max-queue", "256", "--metrics", str(tmp_path / "relay.jsonl"),
