@@ -118,7 +118,8 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from relayrl.config import build_config, diff_configs, read_yaml
+    from relayrl.config import build_config, default_config, diff_configs, read_yaml
+    from relayrl.io.rundir import new_run_dir, write_experiment_record
     from relayrl.runtime import train
 
     overrides = {"env.id": args.env, "seed": args.seed, "total_steps": args.total_steps,
@@ -139,11 +140,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         if config.env.id != saved.env.id:
             raise ConfigError(f"--resume cannot change the env ({saved.env.id} -> {config.env.id}); "
                               "use --previous to start a new run from this one's weights")
-        for change in diff_configs(saved, config):
+        changes = diff_configs(saved, config)
+        for change in changes:
             print(f"relayrl: resume with a changed option: {change}", file=sys.stderr)
         run_dir = args.resume
     else:
         config = build_config(args.algo, read_yaml(args.config) if args.config else None, args.sets, overrides)
+        changes = diff_configs(default_config(args.algo), config)
+        run_dir = run_dir if run_dir is not None else new_run_dir(config.env.id, config.algo)
 
     stop_event = threading.Event()
 
@@ -152,10 +156,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         print("\nrelayrl: stopping after this iteration (Ctrl-C again to abort now)", file=sys.stderr)
 
+    def record(ctx) -> None:  # once the run directory exists (a refused start writes nothing)
+        write_experiment_record(run_dir, ["relayrl", *sys.argv[1:]], changes, resumed=args.resume is not None)
+
     previous_handler = signal.signal(signal.SIGINT, on_sigint)
     try:
         summary = train(config, run_dir=run_dir, resume=args.resume is not None, previous=args.previous,
-                        quiet=args.quiet, tensorboard=not args.no_tensorboard, stop_event=stop_event)
+                        quiet=args.quiet, tensorboard=not args.no_tensorboard, stop_event=stop_event,
+                        hooks=[("before_run", record, {})])
     finally:
         signal.signal(signal.SIGINT, previous_handler)
     _print_summary(summary)

@@ -120,8 +120,10 @@ class RunConfig(Section):
     """Stop once the eval mean return reaches this (null: the env's reward_threshold, if any)."""
     save_freq: int = Field(-1, ge=-1)
     """Keep a periodic checkpoint every this many updates (-1: only best and last)."""
-    threads: int = Field(1, ge=0)
-    """torch threads for the learner (0: torch's default). One is fastest for small MLPs."""
+    threads: int = Field(1, ge=-1)
+    """torch threads for the learner (0: torch's default; -1: the fastest of 1, 2, 4, ... up to the
+    cores, by timing a few updates of the algorithm's network size at start, roadrunner's
+    backprop_workers). One is fastest for small MLPs."""
     backend: Literal["auto", "inline", "mp", "ray"] = "auto"
     """Where rollout workers run: inline (this process), mp (local processes), ray (a Ray cluster);
     auto: inline for one worker, mp for more."""

@@ -35,3 +35,29 @@ def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
 
 def read_summary(run_dir: Path) -> dict[str, Any]:
     return json.loads((Path(run_dir) / "summary.json").read_text())
+
+
+EXPERIMENT_FILE = "experiment.txt"
+
+
+def write_experiment_record(run_dir: Path, argv: list[str], changes: list[str], resumed: bool = False) -> Path:
+    """Append to ``experiment.txt``, the human-readable record beside config.yaml (roadrunner's
+    experiment.info, without its pickle): when, with what, the command line, and the options that
+    differ from the defaults (or, on a resume, from the run's saved config)."""
+    import platform
+    import shlex
+
+    import torch
+
+    from relayrl import __version__
+
+    path = Path(run_dir) / EXPERIMENT_FILE
+    lines = [f"{'resumed' if resumed else 'started'} {time.strftime('%Y-%m-%d %H:%M:%S %Z')} on "
+             f"{platform.node()}: relayrl {__version__}, python {platform.python_version()}, torch {torch.__version__}",
+             f"command: {shlex.join(argv)}",
+             ("options changed on resume:" if resumed else "options that differ from the defaults:")
+             + ("" if changes else " none")]
+    lines += [f"  {change}" for change in changes]
+    previous = path.read_text() + "\n" if path.is_file() else ""
+    atomic_write_text(path, previous + "\n".join(lines) + "\n")
+    return path

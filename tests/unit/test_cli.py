@@ -58,6 +58,9 @@ def test_train_eval_plot_end_to_end(tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["env_steps"] == 256 and summary["seed"] == 3 and summary["stop_value"] == 475.0
     assert list(run_dir.glob("events.out.tfevents.*"))
+    record = (run_dir / "experiment.txt").read_text()  # the human-readable experiment record
+    assert "command: relayrl train ppo --env CartPole-v1 --total-steps 256 --seed 3" in record
+    assert "seed: 0 -> 3" in record and "total_steps:" in record
     ev = relayrl("eval", run_dir, "--episodes", 3, "--render", tmp_path / "ep.gif")
     assert ev.returncode == 0, ev.stderr
     assert "return" in ev.stdout and "±" in ev.stdout and "over 3 episodes" in ev.stdout

@@ -76,3 +76,15 @@ def test_new_run_dir_real_clock_two_calls(tmp_path):
     first.mkdir()
     second = new_run_dir("CartPole-v1", "ppo", root=tmp_path)
     assert second != first and not second.exists()
+
+
+def test_the_experiment_record_appends_each_start_and_resume(tmp_path):
+    from relayrl.io.rundir import write_experiment_record
+
+    write_experiment_record(tmp_path, ["relayrl", "train", "ppo", "--set", "ppo.epochs=4"], ["ppo.epochs: 5 -> 4"])
+    write_experiment_record(tmp_path, ["relayrl", "train", "ppo", "--resume", "run dir"], [], resumed=True)
+    text = (tmp_path / "experiment.txt").read_text()
+    assert text.startswith("started ") and "relayrl 0.1.0" in text and "torch " in text
+    assert "command: relayrl train ppo --set ppo.epochs=4" in text and "  ppo.epochs: 5 -> 4" in text
+    assert "\nresumed " in text and "command: relayrl train ppo --resume 'run dir'" in text
+    assert "options changed on resume: none" in text

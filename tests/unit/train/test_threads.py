@@ -1,0 +1,28 @@
+"""threads=-1: the learner's torch thread count picked by timing."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from relayrl.config import build_config
+from relayrl.runtime import resolve_threads
+from relayrl.train.threads import pick_threads
+
+
+def test_pick_threads_times_each_count_and_restores_torch():
+    before = torch.get_num_threads()
+    best, timings = pick_threads([32, 32], 64, passes=2)
+    assert best in timings and timings[best] == min(timings.values())
+    assert set(timings) == {k for k in (1, 2, 4, 8, 16, 32) if k <= (os.cpu_count() or 1)}
+    assert all(t > 0 for t in timings.values())
+    assert torch.get_num_threads() == before
+
+
+def test_threads_minus_one_resolves_to_a_count_and_others_stay(capsys):
+    config = build_config("ppo", None, ["threads=-1", "ppo.hidden_sizes=[16]"])
+    resolved = resolve_threads(config)
+    assert resolved.threads >= 1 and "threads=-1 picked" in capsys.readouterr().err
+    same = build_config("ppo", None, ["threads=2"])
+    assert resolve_threads(same) is same
