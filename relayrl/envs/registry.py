@@ -13,6 +13,9 @@ from relayrl.errors import EnvError
 
 def _check_id(env_id: str) -> str:
     """The registered id for ``env_id``; ``"package.module:EnvId"`` imports the module first."""
+    if env_id.startswith("bridge:"):
+        raise EnvError(f"{env_id!r} is an external simulator, not a Gymnasium env: it works with relayrl train "
+                       "(which launches it); here give a Gymnasium env id")
     if ":" in env_id:
         module, _, env_id = env_id.partition(":")
         try:

@@ -80,3 +80,11 @@ def test_unsupported_observation_space_refused_clearly():
 def test_unsupported_observation_space_refused_through_make_vec():
     with pytest.raises(EnvError, match="not supported"):
         make_vec(TextObsEnv, num_envs=2, seed=0)
+
+
+def test_a_bridge_id_outside_training_names_what_it_is():
+    from relayrl.envs.registry import make
+    from relayrl.errors import EnvError
+
+    with pytest.raises(EnvError, match="external simulator, not a Gymnasium env"):
+        make("bridge:./my_sim")
