@@ -215,6 +215,38 @@ def rl_size(specs: list[BehaviourSpec]) -> int:
     return 8 + sum(layout(s, 0).size for s in specs)
 
 
+class SectionViews:
+    """Full-size [N, ...] numpy views of one behaviour section; sliced to n rows per turn."""
+
+    def __init__(self, body, section: SectionLayout):
+        spec, n = section.spec, section.spec.max_agents
+        self.section = section
+
+        def array(offset: int, dtype, shape) -> np.ndarray:
+            count = int(np.prod(shape))
+            return np.frombuffer(body, dtype=dtype, count=count, offset=offset).reshape(shape)
+
+        self.counts = array(section.n_decisions, "<u4", (1,))
+        self.final_counts = array(section.n_terminations, "<u4", (1,))
+        self.obs = [array(at, o.dtype, (n, *o.shape)) for at, o in zip(section.decision_obs, spec.observations)]
+        self.reward = array(section.decision_reward, "<f4", (n,))
+        self.ids = array(section.decision_ids, "<i8", (n,))
+        self.mask = array(section.decision_mask, "u1", (n, spec.mask_width)).view(bool)
+        edges = np.cumsum((0, *spec.branches))
+        self.masks = [self.mask[:, a:b] for a, b in zip(edges[:-1], edges[1:])]
+        self.final_obs = [array(at, o.dtype, (n, *o.shape)) for at, o in zip(section.final_obs, spec.observations)]
+        self.final_reward = array(section.final_reward, "<f4", (n,))
+        self.interrupted = array(section.interrupted, "u1", (n,)).view(bool)
+        self.final_ids = array(section.final_ids, "<i8", (n,))
+        self.continuous = array(section.continuous, "<f4", (n, spec.continuous))
+        self.discrete = array(section.discrete, "<i4", (n, len(spec.branches)))
+
+
+def section_views(body, side: int, rl: int) -> dict[str, SectionViews]:
+    """Views of every behaviour section of a body, by behaviour name."""
+    return {s.spec.name: SectionViews(body, s) for s in parse_sections(body, side, rl)}
+
+
 # ---- side channel (§3.1)
 
 def encode_records(records: list[tuple[uuid.UUID, bytes]]) -> bytes:

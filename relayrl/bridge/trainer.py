@@ -67,33 +67,6 @@ class TerminalSteps:
                              self.agent_id.copy())
 
 
-class _Views:
-    """Full-size [N, ...] numpy views of one behaviour section; sliced to n rows per turn."""
-
-    def __init__(self, body, section: L.SectionLayout):
-        spec, n = section.spec, section.spec.max_agents
-        self.section = section
-
-        def array(offset: int, dtype, shape) -> np.ndarray:
-            count = int(np.prod(shape))
-            return np.frombuffer(body, dtype=dtype, count=count, offset=offset).reshape(shape)
-
-        self.counts = array(section.n_decisions, "<u4", (1,))
-        self.final_counts = array(section.n_terminations, "<u4", (1,))
-        self.obs = [array(at, o.dtype, (n, *o.shape)) for at, o in zip(section.decision_obs, spec.observations)]
-        self.reward = array(section.decision_reward, "<f4", (n,))
-        self.ids = array(section.decision_ids, "<i8", (n,))
-        self.mask = array(section.decision_mask, "u1", (n, spec.mask_width)).view(bool)
-        edges = np.cumsum((0, *spec.branches))
-        self.masks = [self.mask[:, a:b] for a, b in zip(edges[:-1], edges[1:])]
-        self.final_obs = [array(at, o.dtype, (n, *o.shape)) for at, o in zip(section.final_obs, spec.observations)]
-        self.final_reward = array(section.final_reward, "<f4", (n,))
-        self.interrupted = array(section.interrupted, "u1", (n,)).view(bool)
-        self.final_ids = array(section.final_ids, "<i8", (n,))
-        self.continuous = array(section.continuous, "<f4", (n, spec.continuous))
-        self.discrete = array(section.discrete, "<i4", (n, len(spec.branches)))
-
-
 class BridgeEnv:
     """A channel to one simulator: launch its executable (a list or a shell-like string; the memory
     path is appended as ``--memory-path PATH``) or, with ``attach=True``, wait for a running one at
@@ -109,7 +82,7 @@ class BridgeEnv:
         self.side_channels = SideChannels(side_channels)
         self.proc: subprocess.Popen | None = None
         self.channel = Channel.create(directory, editor=attach, timeout_s=timeout_s, spin_us=spin_us)
-        self._views: dict[str, _Views] = {}
+        self._views: dict[str, L.SectionViews] = {}
         self._generation = 0  # of the body the views point into
         self._n: dict[str, tuple[int, int]] = {}
         self._acted: set[str] = set()
@@ -225,10 +198,9 @@ class BridgeEnv:
 
     def _parse(self) -> None:
         body, self._generation = self.channel.body, self.channel.generation
-        self._views = {s.spec.name: _Views(body, s) for s in L.parse_sections(body, self.channel.side,
-                                                                               self.channel.rl)}
+        self._views = L.section_views(body, self.channel.side, self.channel.rl)
 
-    def _get(self, behaviour: str) -> _Views:
+    def _get(self, behaviour: str) -> L.SectionViews:
         try:
             return self._views[behaviour]
         except KeyError:

@@ -28,7 +28,6 @@ import numpy as np
 from relayrl.bridge import layout as L
 from relayrl.bridge.channel import BridgeError, Channel
 from relayrl.bridge.sidechannel import SideChannel, SideChannels
-from relayrl.bridge.trainer import _Views
 
 OK, RESET, CLOSED = "ok", "reset", "closed"
 
@@ -116,7 +115,7 @@ class World:
         self.specs: list[L.BehaviourSpec] = []
         self._decisions: dict[str, _Rows] = {}
         self._terminations: dict[str, _Rows] = {}
-        self._views: dict[str, _Views] = {}
+        self._views: dict[str, L.SectionViews] = {}
         self._generation = 0  # of the body the views point into
         self._sent: dict[str, np.ndarray] = {}  # agent ids of the decision rows handed over
         self._layout_dirty = True
@@ -263,8 +262,7 @@ class World:
 
     def _map_views(self) -> None:
         body, self._generation = self.channel.body, self.channel.generation
-        self._views = {s.spec.name: _Views(body, s) for s in L.parse_sections(body, self.channel.side,
-                                                                               self.channel.rl)}
+        self._views = L.section_views(body, self.channel.side, self.channel.rl)
 
     def _write(self, name: str) -> None:
         views = self._views[name]
