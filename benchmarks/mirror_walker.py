@@ -28,7 +28,7 @@ RIGHT, LEFT = slice(2, 5), slice(5, 8)  # Walker2d-v5 observation: joint angles 
 
 
 def sets_for(mirror: float, steps: int, seed: int) -> tuple[list[str], dict]:
-    sets = ["env.num_envs=8", "ppo.num_steps=256", "ppo.batch_size=256", "ppo.epochs=10", "ppo.actor_lr=3e-4",
+    sets = ["env.num_envs=8", "env.manager=sync", "ppo.num_steps=256", "ppo.batch_size=256", "ppo.epochs=10", "ppo.actor_lr=3e-4",
             "ppo.critic_lr=3e-4", "ppo.obs_norm=true", "ppo.hidden_sizes=[64,64]", "eval.freq=50000",
             "eval.episodes=5", "eval.num_envs=5", "threads=1", f"ppo.mirror={mirror}"]
     return sets, {"env.id": "Walker2d-v5", "total_steps": steps, "seed": seed}
