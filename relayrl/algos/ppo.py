@@ -2,11 +2,16 @@
 
 Reads top to bottom: config, network, policy (collect / eval modes over one model), the algorithm
 (reward scaling, GAE, minibatch epochs), registration.
+
+Recurrent policies (``recurrent``: policy/recurrent.py) learn from padded sequences
+(data/sequences.py) instead of shuffled steps; the network runs over the padding and only the real
+steps are kept, so every loss, the entropy and the KL see exactly the steps a feed-forward update
+would. The mirror loss (``mirror``: policy/mirror.py) is one more term in the same minibatch loss.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, Callable, ClassVar, Iterator, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -17,10 +22,13 @@ from torch import nn
 from relayrl.algos import register
 from relayrl.config import Section
 from relayrl.data.gae import compute_gae
-from relayrl.errors import EnvError, NonFiniteError
+from relayrl.data.sequences import chunk, minibatches, pad, split_trajectories
+from relayrl.errors import ConfigError, EnvError, NonFiniteError
 from relayrl.policy import distributions as D
+from relayrl.policy.mirror import MirrorSpec, NormalizedMirror, TorchMirror
 from relayrl.policy.networks import mlp
 from relayrl.policy.normalizer import RunningMeanStd
+from relayrl.policy.recurrent import RecurrentActorCritic
 from relayrl.types import Batch, Mode, PolicyOutput
 
 
@@ -82,6 +90,27 @@ class PPOConfig(Section):
     """Hidden activation."""
     log_std_init: float = 0.0
     """Initial log standard deviation of the Gaussian policy (continuous actions)."""
+    recurrent: Literal["lstm", "gru"] | None = None
+    """Recurrent actor and critic (lstm or gru; null: feed-forward MLPs). hidden_sizes then sizes the
+    MLP heads on top of the recurrent layer."""
+    recurrent_hidden: int = Field(64, ge=1)
+    """Units of each recurrent layer."""
+    shared_trunk: bool = False
+    """One recurrent layer feeds both the actor and the critic head (trained by the actor's optimiser,
+    with the value loss's gradient too); false: the critic has its own layer."""
+    seq_len: int = Field(16, ge=0)
+    """Recurrent updates: chunk length in steps; each chunk starts from the hidden state stored when its
+    first step was collected. 0: whole trajectories (cut only by the rollout's ends)."""
+    batch_trajectories: int = Field(16, ge=1)
+    """Recurrent updates: minibatch size in sequences (chunks or trajectories), padded to equal length."""
+    mirror: float = Field(0.0, ge=0.0)
+    """Weight of the mirror-symmetry loss: MSE between the policy's mean action for s and the mirror of
+    its mean action for mirror(s) (0: off)."""
+    mirror_spec: str = "auto"
+    """Mirror spec: "auto" (built-in for the env, e.g. Walker2d) or a YAML file with obs: and act: lists
+    of signed indices (relayrl/policy/mirror.py)."""
+    mirror_critic: bool = False
+    """Also penalise V(s) - V(mirror(s)) with the same weight."""
 
 
 # ---------------------------------------------------------------- network
@@ -100,19 +129,46 @@ class ActorCritic(nn.Module):
     def actor_parameters(self) -> list[nn.Parameter]:
         return [*self.actor.parameters(), *([self.log_std] if self.log_std is not None else [])]
 
+    def critic_parameters(self) -> list[nn.Parameter]:
+        return list(self.critic.parameters())
+
     def logp_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        out = self.actor(obs)
-        if self.discrete:
-            return D.categorical_logp_entropy(out, actions)
-        log_std = self.log_std.expand_as(out)
-        return D.gaussian_logp(out, log_std, actions), D.gaussian_entropy(log_std)
+        return logp_entropy(self.actor(obs), actions, self.log_std)
+
+
+def logp_entropy(out: torch.Tensor, actions: torch.Tensor, log_std: torch.Tensor | None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probability of ``actions`` and entropy, from the actor's output (logits, or Gaussian means)."""
+    if log_std is None:
+        return D.categorical_logp_entropy(out, actions)
+    log_std = log_std.expand_as(out)
+    return D.gaussian_logp(out, log_std, actions), D.gaussian_entropy(log_std)
+
+
+def build_model(obs_dim: int, act_dim: int, discrete: bool, cfg: PPOConfig) -> nn.Module:
+    if cfg.recurrent is None:
+        return ActorCritic(obs_dim, act_dim, discrete, cfg)
+    return RecurrentActorCritic(obs_dim, act_dim, discrete, cfg.recurrent, cfg.recurrent_hidden, cfg.shared_trunk,
+                                cfg.hidden_sizes, cfg.activation, cfg.log_std_init)
 
 
 # ---------------------------------------------------------------- policy
 
 
 class PPOPolicy:
-    """``act(obs, mode)`` samples in "collect" mode and is deterministic in "eval" mode."""
+    """``act(obs, mode)`` samples in "collect" mode and is deterministic in "eval" mode.
+
+    A recurrent policy (``recurrent`` True) carries one hidden state per env and per mode, so an
+    evaluation between two rollouts leaves the collected episodes' states alone. Whoever steps the
+    envs calls ``reset_hidden(mode)`` after resetting them and ``reset_hidden(mode, done)`` after every
+    step (an autoreset env's next observation is a new episode's first)::
+
+        policy.reset_hidden("eval")
+        while ...:
+            result = venv.step(policy.act(obs, "eval").env_action)
+            policy.reset_hidden("eval", result.done)
+            obs = result.obs
+    """
 
     def __init__(self, obs_space: gym.Space, act_space: gym.Space, cfg: PPOConfig):
         if not isinstance(obs_space, gym.spaces.Box):
@@ -122,14 +178,17 @@ class PPOPolicy:
             raise EnvError(f"PPO handles Discrete and Box action spaces, got {act_space}")
         self.cfg = cfg
         self.obs_shape = obs_space.shape
-        obs_dim = int(np.prod(obs_space.shape))
-        act_dim = int(act_space.n) if self.discrete else int(np.prod(act_space.shape))
+        self.obs_dim = int(np.prod(obs_space.shape))
+        self.act_dim = int(act_space.n) if self.discrete else int(np.prod(act_space.shape))
         self.action_shape: tuple[int, ...] = () if self.discrete else act_space.shape
         self.action_dtype = np.dtype(np.int64) if self.discrete else np.dtype(np.float32)
         if not self.discrete:
             self.low = act_space.low.astype(np.float32)
             self.high = act_space.high.astype(np.float32)
-        self.model = ActorCritic(obs_dim, act_dim, self.discrete, cfg)
+        self.model = build_model(self.obs_dim, self.act_dim, self.discrete, cfg)
+        self.recurrent = cfg.recurrent is not None
+        self.hidden_size = self.model.state_size if self.recurrent else 0
+        self._hidden: dict[str, torch.Tensor] = {}  # mode -> [n, hidden_size]
         self.obs_rms = RunningMeanStd(obs_space.shape) if cfg.obs_norm else None
         self.update_norm = cfg.update_norm
         self.version = 0
@@ -146,7 +205,12 @@ class PPOPolicy:
         collect = mode == "collect"
         x = self.preprocess(obs, update=collect and self.update_norm)
         xt = torch.from_numpy(x).reshape(len(x), -1)
-        out = self.model.actor(xt)
+        if self.recurrent:
+            out, value, self._hidden[mode] = self.model(xt[:, None], self.hidden(mode, len(x)), critic=collect)
+            out, value = out[:, 0], None if value is None else value[:, 0]
+        else:
+            out = self.model.actor(xt)
+            value = self.model.critic(xt).squeeze(-1) if collect else None
         if self.discrete:
             action = D.categorical_sample(out) if collect else out.argmax(-1)
             logp = D.categorical_logp(out, action) if collect else None
@@ -158,14 +222,38 @@ class PPOPolicy:
             logp = D.gaussian_logp(out, self.model.log_std.expand_as(out), action) if collect else None
             action_np = action.numpy().reshape(len(x), *self.action_shape)
             env_action = np.clip(action_np, self.low, self.high)
-        value = self.model.critic(xt).squeeze(-1).numpy() if collect else None
-        return PolicyOutput(action=action_np, env_action=env_action,
-                            logp=None if logp is None else logp.numpy(), value=value, obs=x)
+        return PolicyOutput(action=action_np, env_action=env_action, logp=None if logp is None else logp.numpy(),
+                            value=None if value is None else value.numpy(), obs=x)
 
     @torch.inference_mode()
-    def value(self, obs: np.ndarray) -> np.ndarray:
+    def value(self, obs: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """V(obs). A recurrent policy continues the "collect" states of the envs ``rows`` ([n] bool;
+        None: all) without advancing them: the value of a final or next observation."""
         x = self.preprocess(obs, update=False)
-        return self.model.critic(torch.from_numpy(x).reshape(len(x), -1)).squeeze(-1).numpy()
+        xt = torch.from_numpy(x).reshape(len(x), -1)
+        if not self.recurrent:
+            return self.model.critic(xt).squeeze(-1).numpy()
+        state = self._hidden.get("collect")
+        if state is None:
+            state = self.model.initial_state(len(x))
+        elif rows is not None:
+            state = state[torch.from_numpy(rows)]
+        return self.model(xt[:, None], state)[1][:, 0].numpy()
+
+    def hidden(self, mode: Mode, n: int) -> torch.Tensor:
+        """The [n, hidden_size] state the next ``act(obs, mode)`` continues from (zeros for new envs)."""
+        state = self._hidden.get(mode)
+        if state is None or len(state) != n:
+            state = self._hidden[mode] = self.model.initial_state(n)
+        return state
+
+    @torch.inference_mode()
+    def reset_hidden(self, mode: Mode, done: np.ndarray | None = None) -> None:
+        """New episodes begin: zero the state of the envs in ``done`` ([n] bool; None: every env)."""
+        if done is None:
+            self._hidden.pop(mode, None)
+        elif mode in self._hidden:
+            self._hidden[mode] = self._hidden[mode].masked_fill(torch.from_numpy(done)[:, None], 0.0)
 
     def get_weights(self) -> dict[str, Any]:
         """Model parameters plus observation statistics (everything `act` depends on)."""
@@ -189,14 +277,31 @@ class PPO:
     """Learns from [T, N] rollouts: ``learn(rollout, progress)`` returns metrics."""
 
     def __init__(self, cfg: PPOConfig, obs_space: gym.Space, act_space: gym.Space, num_envs: int):
+        if cfg.recurrent is not None and type(self).targets is not PPO.targets:
+            name = type(self).__name__.lower()
+            raise ConfigError(f"{name} computes its targets with a feed-forward critic: train recurrent policies "
+                              f"with ppo, or set {name}.recurrent=null")
         self.cfg = cfg
         self.policy = PPOPolicy(obs_space, act_space, cfg)
         model = self.policy.model
         # fused Adam: one kernel per step instead of a Python loop over parameters (~20% of an update here)
         self.actor_optim = torch.optim.Adam(model.actor_parameters(), lr=cfg.actor_lr, eps=cfg.adam_eps, fused=True)
-        self.critic_optim = torch.optim.Adam(model.critic.parameters(), lr=cfg.critic_lr, eps=cfg.adam_eps, fused=True)
+        self.critic_optim = torch.optim.Adam(model.critic_parameters(), lr=cfg.critic_lr, eps=cfg.adam_eps,
+                                             fused=True)
         self.ret_rms = RunningMeanStd(()) if cfg.normalize_reward else None
         self._ret = np.zeros(num_envs, dtype=np.float64)
+        self.mirror: TorchMirror | None = None
+
+    def bind_env(self, env_id: str) -> None:
+        """Resolve and check what depends on the env itself (the mirror spec), before training starts."""
+        policy = self.policy
+        if self.cfg.mirror <= 0:
+            return
+        spec = MirrorSpec.load(self.cfg.mirror_spec, env_id, policy.obs_dim, policy.act_dim)
+        if policy.discrete and (spec.act_sign < 0).any():
+            raise ConfigError(f"mirror spec {self.cfg.mirror_spec!r}: discrete actions can only be swapped, not "
+                              f"negated, but the act: list has negative entries for {env_id}")
+        self.mirror = spec.torch()
 
     # Rewards are scaled in collection order, so the running return sees steps as they happened.
     def scale_rewards(self, rollout: Batch) -> np.ndarray:
@@ -220,14 +325,12 @@ class PPO:
 
     def learn(self, rollout: Batch, progress: float = 0.0) -> dict[str, float]:
         cfg = self.cfg
+        if cfg.mirror > 0 and self.mirror is None:
+            raise ConfigError("ppo.mirror is on but no mirror spec was loaded: call bind_env(env_id) first")
         adv, ret = self.targets(rollout, self.scale_rewards(rollout))
-        n = adv.size
-        obs = torch.from_numpy(rollout["obs"].reshape(n, -1))
-        actions = torch.from_numpy(rollout["action"].reshape(n, *rollout["action"].shape[2:]))
-        old_logp = torch.from_numpy(rollout["logp"].reshape(n))
-        old_value = torch.from_numpy(rollout["value"].reshape(n))
-        advantages = torch.from_numpy(adv.reshape(n))
-        returns = torch.from_numpy(ret.reshape(n))
+        steps = {"obs": rollout["obs"], "action": rollout["action"], "logp": rollout["logp"],
+                 "value": rollout["value"], "advantage": adv, "return": ret}  # [T, N, ...] each
+        epoch = self.sequence_minibatches(steps, rollout) if self.policy.recurrent else self.step_minibatches(steps)
 
         frac = max(0.0, 1.0 - progress)
         actor_lr = cfg.actor_lr * frac if cfg.anneal_lr else cfg.actor_lr
@@ -237,54 +340,20 @@ class PPO:
         for group in self.critic_optim.param_groups:
             group["lr"] = critic_lr
         clip = cfg.clip * frac if cfg.anneal_clip else cfg.clip
+        reflect = None  # the mirror of (normalised) observations and of actions, with this update's statistics
+        if cfg.mirror > 0:
+            obs_rms = self.policy.obs_rms
+            reflect = self.mirror if obs_rms is None else NormalizedMirror(self.mirror, obs_rms)
 
-        model = self.policy.model
         sums = {"loss/policy": 0.0, "loss/value": 0.0, "loss/entropy": 0.0, "approx_kl": 0.0, "clip_frac": 0.0}
         updates, kl_stop = 0, False
-        mb = min(cfg.batch_size, n)
         for _ in range(cfg.epochs):
-            perm = torch.randperm(n)
-            for start in range(0, n - mb + 1, mb):
-                idx = perm[start:start + mb]
-                # ---- clipped surrogate
-                logp, entropy = model.logp_entropy(obs[idx], actions[idx])
-                log_ratio = logp - old_logp[idx]
-                ratio = log_ratio.exp()
-                adv_b = advantages[idx]
-                if cfg.normalize_advantage and mb > 1:
-                    adv_b = (adv_b - adv_b.mean()) / (adv_b.std() + 1e-8)
-                policy_loss = -torch.min(ratio * adv_b, ratio.clamp(1 - clip, 1 + clip) * adv_b).mean()
-                entropy_mean = entropy.mean()
-                # ---- value loss, optionally clipped around the collection-time value
-                value = model.critic(obs[idx]).squeeze(-1)
-                if cfg.value_clip is None:
-                    value_loss = 0.5 * (value - returns[idx]).pow(2).mean()
-                else:
-                    clipped = old_value[idx] + (value - old_value[idx]).clamp(-cfg.value_clip, cfg.value_clip)
-                    value_loss = 0.5 * torch.max((value - returns[idx]).pow(2),
-                                                 (clipped - returns[idx]).pow(2)).mean()
-                loss = policy_loss - cfg.entropy_coef * entropy_mean + value_loss
-                if not torch.isfinite(loss):
-                    raise NonFiniteError(
-                        f"PPO loss became {loss.item()} (policy {policy_loss.item()}, value {value_loss.item()}): "
-                        "lower the learning rates, enable obs_norm / normalize_reward, or lower reward_scale")
-                self.actor_optim.zero_grad(set_to_none=True)
-                self.critic_optim.zero_grad(set_to_none=True)
-                loss.backward()
-                if cfg.grad_clip is not None:
-                    nn.utils.clip_grad_norm_(model.actor_parameters(), cfg.grad_clip)
-                    nn.utils.clip_grad_norm_(model.critic.parameters(), cfg.grad_clip)
-                self.actor_optim.step()
-                self.critic_optim.step()
+            for mb in epoch():
+                stats = self.update(mb, clip, reflect)
                 updates += 1
-                with torch.no_grad():
-                    approx_kl = ((ratio - 1) - log_ratio).mean().item()
-                    sums["clip_frac"] += ((ratio - 1).abs() > clip).float().mean().item()
-                sums["loss/policy"] += policy_loss.item()
-                sums["loss/value"] += value_loss.item()
-                sums["loss/entropy"] += entropy_mean.item()
-                sums["approx_kl"] += approx_kl
-                if cfg.kl is not None and approx_kl > cfg.kl:
+                for key, value in stats.items():
+                    sums[key] = sums.get(key, 0.0) + value
+                if cfg.kl is not None and stats["approx_kl"] > cfg.kl:
                     kl_stop = True
                     break
             if kl_stop:
@@ -300,6 +369,126 @@ class PPO:
         })
         self.policy.version += 1
         return metrics
+
+    # ---- minibatches: dicts of tensors, one row per real step ("obs" per step, or [B, L] sequences)
+    def step_minibatches(self, steps: dict[str, np.ndarray]) -> Callable[[], Iterator[dict[str, torch.Tensor]]]:
+        """Feed-forward: shuffled steps, ``batch_size`` each, the remainder left out."""
+        n = steps["advantage"].size
+        flat = {key: torch.from_numpy(value.reshape(n, *value.shape[2:])) for key, value in steps.items()}
+        flat["obs"] = flat["obs"].reshape(n, -1)
+        size = min(self.cfg.batch_size, n)
+
+        def epoch() -> Iterator[dict[str, torch.Tensor]]:
+            perm = torch.randperm(n)
+            for start in range(0, n - size + 1, size):
+                idx = perm[start:start + size]
+                yield {key: value[idx] for key, value in flat.items()}
+        return epoch
+
+    def sequence_minibatches(self, steps: dict[str, np.ndarray], rollout: Batch
+                             ) -> Callable[[], Iterator[dict[str, torch.Tensor]]]:
+        """Recurrent: trajectories (cut into ``seq_len`` chunks), ``batch_trajectories`` at a time, padded.
+
+        "obs" is [B, L, obs_dim] with padding, "hidden" [B, hidden_size] the state stored at each
+        sequence's first step, "mask" [B, L] marks the real steps; every other key holds the real
+        steps only, in the order ``out[mask]`` lists them.
+        """
+        segments = chunk(split_trajectories(rollout["terminated"] | rollout["truncated"]), self.cfg.seq_len)
+        T, N = steps["advantage"].shape
+        data = {key: torch.from_numpy(value) for key, value in steps.items()}
+        data["obs"] = data["obs"].reshape(T, N, -1)
+        hidden = torch.from_numpy(rollout["hidden"])
+
+        def epoch() -> Iterator[dict[str, torch.Tensor]]:
+            for selection in minibatches(torch.randperm(len(segments)).numpy(), self.cfg.batch_trajectories):
+                t, col, mask = (torch.from_numpy(a) for a in pad(segments, selection))
+                mb = {key: value[t, col][mask] for key, value in data.items() if key != "obs"}
+                mb.update(obs=data["obs"][t, col], mask=mask,
+                          hidden=hidden[segments.start[selection], segments.column[selection]])
+                yield mb
+        return epoch
+
+    # ---- one gradient step on a minibatch
+    def forward(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The actor's output and the value for every real step of ``mb``."""
+        model = self.policy.model
+        if self.policy.recurrent:
+            out, value, _ = model(mb["obs"], mb["hidden"])
+            return out[mb["mask"]], value[mb["mask"]]  # padding is dropped here, before any loss
+        return model.actor(mb["obs"]), model.critic(mb["obs"]).squeeze(-1)
+
+    def loss(self, mb: dict[str, torch.Tensor], clip: float, reflect: Any = None
+             ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The minibatch's total loss and its terms (with the approximate KL and the clip fraction)."""
+        cfg, model = self.cfg, self.policy.model
+        out, value = self.forward(mb)
+        # ---- clipped surrogate
+        logp, entropy = logp_entropy(out, mb["action"], model.log_std)
+        log_ratio = logp - mb["logp"]
+        ratio = log_ratio.exp()
+        adv = mb["advantage"]
+        if cfg.normalize_advantage and len(adv) > 1:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        policy_loss = -torch.min(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv).mean()
+        entropy_mean = entropy.mean()
+        # ---- value loss, optionally clipped around the collection-time value
+        returns, old_value = mb["return"], mb["value"]
+        if cfg.value_clip is None:
+            value_loss = 0.5 * (value - returns).pow(2).mean()
+        else:
+            clipped = old_value + (value - old_value).clamp(-cfg.value_clip, cfg.value_clip)
+            value_loss = 0.5 * torch.max((value - returns).pow(2), (clipped - returns).pow(2)).mean()
+        loss = policy_loss - cfg.entropy_coef * entropy_mean + value_loss
+        # ---- mirror symmetry
+        mirror_terms = self.mirror_terms(mb, out, value, reflect) if reflect is not None else {}
+        for term in mirror_terms.values():
+            loss = loss + cfg.mirror * term
+        with torch.no_grad():
+            approx_kl = ((ratio - 1) - log_ratio).mean()
+            clip_frac = ((ratio - 1).abs() > clip).float().mean()
+        return loss, {"loss/policy": policy_loss, "loss/value": value_loss, "loss/entropy": entropy_mean,
+                      "approx_kl": approx_kl, "clip_frac": clip_frac, **mirror_terms}
+
+    def update(self, mb: dict[str, torch.Tensor], clip: float, reflect: Any = None) -> dict[str, float]:
+        """One gradient step on the minibatch; returns its loss terms."""
+        cfg, model = self.cfg, self.policy.model
+        loss, terms = self.loss(mb, clip, reflect)
+        if not torch.isfinite(loss):
+            raise NonFiniteError(
+                f"PPO loss became {loss.item()} (policy {terms['loss/policy'].item()}, value "
+                f"{terms['loss/value'].item()}): lower the learning rates, enable obs_norm / normalize_reward, "
+                "or lower reward_scale")
+        self.actor_optim.zero_grad(set_to_none=True)
+        self.critic_optim.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.grad_clip is not None:
+            nn.utils.clip_grad_norm_(model.actor_parameters(), cfg.grad_clip)
+            nn.utils.clip_grad_norm_(model.critic_parameters(), cfg.grad_clip)
+        self.actor_optim.step()
+        self.critic_optim.step()
+        return {key: term.item() for key, term in terms.items()}
+
+    def mirror_terms(self, mb: dict[str, torch.Tensor], out: torch.Tensor, value: torch.Tensor,
+                     reflect: Any) -> dict[str, torch.Tensor]:
+        """MSE between the mean action for s and the mirror of the mean action for mirror(s); with
+        ``mirror_critic`` also between V(s) and V(mirror(s)). Real steps only, like every other term."""
+        cfg, model = self.cfg, self.policy.model
+        mirrored_obs = reflect.obs(mb["obs"])
+        if self.policy.recurrent:
+            # what the network would remember of the mirrored history before a chunk is unknown: the mirrored
+            # sequences start from an episode's first state (exact for sequences that start an episode)
+            mirrored_out, mirrored_value, _ = model(mirrored_obs, torch.zeros_like(mb["hidden"]),
+                                                    critic=cfg.mirror_critic)
+            mirrored_out = mirrored_out[mb["mask"]]
+            mirrored_value = mirrored_value[mb["mask"]] if cfg.mirror_critic else None
+        else:
+            mirrored_out = model.actor(mirrored_obs)
+            mirrored_value = model.critic(mirrored_obs).squeeze(-1) if cfg.mirror_critic else None
+        mean, mirrored_mean = (x.softmax(-1) if self.policy.discrete else x for x in (out, mirrored_out))
+        terms = {"loss/mirror": (mean - reflect.act(mirrored_mean)).pow(2).mean()}
+        if mirrored_value is not None:
+            terms["loss/mirror_critic"] = (value - mirrored_value).pow(2).mean()
+        return terms
 
     # ---- persistence: everything needed to continue training exactly
     def state_dict(self) -> dict[str, Any]:

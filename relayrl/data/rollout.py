@@ -11,11 +11,13 @@ class RolloutStore:
     """Holds one rollout of ``num_steps`` vector steps for ``num_envs`` envs.
 
     ``next_value[t]`` starts as the value of the following step (filled by ``finish``) and is
-    overwritten by ``bootstrap`` with V(final observation) for envs truncated at step t.
+    overwritten by ``bootstrap`` with V(final observation) for envs truncated at step t. With
+    ``hidden_size`` > 0 (a recurrent policy), ``hidden[t]`` is the policy's state before it acted at
+    step t: a sequence cut out of the rollout at any step starts from it (data/sequences.py).
     """
 
     def __init__(self, num_steps: int, num_envs: int, obs_shape: tuple[int, ...],
-                 action_shape: tuple[int, ...], action_dtype: np.dtype):
+                 action_shape: tuple[int, ...], action_dtype: np.dtype, hidden_size: int = 0):
         self.num_steps, self.num_envs = num_steps, num_envs
         shape = (num_steps, num_envs)
         self.data: Batch = {
@@ -28,10 +30,13 @@ class RolloutStore:
             "truncated": np.zeros(shape, dtype=bool),
             "next_value": np.zeros(shape, dtype=np.float32),
         }
+        if hidden_size:
+            self.data["hidden"] = np.zeros((*shape, hidden_size), dtype=np.float32)
         self._bootstrapped = np.zeros(shape, dtype=bool)
 
     def add(self, t: int, obs: np.ndarray, action: np.ndarray, logp: np.ndarray, value: np.ndarray,
-            reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> None:
+            reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+            hidden: np.ndarray | None = None) -> None:
         d = self.data
         d["obs"][t] = obs
         d["action"][t] = action
@@ -40,6 +45,8 @@ class RolloutStore:
         d["reward"][t] = reward
         d["terminated"][t] = terminated
         d["truncated"][t] = truncated
+        if hidden is not None:
+            d["hidden"][t] = hidden
         self._bootstrapped[t] = False
 
     def bootstrap(self, t: int, env_mask: np.ndarray, final_values: np.ndarray) -> None:

@@ -1,5 +1,6 @@
 """Environments: creation by id, stop values, and vector envs."""
 
+from relayrl.envs import memory  # noqa: F401 (registers relayrl/CartPoleNoVel-v1)
 from relayrl.envs.registry import make, spec_stop_value
 from relayrl.envs.vector import SyncVectorEnv, VectorEnv, make_vec
 

@@ -24,7 +24,9 @@ def run_label(run_dir: Path) -> str:
     config_path = run_dir / "config.yaml"
     if config_path.is_file():
         config = yaml.safe_load(config_path.read_text()) or {}
-        return f"{config.get('algo', '?')} {config.get('env', {}).get('id', '?')}"
+        algo = config.get("algo", "?")
+        recurrent = (config.get(algo) or {}).get("recurrent") if isinstance(config.get(algo), dict) else None
+        return f"{algo}{f' ({recurrent})' if recurrent else ''} {config.get('env', {}).get('id', '?')}"
     return run_dir.name
 
 

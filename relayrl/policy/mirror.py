@@ -101,6 +101,25 @@ class TorchMirror:
         return a[..., self.act_index] * self.act_sign
 
 
+class NormalizedMirror:
+    """The reflection of *normalised* observations: un-normalise, reflect, normalise again.
+
+    Reflecting normalised values directly would be wrong unless the statistics are themselves
+    symmetric (a left knee's mean angle need not equal the right's, and a negated entry's mean
+    does not negate), so the raw observation is reflected, with the statistics of this update.
+    """
+
+    def __init__(self, mirror: TorchMirror, rms):
+        self.mirror, self.act = mirror, mirror.act
+        self.mean = torch.as_tensor(rms.mean, dtype=torch.float32).reshape(-1)
+        self.std = torch.as_tensor(rms.std, dtype=torch.float32).reshape(-1)
+        self.clip = rms.clip
+
+    def obs(self, x: torch.Tensor) -> torch.Tensor:
+        raw = x * self.std + self.mean
+        return ((self.mirror.obs(raw) - self.mean) / self.std).clamp(-self.clip, self.clip)
+
+
 def mirror_loss(mean_action: Callable[[torch.Tensor], torch.Tensor], obs: torch.Tensor,
                 mirror: TorchMirror) -> torch.Tensor:
     """MSE between the policy's action for each state and the mirror of its action for the mirrored

@@ -40,18 +40,27 @@ class EpisodeStats:
 
 
 class OnPolicyCollector:
-    """``collect()`` steps every env ``num_steps`` times with ``policy.act(obs, "collect")``."""
+    """``collect()`` steps every env ``num_steps`` times with ``policy.act(obs, "collect")``.
+
+    A recurrent policy (``policy.recurrent``) carries a hidden state per env: the rollout stores the
+    state each step started from, episodes that end reset their env's state (the autoreset
+    observation starts the next episode), and unfinished episodes carry theirs into the next rollout.
+    """
 
     def __init__(self, venv: VectorEnv, policy, num_steps: int):
         self.venv, self.policy, self.num_steps = venv, policy, num_steps
+        self.recurrent = getattr(policy, "recurrent", False)
         self.store = RolloutStore(num_steps, venv.num_envs, venv.single_observation_space.shape,
-                                  policy.action_shape, policy.action_dtype)
+                                  policy.action_shape, policy.action_dtype,
+                                  hidden_size=policy.hidden_size if self.recurrent else 0)
         self._obs: np.ndarray | None = None
         self.episodes = EpisodeStats(venv.num_envs)
 
     def reset(self, seed: int | None) -> None:
         self._obs = self.venv.reset(seed=seed)
         self.episodes.reset()
+        if self.recurrent:
+            self.policy.reset_hidden("collect")
 
     def warmup(self, steps: int) -> int:
         """Run the policy without storing anything, updating its observation statistics (prenorm)."""
@@ -67,18 +76,25 @@ class OnPolicyCollector:
     def collect(self) -> Batch:
         store, policy, venv = self.store, self.policy, self.venv
         for t in range(self.num_steps):
+            hidden = policy.hidden("collect", venv.num_envs).numpy() if self.recurrent else None
             out = policy.act(self._obs, "collect")
             result = venv.step(out.env_action)
             store.add(t, out.obs, out.action, out.logp, out.value,
-                      result.reward, result.terminated, result.truncated)
+                      result.reward, result.terminated, result.truncated, hidden)
             truncated = result.truncated & ~result.terminated
             if truncated.any():
-                store.bootstrap(t, truncated, policy.value(result.final_obs[truncated]))
+                store.bootstrap(t, truncated, self._value(result.final_obs[truncated], truncated))
             self._obs = self._track(result)
-        return store.finish(policy.value(self._obs))
+        return store.finish(self._value(self._obs, None))
+
+    def _value(self, obs: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
+        # a recurrent critic continues the state of the envs these observations belong to
+        return self.policy.value(obs, rows) if self.recurrent else self.policy.value(obs)
 
     def _track(self, result) -> np.ndarray:
         self.episodes.track(result)
+        if self.recurrent and result.done.any():
+            self.policy.reset_hidden("collect", result.done)  # after bootstrapping from the old state
         return result.obs
 
     def pop_episodes(self) -> tuple[list[float], list[int]]:

@@ -70,6 +70,8 @@ def record_episode(policy, env_id: str, config, path: Path, seed: int = 0, max_f
     except gym.error.DependencyNotInstalled as exc:
         env.close()
         raise EnvError(f"{env_id} cannot render here: {exc}") from None
+    if getattr(policy, "recurrent", False):
+        policy.reset_hidden("eval")
     done = False
     while not done and len(frames) < max_frames:
         action = policy.act(np.asarray(obs)[None], "eval").env_action[0]

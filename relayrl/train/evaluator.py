@@ -42,8 +42,13 @@ class Evaluator:
         ep_length = np.zeros(n, dtype=np.int64)
         obs = self.venv.reset(seed=self.seed + 100_003 * self.count)
         self.count += 1
+        recurrent = getattr(policy, "recurrent", False)  # a hidden state per env, reset with its episodes
+        if recurrent:
+            policy.reset_hidden("eval")
         while quota.any():
             result = self.venv.step(policy.act(obs, "eval").env_action)
+            if recurrent and result.done.any():
+                policy.reset_hidden("eval", result.done)
             ep_return += result.reward
             ep_length += 1
             for k in np.flatnonzero(result.done & (quota > 0)):

@@ -87,7 +87,7 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
     if resume and run_dir is None:
         raise CheckpointError("resume needs the run directory to continue")
     run_dir = Path(run_dir) if run_dir is not None else new_run_dir(config.env.id, config.algo)
-    if config.threads:
+    if config.threads > 0:  # (-1 is resolved by relayrl.runtime.train before this)
         torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     np.random.seed(config.seed)
@@ -109,7 +109,12 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
             if getattr(algo_cfg, "prenorm", False):
                 raise ConfigError(f"{config.algo}.prenorm does not apply to agent envs (a simulator bridge): "
                                   "set it to false")
+            if getattr(algo_cfg, "recurrent", None):
+                raise ConfigError(f"{config.algo}.recurrent: agent envs (a simulator bridge) do not carry a hidden "
+                                  f"state per agent yet: set {config.algo}.recurrent=null")
         algo = entry.algo_cls(algo_cfg, venv.single_observation_space, venv.single_action_space, columns)
+        if hasattr(algo, "bind_env"):  # what depends on the env itself, e.g. PPO's built-in mirror specs
+            algo.bind_env(config.env.id)
         state, source_state = RunState(), {}
         if resume:
             state, source_state = _restore(run_dir, algo)

@@ -110,3 +110,12 @@ def test_directory_without_metrics_raises_checkpoint_error(tmp_path):
         plot_runs([good, empty], out)
     assert str(empty) in str(info.value)
     assert not out.exists()
+
+
+def test_run_labels_name_a_recurrent_policy(tmp_path):
+    from relayrl.io.plot import run_label
+
+    (tmp_path / "config.yaml").write_text("algo: ppo\nenv: {id: relayrl/CartPoleNoVel-v1}\nppo: {recurrent: gru}\n")
+    assert run_label(tmp_path) == "ppo (gru) relayrl/CartPoleNoVel-v1"
+    (tmp_path / "config.yaml").write_text("algo: ppo\nenv: {id: CartPole-v1}\nppo: {recurrent: null}\n")
+    assert run_label(tmp_path) == "ppo CartPole-v1"
