@@ -186,10 +186,22 @@ def _fmt(x: float | None) -> str:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from relayrl.config import validate
+    from relayrl.io.checkpoint import load_checkpoint
     from relayrl.train.evaluate import evaluate_checkpoint
 
-    result = evaluate_checkpoint(args.path, episodes=args.episodes, env_id=args.env, seed=args.seed,
-                                 render=args.render)
+    ckpt = load_checkpoint(args.path)
+    config = validate(ckpt.meta.get("algo"), ckpt.meta["config"])
+    if config.env.id.startswith("bridge:") and args.env is None:  # a run trained on an external simulator
+        from relayrl.bridge.agents import evaluate_bridge_checkpoint
+
+        if args.episodes < 1 or args.render is not None:
+            raise ConfigError("evaluating a bridge run takes --episodes >= 1 and no --render (the simulator "
+                              "draws itself)")
+        result = evaluate_bridge_checkpoint(ckpt, config, args.episodes, args.seed)
+    else:
+        result = evaluate_checkpoint(ckpt, episodes=args.episodes, env_id=args.env, seed=args.seed,
+                                     render=args.render)
     print(f"{result['env']}: return {result['return_mean']:.2f} ± {result['return_std']:.2f}, "
           f"length {result['length_mean']:.1f} ± {result['length_std']:.1f} over {result['episodes']} episodes "
           f"({result['checkpoint']})")

@@ -123,3 +123,28 @@ def make_bridge_envs(config: Any, evaluation: bool = True) -> tuple[BridgeAgents
     except BaseException:
         train.close()
         raise
+
+
+def evaluate_bridge_checkpoint(ckpt: Any, config: Any, episodes: int, seed: int) -> dict[str, Any]:
+    """``relayrl eval`` of a run trained on a bridge simulator: launch it once more and run
+    ``episodes`` deterministic episodes with the quota evaluator."""
+    from relayrl.algos import get_algo
+    from relayrl.errors import CheckpointError
+    from relayrl.train.agents import AgentEvaluator
+
+    options = {k: v for k, v in config.env.kwargs.items() if k in KWARGS}
+    env = BridgeAgents(config.env.id[len(PREFIX):].strip(), **options)
+    try:
+        algo = get_algo(config.algo).algo_cls(getattr(config, config.algo), env.single_observation_space,
+                                              env.single_action_space, 1)
+        try:
+            algo.policy.set_weights(ckpt.state["algo"])
+        except (RuntimeError, ValueError, KeyError) as exc:
+            raise CheckpointError(f"checkpoint {str(ckpt.path)!r} does not fit this simulator's behaviour "
+                                  f"{env.behaviour!r}: {str(exc).splitlines()[0]}") from None
+        result = AgentEvaluator(env, episodes, seed=seed).evaluate(algo.policy)
+    finally:
+        env.close()
+    return {"env": config.env.id, "checkpoint": str(ckpt.path), "episodes": len(result.returns),
+            "return_mean": result.mean, "return_std": result.std,
+            "length_mean": float(result.lengths.mean()), "length_std": float(result.lengths.std())}

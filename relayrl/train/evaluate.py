@@ -35,11 +35,12 @@ def load_policy(ckpt: Checkpoint, env_id: str | None = None):
     return algo.policy, config, env_id
 
 
-def evaluate_checkpoint(path: Path, episodes: int = 10, env_id: str | None = None, seed: int = 0,
+def evaluate_checkpoint(path: Path | Checkpoint, episodes: int = 10, env_id: str | None = None, seed: int = 0,
                         render: str | None = None) -> dict[str, Any]:
+    """``path``: a checkpoint file or run directory, or a Checkpoint already loaded."""
     if episodes < 1:
         raise CheckpointError(f"--episodes {episodes}: evaluate at least 1 episode")
-    ckpt = load_checkpoint(path)
+    ckpt = path if isinstance(path, Checkpoint) else load_checkpoint(path)
     policy, config, env_id = load_policy(ckpt, env_id)
     env_args = dict(env_kwargs=config.env.kwargs, max_episode_steps=config.env.max_episode_steps)
     with make_vec(env_id, min(episodes, 10), **env_args) as venv:

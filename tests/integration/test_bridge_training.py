@@ -25,6 +25,12 @@ def test_ppo_balances_the_python_3dball_through_the_bridge(tmp_path):
                     "--set", "eval.freq=3072", "--set", "eval.episodes=12")
     assert summary["solved"] and summary["best_eval_return"] >= 45, summary
     assert summary["env_steps_to_stop_value"] <= 60000
+    # relayrl eval launches the simulator again for a saved run
+    ev = subprocess.run([sys.executable, "-m", "relayrl", "eval", str(tmp_path / "run"), "--episodes", "6"],
+                        capture_output=True, text=True, timeout=300)
+    assert ev.returncode == 0, ev.stderr[-2000:]
+    assert ev.stdout.startswith(f"{BALL3D}: return ") and "over 6 episodes" in ev.stdout
+    assert float(ev.stdout.split("return ")[1].split(" ")[0]) >= 45
 
 
 def test_ppo_balances_the_c_3dball_through_the_bridge(tmp_path):
