@@ -212,11 +212,12 @@ class Channel:
         return struct.unpack_from("<i", self.header, L.OFF_SIM_PID if self.trainer else L.OFF_TRAINER_PID)[0]
 
     # ---- the body
-    def sync_body(self) -> bool:
-        """Map the header's body generation if it is not the one mapped (§7). True when it changed."""
+    def sync_body(self) -> None:
+        """Map the header's body generation if it is not the one mapped (§7); callers compare
+        ``generation`` with the one their views point into."""
         generation, side, rl = struct.unpack_from("<III", self.header, L.OFF_GENERATION)
         if generation == self.generation and self.body is not None:
-            return False
+            return
         if generation < 1 or side < 8 or rl < 8 or side % 8 or rl % 8:
             raise self._fail(f"corrupt bridge header: generation {generation}, side channel {side} bytes, "
                              f"RL region {rl} bytes")
@@ -237,7 +238,6 @@ class Channel:
         _release(old)
         if old is not None and not self.trainer:
             self.body_path(old_generation).unlink(missing_ok=True)  # normally removed by the grower already
-        return True
 
     def grow(self, side: int, rl: int, keep_rl: bool) -> None:
         """Owner only: move to generation G+1 of size ``side + rl``; copy the RL region if ``keep_rl``
