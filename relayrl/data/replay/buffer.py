@@ -12,6 +12,7 @@ overwritten since it was sampled is ignored.
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ class ThroughputMonitor:
     def record(self, kind: str, n: int) -> None:
         now = time.monotonic()
         dt = max(now - self._last[kind], 1e-6)
-        decay = np.exp(-dt / self.window_s)
+        decay = math.exp(-dt / self.window_s)
         self._rates[kind] = decay * self._rates[kind] + (1 - decay) * (n / dt)
         self._last[kind] = now
         if kind == "push":
@@ -121,13 +122,13 @@ class ReplayBuffer:
     def update_priorities(self, index: np.ndarray, priority: np.ndarray) -> int:
         """Set priorities of sampled items; returns how many were applied (overwritten or evicted
         items are skipped)."""
-        index = np.asarray(index, dtype=np.int64)
-        generation, rows = np.divmod(index, self.capacity)
-        keep = self.storage.generation[rows] == generation
-        if self.live is not None:
-            keep &= self.live[rows]
-        self.sampler.update(rows[keep], np.asarray(priority)[keep])
-        return int(keep.sum())
+        index = np.ascontiguousarray(index, dtype=np.int64).reshape(-1)
+        priority = np.ascontiguousarray(priority, dtype=np.float64).reshape(-1)
+        if len(priority) != len(index):
+            raise ValueError(f"{len(index)} items but {len(priority)} priorities")
+        if len(index) and (index.min() < 0):
+            raise ValueError("item ids are never negative: pass the 'index' column of a sample")
+        return self.sampler.update_items(index, priority, self.storage.generation, self.live)
 
     def _evict(self, rows: np.ndarray) -> None:
         rows = rows[self.live[rows]]

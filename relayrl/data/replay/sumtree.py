@@ -12,9 +12,30 @@ deltas), so sums never drift.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 BRANCH = 16
+PREFETCH_AHEAD = 8  # queries ahead whose next nodes are fetched while this one is searched
+
+
+@intrinsic
+def _prefetch(typingctx, array, index):
+    """Hint the CPU to load ``array[index]``'s cache line (LLVM's prefetch: read, keep in all
+    levels). Searching many values level by level, the next values' nodes are known in advance, so
+    their cache misses overlap instead of stalling each search in turn."""
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        byte_ptr = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fn_type = ir.FunctionType(ir.VoidType(), [byte_ptr, i32, i32, i32])
+        name = "llvm.prefetch.p0"
+        fn = builder.module.globals.get(name) or ir.Function(builder.module, fn_type, name=name)
+        address = builder.bitcast(builder.gep(data, [args[1]]), byte_ptr)
+        builder.call(fn, [address, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+    return types.void(array, index), codegen
 
 
 @njit(cache=True, nogil=True)
@@ -26,22 +47,9 @@ def _update(tree, offsets, k, capacity, leaves, values, use_min):
     # Level by level over the whole batch: the loads of different leaves are independent, so the
     # CPU overlaps their cache misses (a leaf-by-leaf walk waits for each in turn).
     depth = offsets.shape[0] - 1
-    nodes = leaves.copy()
-    for q in range(nodes.shape[0]):
-        tree[offsets[depth] + nodes[q]] = values[q]
-    for d in range(depth, 0, -1):
-        offset, parent_offset = offsets[d], offsets[d - 1]
-        for q in range(nodes.shape[0]):
-            first = offset + (nodes[q] // k) * k
-            acc = tree[first]
-            if use_min:
-                for c in range(first + 1, first + k):
-                    acc = min(acc, tree[c])
-            else:
-                for c in range(first + 1, first + k):
-                    acc += tree[c]
-            nodes[q] //= k
-            tree[parent_offset + nodes[q]] = acc
+    for q in range(leaves.shape[0]):
+        tree[offsets[depth] + leaves[q]] = values[q]
+    _recompute(tree, offsets, k, leaves.copy(), depth, use_min)
     return True
 
 
@@ -51,9 +59,14 @@ def _find(tree, offsets, k, capacity, prefix, out, weight):
     values = prefix.copy()
     out[:] = 0
     depth = offsets.shape[0] - 1
+    n = values.shape[0]
     for d in range(1, depth + 1):  # level by level, like _update
         offset = offsets[d]
-        for q in range(values.shape[0]):
+        for q in range(n):
+            if q + PREFETCH_AHEAD < n:  # the 16 children are two cache lines
+                ahead = offset + out[q + PREFETCH_AHEAD] * k
+                _prefetch(tree, ahead)
+                _prefetch(tree, ahead + k - 1)
             first = offset + out[q] * k
             value = values[q]
             chosen = -1
@@ -74,6 +87,94 @@ def _find(tree, offsets, k, capacity, prefix, out, weight):
     for q in range(out.shape[0]):
         out[q] = min(out[q], capacity - 1)
         weight[q] = tree[offsets[depth] + out[q]]
+
+
+@njit(cache=True, nogil=True)
+def _recompute(tree, offsets, k, nodes, depth, use_min):
+    """Recompute the ancestors of the leaves ``nodes`` (overwritten in place) from their children,
+    skipping a parent just recomputed for the previous leaf (sorted leaves share upper levels)."""
+    for d in range(depth, 0, -1):
+        offset, parent_offset = offsets[d], offsets[d - 1]
+        previous = -1
+        for q in range(nodes.shape[0]):
+            parent = nodes[q] // k
+            nodes[q] = parent
+            if parent == previous:
+                continue
+            previous = parent
+            first = offset + parent * k
+            acc = tree[first]
+            if use_min:
+                for c in range(first + 1, first + k):
+                    acc = min(acc, tree[c])
+            else:
+                for c in range(first + 1, first + k):
+                    acc += tree[c]
+            tree[parent_offset + parent] = acc
+
+
+@njit(cache=True, nogil=True)
+def _apply_priorities(sum_tree, min_tree, offsets, k, capacity, index, priority, generation, live, eps, alpha):
+    """Prioritized replay's update in one pass: keep the items whose row still holds them (same
+    generation, and live if ``live`` is non-empty), set both trees' leaves to (|p| + eps)^alpha,
+    recompute their ancestors. Returns (items applied, largest |p| + eps applied), or (-1, 0) and
+    writes nothing if a priority is not finite."""
+    n = index.shape[0]
+    rows = np.empty(n, np.int64)
+    values = np.empty(n, np.float64)
+    kept = 0
+    largest = 0.0
+    for q in range(n):
+        p = abs(priority[q]) + eps
+        if not np.isfinite(p):
+            return -1, 0.0
+        row = index[q] % capacity
+        if index[q] // capacity != generation[row] or (live.shape[0] > 0 and not live[row]):
+            continue
+        rows[kept] = row
+        values[kept] = p ** alpha
+        largest = max(largest, p)
+        kept += 1
+    depth = offsets.shape[0] - 1
+    for q in range(kept):
+        sum_tree[offsets[depth] + rows[q]] = values[q]
+        min_tree[offsets[depth] + rows[q]] = values[q]
+    nodes = rows[:kept]  # both trees share a layout: one walk recomputes a parent in each
+    for d in range(depth, 0, -1):
+        offset, parent_offset = offsets[d], offsets[d - 1]
+        previous = -1
+        for q in range(kept):
+            parent = nodes[q] // k
+            nodes[q] = parent
+            if parent == previous:
+                continue
+            previous = parent
+            first = offset + parent * k
+            total, least = sum_tree[first], min_tree[first]
+            for c in range(first + 1, first + k):
+                total += sum_tree[c]
+                least = min(least, min_tree[c])
+            sum_tree[parent_offset + parent] = total
+            min_tree[parent_offset + parent] = least
+    return kept, largest
+
+
+@njit(cache=True, nogil=True)
+def _sample_prioritized(tree, offsets, k, capacity, raw, live, min_leaf, beta, rows, weights):
+    """Stratified proportional sampling: draw i falls in the i-th of n equal slices of the total
+    (``raw``: 64 random bits per draw), searched down the tree; IS weights (live * P(i))^-beta
+    divided by the largest possible weight, that of the smallest priority."""
+    n = raw.shape[0]
+    total = tree[0]
+    prefix = np.empty(n, np.float64)
+    for q in range(n):
+        u = (raw[q] >> np.uint64(11)) * (1.0 / 9007199254740992.0)  # 53 bits -> [0, 1)
+        prefix[q] = min((q + u) * (total / n), total * (1 - 1e-12))
+    leaf = np.empty(n, np.float64)
+    _find(tree, offsets, k, capacity, prefix, rows, leaf)
+    max_weight = (live * min_leaf / total) ** -beta
+    for q in range(n):
+        weights[q] = (live * leaf[q] / total) ** -beta / max_weight
 
 
 class SegmentTree:

@@ -70,6 +70,37 @@ def test_priority_update_for_an_overwritten_item_is_ignored():
     assert buf.update_priorities(new, np.array([7.0])) == 1 and buf.sampler.sum[0] == 7.0
 
 
+def test_bad_priority_updates_are_refused_and_change_nothing():
+    buf = ReplayBuffer(8, sampler="prioritized", alpha=1.0, eps=0.0, seed=0)
+    index = buf.add(transitions(8))
+    before = buf.sampler.sum.tree.copy(), buf.sampler.min.tree.copy()
+    with pytest.raises(ValueError, match="finite"):
+        buf.update_priorities(index, np.array([1.0, 2.0, np.nan, 1.0, 1.0, 1.0, 1.0, 1.0]))
+    with pytest.raises(ValueError, match="8 items but 3 priorities"):
+        buf.update_priorities(index, np.ones(3))
+    with pytest.raises(ValueError, match="never negative"):
+        buf.update_priorities(-index - 1, np.ones(8))
+    np.testing.assert_array_equal(buf.sampler.sum.tree, before[0])
+    np.testing.assert_array_equal(buf.sampler.min.tree, before[1])
+
+
+def test_a_priority_update_for_an_evicted_item_is_ignored():
+    buf = ReplayBuffer(4, sampler="prioritized", max_use=1, alpha=1.0, eps=0.0, seed=0)
+    buf.add(transitions(4))
+    s = buf.sample(2)  # both sampled once: evicted
+    assert buf.update_priorities(s["index"], np.array([9.0, 9.0])) == 0
+    assert np.all(buf.sampler.sum[s["index"] % 4] == 0.0)
+
+
+def test_uniform_rows_cover_the_filled_rows_evenly():
+    buf = ReplayBuffer(1000, seed=0)
+    buf.add(transitions(10))  # only 10 of 1000 rows are filled
+    rows = np.concatenate([buf.sample(256)["index"] % 1000 for _ in range(200)])
+    counts = np.bincount(rows, minlength=10)
+    assert rows.max() < 10 and len(counts) == 10
+    assert np.all(np.abs(counts / len(rows) - 0.1) < 0.01)  # 51,200 draws: sd of a share ~0.0013
+
+
 def test_max_use_evicts_items_sampled_that_often():
     buf = ReplayBuffer(4, max_use=2, seed=0)
     buf.add(transitions(4))
