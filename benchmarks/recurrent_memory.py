@@ -8,8 +8,9 @@ eval mean of 400. Each run is its own process, and its run directory is kept for
     python benchmarks/recurrent_memory.py --seeds 0 1 2
     relayrl plot runs/recurrent_memory/gru_seed0 runs/recurrent_memory/mlp_seed0 -o curve.png
 
-``relayrl plot`` labels a run by algorithm and env, so it would average the two kinds together;
-the figure this script writes (``--plot``) labels them by policy instead.
+``relayrl plot`` labels a run by algorithm, recurrent kind and env (``ppo (gru) ENV``, ``ppo ENV``
+for the MLP), so each policy kind gets its own curve, its seeds averaged into a mean and a band;
+``--plot`` draws that figure for every run of this script.
 """
 
 from __future__ import annotations
@@ -47,12 +48,10 @@ def child(args: argparse.Namespace) -> None:
 
 
 def plot(run_dirs: dict[str, list[Path]], output: Path) -> None:
-    """``relayrl plot`` on all runs, labelled by policy kind rather than by algorithm and env."""
-    from relayrl.io import plot as plotting
+    """``relayrl plot`` on all runs (its labels already tell the policy kinds apart)."""
+    from relayrl.io.plot import plot_runs
 
-    kind = {str(d): name for name, dirs in run_dirs.items() for d in dirs}
-    plotting.run_label = lambda run_dir: f"ppo {kind[str(run_dir)]} {ENV}"
-    plotting.plot_runs([d for dirs in run_dirs.values() for d in dirs], output)
+    plot_runs([d for dirs in run_dirs.values() for d in dirs], output)
 
 
 def main() -> None:

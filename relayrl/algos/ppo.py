@@ -11,6 +11,7 @@ would. The mirror loss (``mirror``: policy/mirror.py) is one more term in the sa
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Callable, ClassVar, Iterator, Literal
 
 import gymnasium as gym
@@ -74,10 +75,11 @@ class PPOConfig(Section):
     """Normalise advantages per minibatch."""
     obs_norm: bool = False
     """Normalise observations with a running mean and std."""
-    update_norm: bool = True
-    """Update the observation statistics from collected data (only with obs_norm)."""
+    update_norm: bool | None = None
+    """Update the observation statistics from collected data (null: yes, with obs_norm; false freezes them,
+    e.g. after prenorm or --previous). Needs obs_norm."""
     prenorm: bool = False
-    """Fill the observation statistics before training by running the initial policy."""
+    """Fill the observation statistics before training by running the initial policy. Needs obs_norm."""
     prenormalize_steps: int = Field(1000, ge=1)
     """Vector steps run to fill the statistics when prenorm is on."""
     reward_scale: float = Field(1.0, gt=0.0)
@@ -111,6 +113,18 @@ class PPOConfig(Section):
     of signed indices (relayrl/policy/mirror.py)."""
     mirror_critic: bool = False
     """Also penalise V(s) - V(mirror(s)) with the same weight."""
+
+    def check(self, name: str = "ppo") -> None:
+        """Refuse combinations that would silently do nothing; the loop calls it before a run starts."""
+        if self.obs_norm:
+            return
+        if self.prenorm:
+            raise ConfigError(f"{name}.prenorm=true fills observation statistics, but {name}.obs_norm=false keeps "
+                              f"none: set {name}.obs_norm=true, or {name}.prenorm=false")
+        if self.update_norm is not None:
+            raise ConfigError(f"{name}.update_norm={str(self.update_norm).lower()} has no effect with "
+                              f"{name}.obs_norm=false (there are no statistics to update): set "
+                              f"{name}.obs_norm=true, or leave {name}.update_norm at null")
 
 
 # ---------------------------------------------------------------- network
@@ -190,7 +204,7 @@ class PPOPolicy:
         self.hidden_size = self.model.state_size if self.recurrent else 0
         self._hidden: dict[str, torch.Tensor] = {}  # mode -> [n, hidden_size]
         self.obs_rms = RunningMeanStd(obs_space.shape) if cfg.obs_norm else None
-        self.update_norm = cfg.update_norm
+        self.update_norm = cfg.update_norm is not False  # (null: update, when there are statistics)
         self.version = 0
 
     def preprocess(self, obs: np.ndarray, update: bool) -> np.ndarray:
@@ -340,10 +354,7 @@ class PPO:
         for group in self.critic_optim.param_groups:
             group["lr"] = critic_lr
         clip = cfg.clip * frac if cfg.anneal_clip else cfg.clip
-        reflect = None  # the mirror of (normalised) observations and of actions, with this update's statistics
-        if cfg.mirror > 0:
-            obs_rms = self.policy.obs_rms
-            reflect = self.mirror if obs_rms is None else NormalizedMirror(self.mirror, obs_rms)
+        reflect = self.reflection() if cfg.mirror > 0 else None  # with this update's statistics
 
         sums = {"loss/policy": 0.0, "loss/value": 0.0, "loss/entropy": 0.0, "approx_kl": 0.0, "clip_frac": 0.0}
         updates, kl_stop = 0, False
@@ -475,12 +486,19 @@ class PPO:
         cfg, model = self.cfg, self.policy.model
         mirrored_obs = reflect.obs(mb["obs"])
         if self.policy.recurrent:
-            # what the network would remember of the mirrored history before a chunk is unknown: the mirrored
-            # sequences start from an episode's first state (exact for sequences that start an episode)
-            mirrored_out, mirrored_value, _ = model(mirrored_obs, torch.zeros_like(mb["hidden"]),
-                                                    critic=cfg.mirror_critic)
-            mirrored_out = mirrored_out[mb["mask"]]
-            mirrored_value = mirrored_value[mb["mask"]] if cfg.mirror_critic else None
+            # A recurrent policy is symmetric when mirrored histories give mirrored actions. The state
+            # stored at a chunk's first step sums up a history whose mirror was never run, so the two
+            # sides are compared from the same episode-start (zero) state instead: the term is then
+            # exactly 0 for a symmetric policy wherever the chunk starts (the original side differs
+            # from ``out`` only for chunks that start mid-episode). Storing a mirrored state as well
+            # would double the network's work while collecting, for a term that only regularises.
+            both = torch.cat([mb["obs"], mirrored_obs])  # one pass over [2B, L] sequences
+            both_out, both_value, _ = model(both, model.initial_state(len(both)), critic=cfg.mirror_critic)
+            out, mirrored_out = (x[mb["mask"]] for x in both_out.chunk(2))
+            if cfg.mirror_critic:
+                value, mirrored_value = (x[mb["mask"]] for x in both_value.chunk(2))
+            else:
+                mirrored_value = None
         else:
             mirrored_out = model.actor(mirrored_obs)
             mirrored_value = model.critic(mirrored_obs).squeeze(-1) if cfg.mirror_critic else None
@@ -489,6 +507,13 @@ class PPO:
         if mirrored_value is not None:
             terms["loss/mirror_critic"] = (value - mirrored_value).pow(2).mean()
         return terms
+
+    def reflection(self) -> Any:
+        """The mirror of (normalised) observations and of actions, with the current statistics (None: off)."""
+        if self.mirror is None:
+            return None
+        obs_rms = self.policy.obs_rms
+        return self.mirror if obs_rms is None else NormalizedMirror(self.mirror, obs_rms)
 
     # ---- persistence: everything needed to continue training exactly
     def state_dict(self) -> dict[str, Any]:
@@ -507,6 +532,25 @@ class PPO:
             self.ret_rms.load_state_dict(state["ret_rms"])
         if len(state["ret"]) == len(self._ret):
             self._ret = np.asarray(state["ret"], dtype=np.float64).copy()
+
+    # ---- threads=-1 (train/threads.py) times this rather than a stand-in network
+    def timing_step(self) -> Callable[[], None]:
+        """A gradient step of this configuration's real shape on a throwaway copy: its network (a
+        recurrent layer's seq_len small products gain less from threads than an MLP's one wide product),
+        its minibatch (steps, or padded sequences) and its loss terms, on a rollout of zeros."""
+        clone, policy = copy.deepcopy(self), self.policy
+        shape = (self.cfg.num_steps, len(self._ret))  # [T, N] of one rollout
+
+        def zeros(*rest: int, dtype: Any = np.float32) -> np.ndarray:
+            return np.zeros((*shape, *rest), dtype=dtype)
+        rollout = {"terminated": zeros(dtype=bool), "truncated": zeros(dtype=bool)}
+        if policy.recurrent:
+            rollout["hidden"] = zeros(policy.hidden_size)
+        steps = {"obs": zeros(*policy.obs_shape), "action": zeros(*policy.action_shape, dtype=policy.action_dtype),
+                 **{key: zeros() for key in ("logp", "value", "advantage", "return")}}
+        epoch = clone.sequence_minibatches(steps, rollout) if policy.recurrent else clone.step_minibatches(steps)
+        mb, reflect = next(iter(epoch())), clone.reflection()
+        return lambda: clone.update(mb, self.cfg.clip, reflect)
 
 
 register("ppo", PPOConfig, PPO, on_policy=True)

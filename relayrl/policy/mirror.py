@@ -2,15 +2,18 @@
 
 A mirror spec is a list of signed indices in roadrunner's convention: entry i says where element i
 of the mirrored vector comes from and whether it is negated, ``mirrored[i] = sign(spec[i]) *
-x[abs(spec[i])]``. Index 0 cannot carry a sign, so it is written 0.1 (or -0.1 to negate). A
-reflection applied twice is the identity; ``MirrorSpec`` refuses a spec that is not.
+x[abs(spec[i])]``. Index 0 cannot carry a sign, so it is written 0.1 (or -0.1 to negate); a bare
+0 is refused rather than read as "keep", because YAML and Python read ``-0`` as 0 and the sign would
+be lost without a word. A reflection applied twice is the identity; ``MirrorSpec`` refuses a spec
+that is not.
 
-    spec = MirrorSpec.from_config(obs=[0.1, 1, 5, 6, 7, 2, 3, 4], act=[3, 4, 5, 0, 1, 2])
+    spec = MirrorSpec.from_config(obs=[0.1, 1, 5, 6, 7, 2, 3, 4], act=[3, 4, 5, 0.1, 1, 2])
     loss = mirror_loss(actor_mean, obs, spec)   # 0 for an exactly symmetric policy
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -31,9 +34,18 @@ BUILT_IN: dict[str, dict[str, list[float]]] = {
 
 
 def _parse(spec: Sequence[float], size: int | None, what: str) -> tuple[np.ndarray, np.ndarray]:
-    values = np.asarray(spec, dtype=np.float64)
-    if values.ndim != 1 or not len(values):
+    if not isinstance(spec, (list, tuple, np.ndarray)) or not len(spec):
         raise ConfigError(f"mirror {what} spec must be a non-empty list of signed indices, got {spec!r}")
+    for k, entry in enumerate(spec):
+        if isinstance(entry, bool) or not isinstance(entry, (int, float, np.integer, np.floating)):
+            raise ConfigError(f"mirror {what} spec entry {k} is {entry!r}: expected a signed index (a number)")
+        if entry == 0:  # 0, 0.0 and -0.0; -0 in YAML or Python is already 0 here, so its sign is gone
+            raise ConfigError(f"mirror {what} spec entry {k} is {entry!r}: a zero cannot carry a sign, so index 0 "
+                              "is written 0.1 to keep it or -0.1 to negate it (roadrunner's convention)")
+        if not math.isclose(abs(entry), 0.1, rel_tol=1e-6) and abs(entry) != int(abs(entry)):  # (a float32 0.1 too)
+            raise ConfigError(f"mirror {what} spec entry {k} is {entry!r}: entries are whole indices with a sign, "
+                              "and index 0 is written 0.1 (or -0.1 to negate it)")
+    values = np.asarray(spec, dtype=np.float64)
     index = np.abs(values).astype(np.int64)  # 0.1 -> 0
     sign = np.where(values < 0, -1.0, 1.0)
     n = len(values)

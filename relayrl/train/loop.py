@@ -30,6 +30,7 @@ from relayrl.train.evaluator import Evaluator
 from relayrl.train.learner import HookContext, Learner
 from relayrl.train.offpolicy import OffPolicySource
 from relayrl.train.progress import ProgressDisplay
+from relayrl.train.threads import resolve_threads
 
 EVAL_SEED_OFFSET = 10_000
 RESUME_SEED_OFFSET = 1_000_003
@@ -87,7 +88,7 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
     if resume and run_dir is None:
         raise CheckpointError("resume needs the run directory to continue")
     run_dir = Path(run_dir) if run_dir is not None else new_run_dir(config.env.id, config.algo)
-    if config.threads > 0:  # (-1 is resolved by relayrl.runtime.train before this)
+    if config.threads > 0:  # (-1 is resolved below, by timing the algorithm once it exists)
         torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     np.random.seed(config.seed)
@@ -112,9 +113,14 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
             if getattr(algo_cfg, "recurrent", None):
                 raise ConfigError(f"{config.algo}.recurrent: agent envs (a simulator bridge) do not carry a hidden "
                                   f"state per agent yet: set {config.algo}.recurrent=null")
+        if hasattr(algo_cfg, "check"):  # combinations of options that would silently do nothing, e.g. PPO's prenorm
+            algo_cfg.check(config.algo)
         algo = entry.algo_cls(algo_cfg, venv.single_observation_space, venv.single_action_space, columns)
         if hasattr(algo, "bind_env"):  # what depends on the env itself, e.g. PPO's built-in mirror specs
             algo.bind_env(config.env.id)
+        if config.threads == -1:  # before config.yaml is written, so it records the pick
+            config = resolve_threads(config, algo)
+            torch.set_num_threads(config.threads)
         state, source_state = RunState(), {}
         if resume:
             state, source_state = _restore(run_dir, algo)

@@ -1,32 +1,34 @@
 """Pick the number of torch threads for the learner by timing (roadrunner's backprop_workers=-1).
 
-Small MLPs train fastest on one thread; wide networks and big batches gain from more. Rather than
-guess, ``pick_threads`` times a few optimisation passes of an MLP of the algorithm's size on
-synthetic data for 1, 2, 4, ... threads (up to the cores) and returns the fastest.
+Small MLPs train fastest on one thread; wide networks and big batches gain from more, and a
+recurrent layer (seq_len small products one after another) gains less than an MLP of the same
+width. Rather than guess, ``time_threads`` times a few passes of a gradient step for 1, 2, 4, ...
+threads (up to the cores) and returns the fastest. ``resolve_threads`` times the algorithm's own
+update when it offers one (``timing_step``: PPO's, recurrent or not); ``pick_threads`` times an MLP
+of the algorithm's size on synthetic data, for algorithms that are such MLPs.
 """
 
 from __future__ import annotations
 
 import os
 import statistics
+import sys
 import time
+from typing import Any, Callable
 
 import torch
 from torch import nn
 
+from relayrl.config import RunConfig
 from relayrl.policy.networks import mlp
 
 
-def pick_threads(hidden: list[int], batch_size: int, obs_dim: int = 64, passes: int = 5,
-                 max_threads: int | None = None) -> tuple[int, dict[int, float]]:
-    """(the fastest thread count, median seconds per pass for each count tried)."""
+def time_threads(step: Callable[[], Any], passes: int = 5, max_threads: int | None = None
+                 ) -> tuple[int, dict[int, float]]:
+    """(the fastest thread count, median seconds per ``step()`` for each count tried)."""
     cores = max_threads or os.cpu_count() or 1
     candidates = [k for k in (1, 2, 4, 8, 16, 32) if k <= cores] or [1]
     before = torch.get_num_threads()
-    torch.manual_seed(0)
-    model = nn.ModuleList([mlp(obs_dim, hidden, 1), mlp(obs_dim, hidden, 1)])  # actor-and-critic sized
-    optim = torch.optim.Adam(model.parameters(), lr=1e-4)
-    x, y = torch.randn(batch_size, obs_dim), torch.randn(batch_size, 1)
     timings: dict[int, float] = {}
     try:
         for k in candidates:
@@ -34,13 +36,50 @@ def pick_threads(hidden: list[int], batch_size: int, obs_dim: int = 64, passes: 
             samples = []
             for i in range(passes + 1):
                 start = time.perf_counter()
-                loss = sum(((net(x) - y) ** 2).mean() for net in model)
-                optim.zero_grad(set_to_none=True)
-                loss.backward()
-                optim.step()
+                step()
                 if i:  # the first pass warms up
                     samples.append(time.perf_counter() - start)
             timings[k] = statistics.median(samples)
     finally:
         torch.set_num_threads(before)
     return min(timings, key=timings.get), timings
+
+
+def pick_threads(hidden: list[int], batch_size: int, obs_dim: int = 64, passes: int = 5,
+                 max_threads: int | None = None) -> tuple[int, dict[int, float]]:
+    """``time_threads`` on an actor-and-critic pair of MLPs of ``hidden`` sizes."""
+    torch.manual_seed(0)
+    model = nn.ModuleList([mlp(obs_dim, hidden, 1), mlp(obs_dim, hidden, 1)])  # actor-and-critic sized
+    optim = torch.optim.Adam(model.parameters(), lr=1e-4)
+    x, y = torch.randn(batch_size, obs_dim), torch.randn(batch_size, 1)
+
+    def step() -> None:
+        loss = sum(((net(x) - y) ** 2).mean() for net in model)
+        optim.zero_grad(set_to_none=True)
+        loss.backward()
+        optim.step()
+    return time_threads(step, passes, max_threads)
+
+
+def resolve_threads(config: RunConfig, algo: Any) -> RunConfig:
+    """threads=-1: time ``algo``'s own gradient step (else an MLP of its size) and keep the fastest count.
+
+    The global torch random state is restored, so a run picks the same actions and minibatches
+    whichever count wins (the timing itself works on copies and synthetic data).
+    """
+    if config.threads != -1:
+        return config
+    rng = torch.get_rng_state()
+    try:
+        if hasattr(algo, "timing_step"):
+            best, timings = time_threads(algo.timing_step())
+        else:
+            algo_cfg = getattr(config, config.algo)
+            best, timings = pick_threads(list(getattr(algo_cfg, "hidden_sizes", [256, 256])),
+                                         int(getattr(algo_cfg, "batch_size", 256)))
+    finally:
+        torch.set_rng_state(rng)
+    shown = ", ".join(f"{k}: {t * 1e3:.2f} ms" for k, t in timings.items())
+    print(f"relayrl: threads=-1 picked {best} torch thread{'s' * (best > 1)} (per update pass: {shown})",
+          file=sys.stderr)
+    return config.model_copy(update={"threads": best})

@@ -108,11 +108,23 @@ def test_resume_continues_counters_and_reports_changes(tmp_path):
 
 
 def test_previous_starts_a_new_run_from_weights(tmp_path):
+    from relayrl.io.checkpoint import load_checkpoint
+
     first = relayrl("train", "ppo", "--total-steps", 128, "--run-dir", tmp_path / "a", *TINY)
     assert first.returncode == 0, first.stderr
-    second = relayrl("train", "ppo", "--previous", tmp_path / "a" / "checkpoints" / "last.safetensors",
-                     "--total-steps", 64, "--run-dir", tmp_path / "b", *TINY)
+    previous = tmp_path / "a" / "checkpoints" / "last.safetensors"
+    # learning rates of 1e-12 keep the second run's weights where they started, so its checkpoint shows them
+    frozen = ["--set", "ppo.actor_lr=1e-12", "--set", "ppo.critic_lr=1e-12"]
+    second = relayrl("train", "ppo", "--previous", previous, "--total-steps", 64, "--run-dir", tmp_path / "b",
+                     *TINY, *frozen)
     assert second.returncode == 0, second.stderr
+    trained = load_checkpoint(previous).state["algo"]["model"]
+    started = load_checkpoint(tmp_path / "b" / "checkpoints" / "last.safetensors").state["algo"]["model"]
+    assert set(started) == set(trained) and len(trained) >= 4
+    for key, weights in trained.items():  # not the seed's initial weights: the first run trained them
+        assert (started[key] - weights).abs().max().item() < 1e-6, key
+    summary = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert summary["env_steps"] == 64  # a new run: its own counters, not the first run's
     wrong_env = relayrl("train", "ppo", "--env", "Acrobot-v1", "--previous", tmp_path / "a",
                         "--total-steps", 64, "--run-dir", tmp_path / "c", *TINY)
     assert wrong_env.returncode == 2 and "does not fit" in wrong_env.stderr

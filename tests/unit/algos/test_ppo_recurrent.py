@@ -69,10 +69,10 @@ def spec_file(tmp_path, obs, act):
     return str(path)
 
 
-@pytest.mark.parametrize("kind", ["gru", "lstm"])
-def test_a_padded_batch_gives_the_loss_of_the_sequences_run_one_by_one(kind):
+@pytest.mark.parametrize("kind, shared", [("gru", False), ("lstm", False), ("gru", True), ("lstm", True)])
+def test_a_padded_batch_gives_the_loss_of_the_sequences_run_one_by_one(kind, shared):
     algo = recurrent_algo("ppo.seq_len=4", "ppo.batch_trajectories=100", "ppo.value_clip=0.5",
-                          "ppo.entropy_coef=0.01", kind=kind)
+                          "ppo.entropy_coef=0.01", f"ppo.shared_trunk={str(shared).lower()}", kind=kind)
     rollout = fake_rollout(algo)
     mb, adv, ret = one_minibatch(algo, rollout)
     assert not mb["mask"].all()  # the pieces have different lengths: there is padding
@@ -162,6 +162,31 @@ def test_recurrent_learning_moves_the_policy_toward_rewarded_actions():
     before = p_one()
     algo.learn(rollout)
     assert p_one() > before + 0.05
+
+
+def test_with_a_shared_trunk_learn_fits_the_value_through_the_actors_optimiser():
+    # the critic's optimiser is frozen (lr 1e-12): with a shared trunk the value loss still falls, since its
+    # gradient reaches the trunk, which the actor's optimiser trains; with separate trunks it cannot move
+    results = {}
+    for shared in (True, False):
+        algo = recurrent_algo("ppo.seq_len=4", "ppo.batch_trajectories=100", "ppo.epochs=30", "ppo.actor_lr=0.01",
+                              "ppo.critic_lr=1e-12", "ppo.normalize_reward=false", "ppo.anneal_lr=false",
+                              f"ppo.shared_trunk={str(shared).lower()}")
+        rollout = fake_rollout(algo)
+        mb, _, _ = one_minibatch(algo, rollout)  # the same steps and targets learn uses
+
+        def value_loss():
+            with torch.no_grad():
+                return algo.loss(mb, clip=0.2)[1]["loss/value"].item()
+        before = value_loss()
+        metrics = algo.learn(rollout)
+        results[shared] = (before, value_loss(), metrics)
+    (before, after, metrics), (sep_before, sep_after, _) = results[True], results[False]
+    assert metrics["updates"] == 30 and np.isfinite(metrics["loss/value"])
+    # over 8 seeds the value loss ended at 0.63-0.78 of its start; with the critic head's input detached
+    # from the trunk (the property broken) at 0.94-1.06: the policy loss alone moves it either way
+    assert after < 0.85 * before
+    assert sep_after == pytest.approx(sep_before, rel=1e-4)
 
 
 # ---------------------------------------------------------------- mirror
@@ -256,6 +281,74 @@ def _recurrent_asymmetry(algo, rollout):
     return (out - algo.mirror.act(mirrored)).pow(2).mean().item()
 
 
+def signed_permutation(spec: list[float]) -> torch.Tensor:
+    """The matrix M of a signed-index spec: mirror(x) = M @ x."""
+    parsed = MirrorSpec.from_config(spec, [0.1])
+    m = torch.zeros(len(spec), len(spec))
+    m[torch.arange(len(spec)), torch.from_numpy(parsed.obs_index)] = torch.from_numpy(parsed.obs_sign).float()
+    return m
+
+
+def make_symmetric(model, m_obs: torch.Tensor, m_act: torch.Tensor) -> None:
+    """Average the recurrent model's weights with their reflection so that it commutes with it exactly.
+
+    The hidden units come in two halves that swap (P); every gate is elementwise, so a layer with
+    W_ih M_obs = P W_ih, W_hh P = P W_hh and P b = b maps a mirrored history to the swapped state; the
+    actor head then needs W P = M_act W, and the critic head W P = W (the value is invariant).
+    """
+    hidden = model.hidden
+    half = hidden // 2
+    p = torch.eye(hidden)[torch.cat([torch.arange(half, hidden), torch.arange(half)])]  # P h swaps the halves
+    with torch.no_grad():
+        for rnn in (model.actor_rnn, model.critic_rnn):
+            if rnn is None:
+                continue
+            gates = rnn.weight_ih_l0.shape[0] // hidden
+            pg = torch.block_diag(*[p] * gates)
+            rnn.weight_ih_l0.copy_((rnn.weight_ih_l0 + pg @ rnn.weight_ih_l0 @ m_obs) / 2)
+            rnn.weight_hh_l0.copy_((rnn.weight_hh_l0 + pg @ rnn.weight_hh_l0 @ p) / 2)
+            for bias in (rnn.bias_ih_l0, rnn.bias_hh_l0):
+                bias.copy_((bias + pg @ bias) / 2)
+        actor, critic = model.actor_head[-1], model.critic_head[-1]
+        actor.weight.copy_((actor.weight + m_act @ actor.weight @ p) / 2)
+        actor.bias.copy_((actor.bias + m_act @ actor.bias) / 2)
+        critic.weight.copy_((critic.weight + critic.weight @ p) / 2)
+
+
+@pytest.mark.parametrize("kind, shared", [("gru", False), ("lstm", False), ("gru", True), ("lstm", True)])
+def test_recurrent_mirror_loss_is_zero_for_a_symmetric_policy_wherever_a_chunk_starts(tmp_path, kind, shared):
+    obs_spec, act_spec = [1, 0.1, -2], [1, 0.1]  # swap the first two observations, negate the third
+    algo = recurrent_algo("ppo.seq_len=4", "ppo.batch_trajectories=100", "ppo.mirror=1.0", "ppo.mirror_critic=true",
+                          "ppo.hidden_sizes=[]", f"ppo.shared_trunk={str(shared).lower()}",
+                          f"ppo.mirror_spec={spec_file(tmp_path, obs_spec, act_spec)}", kind=kind,
+                          act_space=gym.spaces.Box(-1, 1, (2,), np.float32))
+    algo.bind_env("Toy-v0")
+    model = algo.policy.model
+    with torch.no_grad():
+        model.actor_head[-1].weight.mul_(1000.0)  # actions of order 1, so any asymmetry would show
+    make_symmetric(model, signed_permutation(obs_spec), signed_permutation(act_spec))
+    rollout = fake_rollout(algo)
+    mb, _, _ = one_minibatch(algo, rollout)
+    # chunks that start mid-episode, from non-zero stored states (every stored state is random here)
+    segments = chunk(split_trajectories(rollout["terminated"] | rollout["truncated"]), 4)
+    done = rollout["terminated"] | rollout["truncated"]
+    mid_episode = (segments.start > 0) & ~done[np.maximum(segments.start - 1, 0), segments.column]
+    assert mid_episode.sum() >= 3 and (mb["hidden"].abs().sum(-1) > 0).all()
+
+    with torch.no_grad():
+        out, value = algo.forward(mb)
+        terms = algo.mirror_terms(mb, out, value, algo.mirror)
+        assert terms["loss/mirror"].item() < 1e-10 and terms["loss/mirror_critic"].item() < 1e-10
+        # the policy is exactly symmetric, yet its actions from the stored states are not the mirror of
+        # the mirrored chunks' actions from zero states: comparing those two would penalise it
+        mirrored = model(algo.mirror.obs(mb["obs"]), torch.zeros_like(mb["hidden"]), critic=False)[0][mb["mask"]]
+        assert (out - algo.mirror.act(mirrored)).pow(2).mean().item() > 1e-3
+        # and the term does see asymmetry: perturb one weight
+        model.actor_head[-1].weight[0, 0] += 1.0
+        out, value = algo.forward(mb)
+        assert algo.mirror_terms(mb, out, value, algo.mirror)["loss/mirror"].item() > 1e-3
+
+
 def test_normalised_observations_are_mirrored_through_their_raw_values():
     spec = MirrorSpec.from_config(obs=[2, -1, 0.1], act=[0.1]).torch()
     rms = RunningMeanStd((3,))
@@ -284,10 +377,41 @@ def test_mirror_spec_problems_are_clear_errors(tmp_path):
 
 
 def test_walker2d_built_in_spec_fits_its_spaces():
-    algo = make_algo("ppo.mirror=1.0", obs_space=gym.spaces.Box(-np.inf, np.inf, (17,), np.float32),
-                     act_space=gym.spaces.Box(-1, 1, (6,), np.float32))
-    algo.bind_env("Walker2d-v5")
-    assert algo.mirror is not None
+    """The built-in spec against the real Walker2d-v5: its sizes, and its indices against the joint order the
+    env's MuJoCo model gives (observation = qpos without rootx, then qvel; actions = the actuated joints)."""
+    try:
+        env = gym.make("Walker2d-v5")
+    except (ImportError, gym.error.DependencyNotInstalled) as exc:
+        pytest.skip(f"gymnasium[mujoco] is not installed ({exc}): pip install -c constraints.txt -e '.[mujoco]' "
+                    "to check the built-in Walker2d mirror spec against the real env")
+    try:
+        obs, _ = env.reset(seed=0)
+        model, data = env.unwrapped.model, env.unwrapped.data
+        names = [model.joint(j).name for j in range(model.njnt)]
+        pos, vel = {}, {}
+        for j, name in enumerate(names):
+            pos[int(model.jnt_qposadr[j])], vel[int(model.jnt_dofadr[j])] = name, name
+        np.testing.assert_allclose(obs, np.concatenate([data.qpos[1:], data.qvel]), atol=1e-6)  # the layout
+        obs_labels = [("pos", pos[k]) for k in range(1, model.nq)] + [("vel", vel[d]) for d in range(model.nv)]
+        act_labels = [names[j] for j in model.actuator_trnid[:, 0]]
+        assert act_labels == ["thigh_joint", "leg_joint", "foot_joint", "thigh_left_joint", "leg_left_joint",
+                              "foot_left_joint"]
+
+        def other_leg(name):  # the planar walker's reflection swaps the legs and leaves the torso alone
+            if "_left" in name:
+                return name.replace("_left", "")
+            return name.replace("_joint", "_left_joint") if name.replace("_joint", "_left_joint") in names else name
+        expected_obs = [obs_labels.index((kind, other_leg(name))) for kind, name in obs_labels]
+        expected_act = [act_labels.index(other_leg(name)) for name in act_labels]
+
+        spec = MirrorSpec.load("auto", "Walker2d-v5", len(obs), env.action_space.shape[0])
+        assert spec.obs_index.tolist() == expected_obs and spec.act_index.tolist() == expected_act
+        assert (spec.obs_sign == 1).all() and (spec.act_sign == 1).all()  # all in the sagittal plane: no negation
+        algo = make_algo("ppo.mirror=1.0", obs_space=env.observation_space, act_space=env.action_space)
+        algo.bind_env("Walker2d-v5")
+        assert algo.mirror is not None
+    finally:
+        env.close()
 
 
 def test_appo_refuses_recurrent_policies():

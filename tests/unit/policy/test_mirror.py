@@ -36,6 +36,32 @@ def test_specs_that_are_not_reflections_are_refused(obs, message):
         MirrorSpec.from_config(obs=obs, act=[0.1])
 
 
+@pytest.mark.parametrize("obs", [[-0.0, 1, 2], [0, 1, 2], [0.0, 1, 2], [1, -0.0]])
+def test_a_zero_index_must_carry_its_sign_as_0_1(obs):
+    # -0.0 compares equal to 0, and -0 in YAML or Python *is* 0: a bare zero would silently keep index 0
+    with pytest.raises(ConfigError, match=r"index 0 is written 0.1 to keep it or -0.1 to negate it"):
+        MirrorSpec.from_config(obs=obs, act=[0.1])
+
+
+def test_negative_zero_in_a_spec_file_is_refused_and_minus_0_1_negates(tmp_path):
+    path = tmp_path / "spec.yaml"
+    for written in ("-0", "-0.0", "0"):
+        path.write_text(f"obs: [{written}, 2, 1]\nact: [0.1]\n")
+        with pytest.raises(ConfigError, match="observation spec entry 0 is .*-0.1 to negate"):
+            MirrorSpec.load(str(path), "Anything-v0", 3, 1)
+    path.write_text("obs: [-0.1, 2, 1]\nact: [-0.1]\n")
+    spec = MirrorSpec.load(str(path), "Anything-v0", 3, 1)
+    assert spec.obs_sign.tolist() == [-1, 1, 1] and spec.act_sign.tolist() == [-1]
+    assert spec.torch().obs(torch.tensor([1.0, 2.0, 3.0])).tolist() == [-1.0, 3.0, 2.0]
+
+
+@pytest.mark.parametrize("entry", [1.5, "1", True, [1]])
+def test_entries_other_than_signed_whole_indices_are_refused(entry):
+    with pytest.raises(ConfigError, match="observation spec entry 1 is"):
+        MirrorSpec.from_config(obs=[0.1, entry], act=[0.1])
+    MirrorSpec.from_config(obs=np.array([0.1, 1], dtype=np.float32), act=[0.1])  # a float32 0.1 is still 0.1
+
+
 def test_sizes_are_checked_against_the_env():
     with pytest.raises(ConfigError, match="3 entries but the observation has 17"):
         MirrorSpec.from_config([0.1, 1, 2], [0.1], obs_size=17)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import copy
+
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 
 from relayrl.errors import ConfigError
 from relayrl.io.checkpoint import load_checkpoint
@@ -67,10 +70,33 @@ def test_a_mirror_spec_that_does_not_fit_the_env_stops_before_training(tmp_path,
     assert not (tmp_path / "r").exists()
 
 
-def test_rollout_workers_carry_their_own_states(tmp_path, tiny_config):
+def test_rollout_workers_carry_their_own_states(tmp_path, tiny_config, monkeypatch):
+    from relayrl.algos.ppo import PPO
     from relayrl.runtime import train as train_with_workers
 
-    # each worker's collector keeps its envs' states; the chunks join along the env axis, states included
+    learned = []  # each rollout the learner got, with the weights that collected it (synchronous on-policy)
+    learn = PPO.learn
+    monkeypatch.setattr(PPO, "learn", lambda self, rollout, progress=0.0: learned.append(
+        (rollout, copy.deepcopy(self.policy.model))) or learn(self, rollout, progress))
     config = tiny_config(*RECURRENT, "backend=inline", "workers=2", total_steps=256)
     summary = train_with_workers(config, run_dir=tmp_path / "r", tensorboard=False)
-    assert summary["env_steps"] == 256 and summary["updates"] > 0
+    assert summary["env_steps"] == 256 and len(learned) == 4  # 2 workers x 2 envs x 16 steps per rollout
+
+    # each worker's collector keeps its envs' states; the chunks join along the env axis, states included:
+    # replaying every column from its stored first state, resetting where episodes end, gives the stored
+    # states, and each rollout's first states continue the previous rollout's columns
+    carried = np.zeros((4, learned[0][0]["hidden"].shape[-1]), np.float32)  # every env starts an episode
+    for rollout, model in learned:
+        obs, hidden = rollout["obs"], rollout["hidden"]
+        done = rollout["terminated"] | rollout["truncated"]
+        assert hidden.shape[:2] == (16, 4) and rollout["column"][0].tolist() == [0, 1, 2, 3]
+        np.testing.assert_allclose(hidden[0], carried, atol=1e-5)
+        state = torch.from_numpy(hidden[0])
+        with torch.no_grad():
+            for t in range(len(obs)):
+                np.testing.assert_allclose(hidden[t], state.numpy(), atol=1e-5, err_msg=f"step {t}")
+                state = model(torch.from_numpy(obs[t])[:, None], state)[2]
+                state = state.masked_fill(torch.from_numpy(done[t])[:, None], 0.0)
+        carried = state.numpy()
+        assert np.abs(hidden[:, :2] - hidden[:, 2:]).max() > 1e-3  # two workers, two different histories
+    assert sum(int(r["terminated"].sum() + r["truncated"].sum()) for r, _ in learned) >= 4  # resets were tested
