@@ -8,13 +8,12 @@ or went silent.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import secrets
 import select
-import stat
 import struct
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable
@@ -22,76 +21,23 @@ from typing import Callable
 import numpy as np
 
 from relayrl.bridge import layout as L
-from relayrl.errors import RelayRLError
+from relayrl.bridge.errors import (BridgeClosed, BridgeError, BridgeTimeout, PeerDied, VersionMismatch,
+                                   version_mismatch)
+from relayrl.bridge.files import (bridge_dir, create_mapped, open_fifo, pid_alive, release, remove_stale,
+                                  unlink_channel)
 
 EDITOR_NAME = "editor"
 POLL_SLICE_S = 0.1
 SPIN_MIN_S = 20e-6
 
 
-class BridgeError(RelayRLError):
-    """The bridge cannot go on: the message says what happened and what to do."""
-
-    exit_code = 4
-    reason = L.PROTOCOL_ERROR
-
-
-class BridgeClosed(BridgeError):
-    """The peer closed the channel (its reason is in the message and ``reason``)."""
-
-    exit_code = 0
-
-    def __init__(self, message: str, reason: int):
-        super().__init__(message)
-        self.reason = reason
-
-
-class BridgeTimeout(BridgeError, TimeoutError):
-    exit_code = 3
-    reason = L.TIMEOUT
-
-
-class PeerDied(BridgeError):
-    exit_code = 3
-    reason = L.PEER_DIED
-
-
-class VersionMismatch(BridgeError):
-    exit_code = 2
-    reason = L.VERSION_MISMATCH
-
-
-def bridge_dir(directory: str | os.PathLike | None = None) -> Path:
-    """The user-only directory for channels (§1), created 0700 if missing, refused if unsafe."""
-    if directory is None:
-        directory = os.environ.get("RELAYRL_BRIDGE_DIR")
-    if directory is None:
-        root = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
-        directory = root / f"relayrl-{os.getuid()}"
-    path = Path(directory)
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = path.stat()
-    if info.st_uid != os.getuid() or info.st_mode & 0o077:
-        raise BridgeError(f"bridge directory {path} is owned by uid {info.st_uid} with mode "
-                          f"{stat.filemode(info.st_mode)}: it must be yours and 0700 (chmod 700 {path}, or set "
-                          "RELAYRL_BRIDGE_DIR to a private directory)")
-    return path
-
-
-def _open_fifo(path: Path, flags: int) -> int:
-    return os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC)
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return True  # unknown: rely on the doorbell's hang-up and the timeout
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def spin_budget(wait_avg_s: float, spin_max_s: float) -> float:
+    """How long to spin before sleeping in ``poll()`` (§4): twice the recent mean wait, at least
+    SPIN_MIN_S (a fast peer must not pay a wake-up), and only SPIN_MIN_S for a peer that usually takes
+    longer than ``spin_max_s`` (do not burn a core on a slow one). Never more than ``spin_max_s``:
+    ``spin_us=0`` means no spin at all, for a machine with no core to spare."""
+    wanted = SPIN_MIN_S if wait_avg_s > spin_max_s else max(2 * wait_avg_s, SPIN_MIN_S)
+    return max(0.0, min(wanted, spin_max_s))
 
 
 class Channel:
@@ -132,16 +78,18 @@ class Channel:
         for suffix in (".ts", ".st"):
             os.mkfifo(self.path(suffix), 0o600)
         self.generation, self.side, self.rl = 1, L.INITIAL_SIDE, L.INITIAL_RL
-        self.body = _create_mapped(self.body_path(1), self.side + self.rl)
+        self.body = create_mapped(self.body_path(1), self.side + self.rl)
         tmp = self.path(".tmp")
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
             os.write(fd, L.new_header(os.getpid()))
         finally:
             os.close(fd)
+        # our doorbell's read end before the header appears (§4): a simulator that attaches at once opens
+        # its write end non-blocking, which fails (ENXIO) while nobody reads
+        self.bell_in = open_fifo(self.path(".st"), os.O_RDONLY)
         os.rename(tmp, self.header_path)
         self._map_header()
-        self.bell_in = _open_fifo(self.path(".st"), os.O_RDONLY)
         return self
 
     @classmethod
@@ -159,12 +107,27 @@ class Channel:
             raise BridgeError(f"cannot map the bridge header {self.header_path}: {exc}") from None
         magic = bytes(self.header[0:8])
         if magic != L.MAGIC:
+            self._unmap_header()  # not a channel: write nothing into it
             raise BridgeError(f"{self.header_path} is not a relayrl bridge header (magic {magic!r}, expected "
                               f"{L.MAGIC!r}): pass the --memory-path the trainer gave")
+        if self.simulator_version[0] != 0 or self.turn != 0:
+            # another simulator's channel: writing our pid or version (or closing it) would break its run
+            pid = struct.unpack_from("<i", self.header, L.OFF_SIM_PID)[0]
+            turn = self.turn
+            self._unmap_header()
+            raise BridgeError(f"bridge channel {self.header_path} is already attached (simulator pid {pid}, turn "
+                              f"{turn}): one simulator per channel; start another trainer for this simulator")
         struct.pack_into("<HH", self.header, L.OFF_SIM_VERSION, *L.VERSION)
         struct.pack_into("<i", self.header, L.OFF_SIM_PID, os.getpid())
-        self.bell_in = _open_fifo(self.path(".ts"), os.O_RDONLY)
-        self.bell_out = _open_fifo(self.path(".st"), os.O_WRONLY)
+        self.bell_in = open_fifo(self.path(".ts"), os.O_RDONLY)
+        try:
+            self.bell_out = open_fifo(self.path(".st"), os.O_WRONLY)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:
+                raise BridgeError(f"cannot open the trainer's doorbell {self.path('.st')}: {exc.strerror}") from None
+            self.close(L.PEER_DIED)  # the trainer reads it from creation on (§4): nobody reading means it is gone
+            raise PeerDied(f"the trainer of {self.header_path} has exited (nobody reads its doorbell): start the "
+                           "trainer again") from None
         trainer = self.trainer_version
         if trainer[0] != L.VERSION[0]:
             self.close(L.VERSION_MISMATCH, hand_over=True)
@@ -183,6 +146,11 @@ class Channel:
         finally:
             os.close(fd)
         self._turn = np.frombuffer(self.header, dtype="<u8", count=1, offset=L.OFF_TURN)
+
+    def _unmap_header(self) -> None:
+        self._turn = None
+        release(self.header)
+        self.header = None
 
     # ---- header fields
     @property
@@ -235,7 +203,7 @@ class Channel:
             os.close(fd)
         old, old_generation = self.body, self.generation
         self.body, self.generation, self.side, self.rl = body, generation, side, rl
-        _release(old)
+        release(old)
         if old is not None and not self.trainer:
             self.body_path(old_generation).unlink(missing_ok=True)  # normally removed by the grower already
 
@@ -243,14 +211,14 @@ class Channel:
         """Owner only: move to generation G+1 of size ``side + rl``; copy the RL region if ``keep_rl``
         (the trainer, growing its side channel), else the caller rewrites it (the simulator)."""
         generation = self.generation + 1
-        body = _create_mapped(self.body_path(generation), side + rl)
+        body = create_mapped(self.body_path(generation), side + rl)
         if keep_rl:
             body[side:side + self.rl] = self.body[self.side:self.side + self.rl]
         struct.pack_into("<III", self.header, L.OFF_GENERATION, generation, side, rl)
         old, old_generation = self.body, self.generation
         self.body, self.generation, self.side, self.rl = body, generation, side, rl
         self.body_path(old_generation).unlink(missing_ok=True)
-        _release(old)
+        release(old)
 
     def write_side(self, payload: bytes) -> None:
         """Owner only: this turn's outgoing side-channel records (grows the body when needed)."""
@@ -286,8 +254,8 @@ class Channel:
     def wait_turn(self, timeout_s: float | None = None) -> None:
         """Block until the peer hands the memory over; raise if it closed, died or timed out.
 
-        Spins first, adaptively: up to twice the recent mean wait, at most ``spin_us``; a peer that
-        usually takes longer than that gets only SPIN_MIN_S before ``poll()`` (no wasted core)."""
+        Spins first, adaptively (``spin_budget``: at most ``spin_us``, none when it is 0), then sleeps
+        in ``poll()`` on the doorbell."""
         start = time.perf_counter()
         try:
             return self._wait_turn(timeout_s, start)
@@ -299,9 +267,7 @@ class Channel:
         turn = self._turn
         if int(turn[0]) == want:
             return self._got_turn()
-        budget = SPIN_MIN_S if self.wait_avg_s > self.spin_max_s else min(max(2 * self.wait_avg_s, SPIN_MIN_S),
-                                                                          self.spin_max_s)
-        spin_end = start + budget
+        spin_end = start + spin_budget(self.wait_avg_s, self.spin_max_s)
         while time.perf_counter() < spin_end:
             if int(turn[0]) == want:
                 return self._got_turn()
@@ -346,7 +312,7 @@ class Channel:
         return "simulator" if self.trainer else "trainer"
 
     def _alive(self) -> bool:
-        return self.peer_alive() if self.peer_alive is not None else _pid_alive(self.peer_pid)
+        return self.peer_alive() if self.peer_alive is not None else pid_alive(self.peer_pid)
 
     def _drain(self) -> None:
         try:
@@ -359,11 +325,9 @@ class Channel:
         reason = self.peer_closed
         text = L.REASONS.get(reason, f"reason {reason}")
         if reason == L.VERSION_MISMATCH:
-            sim, tr = self.simulator_version, self.trainer_version
+            error = version_mismatch(self.simulator_version, self.trainer_version)
             self.close(L.NORMAL)
-            return VersionMismatch(f"the simulator speaks bridge protocol {sim[0]}.{sim[1]}, the trainer "
-                                   f"{tr[0]}.{tr[1]}: rebuild the simulator with an SDK of the trainer's major "
-                                   "version")
+            return error
         self.close(L.NORMAL)
         return BridgeClosed(f"the {self._peer_name} closed the channel ({text})", reason)
 
@@ -371,11 +335,26 @@ class Channel:
         self.close(L.PROTOCOL_ERROR)
         return BridgeError(f"bridge channel {self.header_path.name}: {message}")
 
-    # ---- after the handshake: the trainer opens its doorbell to the simulator
-    def open_peer_bell(self) -> None:
-        if self.trainer and self.bell_out < 0:
-            self.bell_out = _open_fifo(self.path(".ts"), os.O_WRONLY)
+    # ---- after the handshake turn (trainer; the simulator is handshaken once attached)
+    def finish_handshake(self) -> None:
+        """Open the doorbell to the simulator and check the protocol version it wrote (§5): a simulator
+        of another major version must close, but one that does not is still refused here. Idempotent."""
+        if self.handshaken:
+            return
+        path = self.path(".ts")
+        try:
+            self.bell_out = open_fifo(path, os.O_WRONLY)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # nobody reads the simulator's doorbell: it exited after handing over
+                self.close(L.PEER_DIED)
+                raise PeerDied(f"the simulator died right after its handshake (no process reads its doorbell "
+                               f"{path.name}): see its output") from None
+            raise self._fail(f"cannot open the simulator's doorbell {path}: {exc.strerror}") from None
         self.handshaken = True
+        simulator, trainer = self.simulator_version, self.trainer_version
+        if simulator[0] != L.VERSION[0]:
+            self.close(L.VERSION_MISMATCH)  # rings the doorbell just opened: the simulator stops at once
+            raise version_mismatch(simulator, trainer)
 
     # ---- closing
     def close(self, reason: int = L.NORMAL, hand_over: bool = False) -> None:
@@ -397,58 +376,16 @@ class Channel:
         self.bell_in = self.bell_out = -1
         if self.trainer or reason in (L.TIMEOUT, L.PEER_DIED):
             self.unlink()
-        _release(self.body)
+        release(self.body)
         self.body = None
         self._turn = None
-        _release(self.header)
+        release(self.header)
         self.header = None
 
     def unlink(self) -> None:
         """Remove every file of this channel name (best effort)."""
-        folder, name = self.header_path.parent, self.header_path.name
-        for path in folder.glob(f"{name}*"):
-            rest = path.name[len(name):]
-            if rest in ("", ".ts", ".st", ".tmp") or (rest[:1] == "." and rest[1:].isdigit()):
-                path.unlink(missing_ok=True)
+        unlink_channel(self.header_path)
 
 
-def _create_mapped(path: Path, size: int) -> mmap.mmap:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    try:
-        os.ftruncate(fd, size)
-        return mmap.mmap(fd, size)
-    finally:
-        os.close(fd)
-
-
-def _release(mapping: mmap.mmap | None) -> None:
-    """Unmap now, or when the last numpy view of it is gone (views handed to users keep it alive)."""
-    if mapping is None:
-        return
-    try:
-        mapping.close()
-    except BufferError:
-        pass
-
-
-def remove_stale(folder: Path) -> int:
-    """Remove the channels in ``folder`` whose trainer process is gone (§1, DOTS checklist A15)."""
-    removed = 0
-    for header in folder.iterdir():
-        if not header.is_file() or "." in header.name:
-            continue
-        try:
-            with open(header, "rb") as f:
-                raw = f.read(L.HEADER_SIZE)
-        except OSError:
-            continue
-        if len(raw) != L.HEADER_SIZE or raw[:8] != L.MAGIC:
-            continue
-        (pid,) = struct.unpack_from("<i", raw, L.OFF_TRAINER_PID)
-        if pid > 0 and pid != os.getpid() and not _pid_alive(pid):
-            Channel(header, "trainer", 0, 0).unlink()
-            removed += 1
-    return removed
-
-
-__all__ = ["Channel", "BridgeError", "BridgeClosed", "BridgeTimeout", "PeerDied", "VersionMismatch", "bridge_dir"]
+__all__ = ["Channel", "BridgeError", "BridgeClosed", "BridgeTimeout", "PeerDied", "VersionMismatch", "bridge_dir",
+           "remove_stale", "spin_budget"]

@@ -179,7 +179,7 @@ class BridgeEnv:
     def _wait(self) -> None:
         channel = self.channel
         channel.wait_turn()
-        channel.open_peer_bell()
+        channel.finish_handshake()
         try:
             channel.sync_body()
             if channel.generation != self._generation:  # a new body, ours or the simulator's: views moved

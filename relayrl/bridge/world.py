@@ -1,8 +1,7 @@
 """The simulator side of the bridge in Python: a world of agents grouped by behaviour.
 
-    world = World()                                   # --memory-path from the command line
-    world.register("ball", max_agents=12, observations=[(6,)], continuous=2)
-    while True:
+    world = World(behaviours=[dict(name="ball", max_agents=12, observations=[(6,)], continuous=2)])
+    while True:                                       # (--memory-path is read from the command line)
         for agent in agents:
             world.request_decision("ball", agent.id).set_observation(0, agent.obs()).set_reward(agent.reward)
         status = world.step()                         # hand the turn over, block until the actions
@@ -14,14 +13,16 @@
         for agent_id, (continuous, discrete) in world.actions("ball").items():
             ...
 
-Many agents: ``set_decisions(name, ids, [obs arrays], rewards)`` writes a whole block at once, and
-``action_arrays(name)`` returns (ids, continuous [n, C], discrete [n, B]).
+Every observation of every agent in a turn must be set: ``step()`` refuses a row with one missing
+rather than send the previous occupant's data. Many agents: ``set_decisions(name, ids, [obs arrays],
+rewards)`` writes a whole block at once, and ``action_arrays(name)`` returns (ids, continuous [n, C],
+discrete [n, B]). ``register`` adds a behaviour (or more agents) mid-run.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -43,18 +44,43 @@ def memory_path_from_args(argv: Sequence[str] | None = None) -> str | None:
     return None
 
 
+def behaviour_spec(name: str, max_agents: int, observations: Sequence[Any], continuous: int = 0,
+                   branches: Sequence[int] = ()) -> L.BehaviourSpec:
+    """A BehaviourSpec from ``register``'s arguments: observations are ObsSpecs, shapes, or (shape,
+    dtype) pairs (float32 or uint8)."""
+    obs = tuple(o if isinstance(o, L.ObsSpec)
+                else L.ObsSpec(tuple(o[0]), np.dtype(o[1])) if len(o) == 2 and isinstance(o[0], (tuple, list))
+                else L.ObsSpec(tuple(o)) for o in observations)
+    return L.BehaviourSpec(name, max_agents, obs, continuous, tuple(branches))
+
+
+def _resized(array: np.ndarray, n: int) -> np.ndarray:
+    out = np.zeros((n, *array.shape[1:]), array.dtype)
+    out[:len(array)] = array
+    return out
+
+
 class _Rows:
     """One behaviour's staged rows for the next hand-over (a decision or a termination block)."""
 
     def __init__(self, spec: L.BehaviourSpec, final: bool):
         n = spec.max_agents
-        self.spec, self.count = spec, 0
+        self.spec, self.final, self.count = spec, final, 0
         self.obs = [np.zeros((n, *o.shape), o.dtype) for o in spec.observations]
+        self.filled = np.zeros((n, len(spec.observations)), bool)  # which observations each row has set
         self.reward = np.zeros(n, np.float32)
         self.ids = np.zeros(n, np.int64)
         self.extra = np.zeros(n, bool) if final else np.zeros((n, spec.mask_width), bool)  # interrupted | masks
         self.bulk: tuple | None = None
         self.rows: dict[int, int] = {}
+
+    def grow(self, spec: L.BehaviourSpec) -> None:
+        """More agents, registered mid-turn: in place, so the rows requested so far (and the builders
+        pointing at them) stay valid, as in the C SDK."""
+        n, self.spec = spec.max_agents, spec
+        self.obs = [_resized(o, n) for o in self.obs]
+        self.filled, self.reward, self.ids, self.extra = (_resized(a, n) for a in (self.filled, self.reward,
+                                                                                     self.ids, self.extra))
 
     def add(self, agent_id: int) -> int:
         if self.bulk is not None:
@@ -70,7 +96,18 @@ class _Rows:
         self.ids[row] = agent_id
         self.reward[row] = 0.0
         self.extra[row] = False
+        self.filled[row] = False  # the previous occupant's observations are not this agent's
         return row
+
+    def check_filled(self) -> None:
+        """Refuse to send a row with an observation left unset: it would hold an earlier agent's data."""
+        missing = np.argwhere(~self.filled[:self.count])
+        if len(missing):
+            row, k = (int(i) for i in missing[0])
+            what = "ended episode" if self.final else "decision request"
+            raise BridgeError(f"the {what} of agent {int(self.ids[row])} of {self.spec.name!r} has no observation "
+                              f"{k}: call .set_observation({k}, value) for each of the behaviour's "
+                              f"{len(self.spec.observations)} observations of every agent before world.step()")
 
     def clear(self) -> None:
         self.count, self.bulk, self.rows = 0, None, {}
@@ -81,7 +118,15 @@ class DecisionBuilder:
         self._rows, self._row = rows, row
 
     def set_observation(self, index: int, value: Any) -> "DecisionBuilder":
-        self._rows.obs[index][self._row] = value
+        rows = self._rows
+        if not 0 <= index < len(rows.obs):
+            raise BridgeError(f"behaviour {rows.spec.name!r} has observations 0..{len(rows.obs) - 1}, not {index}")
+        try:
+            rows.obs[index][self._row] = value
+        except (ValueError, TypeError) as exc:
+            raise BridgeError(f"observation {index} of {rows.spec.name!r} has shape {rows.obs[index].shape[1:]}, "
+                              f"got a value of shape {np.shape(value)} ({exc})") from None
+        rows.filled[self._row, index] = True
         return self
 
     def set_reward(self, reward: float) -> "DecisionBuilder":
@@ -89,8 +134,17 @@ class DecisionBuilder:
         return self
 
     def set_action_mask(self, branch: int, forbidden: Iterable[int]) -> "DecisionBuilder":
-        start = sum(self._rows.spec.branches[:branch])
-        for option in forbidden:
+        """Forbid options of one discrete branch for this agent (all are allowed unless forbidden)."""
+        spec = self._rows.spec
+        if not 0 <= branch < len(spec.branches):
+            raise BridgeError(f"behaviour {spec.name!r} has {len(spec.branches)} discrete branches: there is no "
+                              f"branch {branch}")
+        size, options = spec.branches[branch], [int(o) for o in forbidden]
+        bad = [o for o in options if not 0 <= o < size]
+        if bad:  # an unchecked index would forbid an option of the next branch
+            raise BridgeError(f"branch {branch} of {spec.name!r} has options 0..{size - 1}: cannot forbid {bad}")
+        start = sum(spec.branches[:branch])
+        for option in options:
             self._rows.extra[self._row, start + option] = True
         return self
 
@@ -103,15 +157,19 @@ class TerminationBuilder(DecisionBuilder):
 class World:
     """The simulator's end of a bridge channel (see the module docstring)."""
 
-    def __init__(self, memory_path: str | None = None, *, timeout_s: float = 60.0, spin_us: float = 500.0,
-                 side_channels: Iterable[SideChannel] = (), argv: Sequence[str] | None = None):
+    def __init__(self, memory_path: str | None = None, *, behaviours: Iterable[L.BehaviourSpec | Mapping] = (),
+                 timeout_s: float = 60.0, spin_us: float = 500.0, side_channels: Iterable[SideChannel] = (),
+                 argv: Sequence[str] | None = None):
+        """Attach to the trainer's channel (``memory_path``, else ``--memory-path`` from ``argv`` or the
+        command line) and register ``behaviours``: BehaviourSpec objects or dicts of ``register``'s
+        arguments. ``timeout_s`` bounds every wait for the trainer; ``spin_us`` the busy-wait before
+        sleeping (0: none)."""
         path = memory_path or memory_path_from_args(argv)
         if path is None:
             raise BridgeError("no --memory-path given: the trainer passes it when it launches the simulator "
                               "(or pass World(memory_path=...) to attach to a waiting trainer)")
+        specs = [_as_spec(b) for b in behaviours]  # a mistake is reported before the trainer is kept waiting
         self.side_channels = SideChannels(side_channels)
-        self.channel = Channel.attach(path, timeout_s=timeout_s, spin_us=spin_us)
-        self.channel.handshaken = True  # the trainer is there: it created the channel
         self.specs: list[L.BehaviourSpec] = []
         self._decisions: dict[str, _Rows] = {}
         self._terminations: dict[str, _Rows] = {}
@@ -120,28 +178,36 @@ class World:
         self._sent: dict[str, np.ndarray] = {}  # agent ids of the decision rows handed over
         self._layout_dirty = True
         self._reset_handlers: list[Callable[[], None]] = []
+        for spec in specs:
+            self._add(spec)
+        self.channel = Channel.attach(path, timeout_s=timeout_s, spin_us=spin_us)
+        self.channel.handshaken = True  # the trainer is there: it created the channel
 
     # ---- behaviours
     def register(self, name: str, max_agents: int, observations: Sequence[Any], continuous: int = 0,
                  branches: Sequence[int] = ()) -> L.BehaviourSpec:
-        """A behaviour; ``observations`` are shapes or (shape, dtype) pairs (float32 or uint8). It is
-        sent with the next ``step()``. Registering a known name again with a larger ``max_agents``
-        (same everything else) grows it."""
-        obs = tuple(L.ObsSpec(tuple(o[0]), np.dtype(o[1])) if len(o) == 2 and isinstance(o[0], (tuple, list))
-                    else L.ObsSpec(tuple(o)) for o in observations)
-        spec = L.BehaviourSpec(name, max_agents, obs, continuous, tuple(branches))
+        """A behaviour added mid-run (``World(behaviours=...)`` declares those known at start);
+        ``observations`` are shapes or (shape, dtype) pairs (float32 or uint8). It is sent with the next
+        ``step()``. Registering a known name again with a larger ``max_agents`` (same everything else)
+        grows it, keeping the rows already requested this turn."""
+        return self._add(behaviour_spec(name, max_agents, observations, continuous, branches))
+
+    def _add(self, spec: L.BehaviourSpec) -> L.BehaviourSpec:
+        name = spec.name
         known = next((i for i, s in enumerate(self.specs) if s.name == name), None)
-        if known is not None:
+        if known is None:
+            self.specs.append(spec)
+            self._decisions[name] = _Rows(spec, final=False)
+            self._terminations[name] = _Rows(spec, final=True)
+        else:
             old = self.specs[known]
             if (old.observations, old.continuous, old.branches) != (spec.observations, spec.continuous, spec.branches):
                 raise BridgeError(f"behaviour {name!r} is already registered with another spec")
             if spec.max_agents <= old.max_agents:
                 return old
             self.specs[known] = spec
-        else:
-            self.specs.append(spec)
-        self._decisions[name] = _Rows(spec, final=False)
-        self._terminations[name] = _Rows(spec, final=True)
+            self._decisions[name].grow(spec)
+            self._terminations[name].grow(spec)
         self._layout_dirty = True
         return spec
 
@@ -202,6 +268,9 @@ class World:
         channel = self.channel
         if channel.closed:
             return CLOSED
+        for spec in self.specs:  # before anything is written: a refused step leaves the turn as it was
+            self._decisions[spec.name].check_filled()
+            self._terminations[spec.name].check_filled()
         if self._layout_dirty:
             self._relayout()
         for spec in self.specs:
@@ -297,3 +366,16 @@ class World:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _as_spec(behaviour: L.BehaviourSpec | Mapping) -> L.BehaviourSpec:
+    if isinstance(behaviour, L.BehaviourSpec):
+        return behaviour
+    if isinstance(behaviour, Mapping):
+        try:
+            return behaviour_spec(**behaviour)
+        except TypeError as exc:
+            raise BridgeError(f"behaviour {dict(behaviour)!r}: {exc}; give name, max_agents, observations and "
+                              "continuous and/or branches, as World.register takes them") from None
+    raise BridgeError(f"World(behaviours=...) takes BehaviourSpec objects or dicts of register()'s arguments, "
+                      f"not {type(behaviour).__name__}")

@@ -45,7 +45,7 @@
 static const uint8_t MAGIC[8] = {0x52, 0x4C, 0x52, 0x4C, 0x42, 0x52, 0x44, 0x47}; /* RLRLBRDG */
 
 #ifndef RRB_SPIN_MAX_NS
-#define RRB_SPIN_MAX_NS 500000LL /* longest spin before sleeping in poll() (adaptive, see wait_turn) */
+#define RRB_SPIN_MAX_NS 500000LL /* longest spin before sleeping in poll() (adaptive, see spin_budget_ns); 0: none */
 #endif
 #define SPIN_MIN_NS 20000LL
 #define SLICE_MS 100         /* poll() slice                            */
@@ -490,8 +490,17 @@ static void drain(int fd) {
 /* Waits until `turn` == expected (protocol §4). 0, or -1 after fail(). */
 static int wait_turn_inner(rrb_world *w, uint64_t expected);
 
-/* Adaptive spin (the same rule as the Python side): spin up to twice the recent mean wait, at most
- * RRB_SPIN_MAX_NS; a peer that usually takes longer than that gets only SPIN_MIN_NS, then poll(). */
+/* How long to spin before sleeping in poll() (protocol §4, the same rule as the Python side): twice
+ * the recent mean wait and at least SPIN_MIN_NS (a fast trainer must not pay a wake-up), only
+ * SPIN_MIN_NS for a trainer that usually takes longer than `max_ns` (no core burnt on a slow one),
+ * and never more than `max_ns`: built with -DRRB_SPIN_MAX_NS=0, the library never spins. */
+static long long spin_budget_ns(double wait_avg_ns, long long max_ns) {
+    long long budget = wait_avg_ns > (double)max_ns ? SPIN_MIN_NS : (long long)(2.0 * wait_avg_ns);
+    if (budget < SPIN_MIN_NS) budget = SPIN_MIN_NS;
+    if (budget > max_ns) budget = max_ns;
+    return budget > 0 ? budget : 0;
+}
+
 static int wait_turn(rrb_world *w, uint64_t expected) {
     long long start = now_ns();
     int r = wait_turn_inner(w, expected);
@@ -502,14 +511,12 @@ static int wait_turn(rrb_world *w, uint64_t expected) {
 static int wait_turn_inner(rrb_world *w, uint64_t expected) {
     _Atomic uint64_t *tp = turn_ptr(w);
     long long spin_start = now_ns();
-    long long budget = (long long)(2.0 * w->wait_avg_ns);
-    if (w->wait_avg_ns > (double)RRB_SPIN_MAX_NS || budget < SPIN_MIN_NS) budget = SPIN_MIN_NS;
-    if (budget > RRB_SPIN_MAX_NS) budget = RRB_SPIN_MAX_NS;
+    long long budget = spin_budget_ns(w->wait_avg_ns, RRB_SPIN_MAX_NS);
     for (unsigned i = 0;; i++) {
         uint64_t v = atomic_load_explicit(tp, memory_order_acquire);
         if (v == expected) return 0;
         if (v != expected - 1) break; /* reported below */
-        if ((i & 31u) == 31u && now_ns() - spin_start > budget) break;
+        if (budget == 0 || ((i & 31u) == 31u && now_ns() - spin_start > budget)) break; /* 0: one look, no spin */
         cpu_relax();
     }
     double start = now_s();
@@ -793,7 +800,16 @@ rrb_world *rrb_open(const char *header_path, double timeout_s, int *reason, char
         goto protocol;
     }
     p = derived(w, ".st");
-    if (!p || (w->st_fd = open(p, O_WRONLY | O_NONBLOCK | O_CLOEXEC)) < 0) {
+    if (p && (w->st_fd = open(p, O_WRONLY | O_NONBLOCK | O_CLOEXEC)) < 0 && errno == ENXIO) {
+        /* nobody reads it, and the trainer opens it before the header appears (§4): the trainer is gone */
+        set_err(w, "the trainer of %s has exited (nobody reads its doorbell): start the trainer again", w->path);
+        close_at_handshake(w, RRB_REASON_PEER_DIED, 0);
+        remove_files(w);
+        open_error(w, RRB_REASON_PEER_DIED, reason, err, errlen);
+        free_world(w);
+        return NULL;
+    }
+    if (!p || w->st_fd < 0) {
         set_err(w, "cannot open doorbell %s: %s", p ? p : "", strerror(errno));
         close_at_handshake(w, RRB_REASON_PROTOCOL, 0);
         goto protocol;

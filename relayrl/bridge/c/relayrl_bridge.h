@@ -115,7 +115,8 @@ double rrb_double_from_args(int argc, char **argv, const char *name, double fall
  * close reason in `*reason` (if non-NULL): RRB_REASON_VERSION when the majors differ (the message
  * names both versions; the library has set simulator_closed = 2 and handed over),
  * RRB_REASON_PROTOCOL for a corrupt or already attached channel, RRB_REASON_TIMEOUT when the
- * header never appeared, RRB_REASON_LOCAL for a system error. A header with a bad magic number is
+ * header never appeared, RRB_REASON_PEER_DIED when the trainer has exited (nobody reads its
+ * doorbell; the channel's files are removed), RRB_REASON_LOCAL for a system error. A header with a bad magic number is
  * never written to.
  *
  * The simulator owns the memory after a successful open: register behaviours and request the first
@@ -189,7 +190,8 @@ void *rrb_final_observation_ptr(rrb_world *world, int behaviour, int row, int k)
 
 /*
  * Publishes this turn's decisions, terminations and side-channel records, hands over and waits
- * for the trainer (adaptive spin up to 500 us, then poll the doorbell in slices <= 100 ms; §4). Query turns are
+ * for the trainer (adaptive spin up to 500 us, then poll the doorbell in slices <= 100 ms; §4). Build with
+ * -DRRB_SPIN_MAX_NS=N to change the longest spin (nanoseconds); 0 never spins. Query turns are
  * answered inside (message handler, then hand over again) without returning. Returns:
  *   RRB_OK     the trainer's actions answer the decisions requested before this call
  *              (rrb_decision_count / rrb_continuous_actions / rrb_discrete_actions);

@@ -54,8 +54,11 @@ class Platforms:
         return np.where(fell, -1.0, 0.1).astype(np.float32), fell, timeout
 
 
+def behaviour(agents: int) -> dict:
+    return dict(name=NAME, max_agents=agents, observations=[(6,)], continuous=2)
+
+
 def run(world: World, agents: int, seed: int) -> int:
-    world.register(NAME, agents, [(6,)], continuous=2)
     platforms = Platforms(agents, seed)
     ids = np.arange(agents, dtype=np.int64)
     reward = np.zeros(agents, np.float32)
@@ -85,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bridge-timeout", type=float, default=60.0)
     args = parser.parse_args(argv)
     try:
-        with World(args.memory_path, timeout_s=args.bridge_timeout) as world:
+        with World(args.memory_path, behaviours=[behaviour(args.agents)], timeout_s=args.bridge_timeout) as world:
             return run(world, args.agents, args.seed)
     except BridgeError as exc:
         print(f"ball3d: {exc}", file=sys.stderr)

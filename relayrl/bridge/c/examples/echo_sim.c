@@ -115,7 +115,7 @@ int main(int argc, char **argv) {
     if (!w) {
         fprintf(stderr, "echo_sim: %s\n", err);
         if (reason == RRB_REASON_VERSION) return 2;
-        if (reason == RRB_REASON_TIMEOUT) return 3;
+        if (reason == RRB_REASON_TIMEOUT || reason == RRB_REASON_PEER_DIED) return 3;
         return 4;
     }
     rrb_set_message_handler(w, reverse_echo, NULL);
