@@ -34,6 +34,15 @@ def compiler() -> list[str]:
     return command
 
 
+def have_compiler() -> bool:
+    """Whether ``compiler()`` finds one (tests of the C SDK skip without it)."""
+    try:
+        compiler()
+    except BuildError:
+        return False
+    return True
+
+
 def sources(name: str) -> list[Path]:
     """The C files of example ``name``: the example itself, then the SDK."""
     example = C_DIR / "examples" / f"{name}.c"

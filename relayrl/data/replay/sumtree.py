@@ -49,7 +49,8 @@ def _update(tree, offsets, k, capacity, leaves, values, use_min):
     depth = offsets.shape[0] - 1
     for q in range(leaves.shape[0]):
         tree[offsets[depth] + leaves[q]] = values[q]
-    _recompute(tree, offsets, k, leaves.copy(), depth, use_min)
+    none = tree[:0]
+    _recompute(none if use_min else tree, tree if use_min else none, offsets, k, leaves.copy(), depth)
     return True
 
 
@@ -90,9 +91,11 @@ def _find(tree, offsets, k, capacity, prefix, out, weight):
 
 
 @njit(cache=True, nogil=True)
-def _recompute(tree, offsets, k, nodes, depth, use_min):
-    """Recompute the ancestors of the leaves ``nodes`` (overwritten in place) from their children,
-    skipping a parent just recomputed for the previous leaf (sorted leaves share upper levels)."""
+def _recompute(sum_tree, min_tree, offsets, k, nodes, depth):
+    """Recompute the ancestors of the leaves ``nodes`` (overwritten in place) from their children, in
+    a sum tree and/or a min tree of the same layout (an empty array: that tree is skipped), skipping
+    a parent just recomputed for the previous leaf (sorted leaves share upper levels)."""
+    sums, mins = sum_tree.shape[0] > 0, min_tree.shape[0] > 0
     for d in range(depth, 0, -1):
         offset, parent_offset = offsets[d], offsets[d - 1]
         previous = -1
@@ -103,14 +106,16 @@ def _recompute(tree, offsets, k, nodes, depth, use_min):
                 continue
             previous = parent
             first = offset + parent * k
-            acc = tree[first]
-            if use_min:
+            if sums:
+                total = sum_tree[first]
                 for c in range(first + 1, first + k):
-                    acc = min(acc, tree[c])
-            else:
+                    total += sum_tree[c]
+                sum_tree[parent_offset + parent] = total
+            if mins:
+                least = min_tree[first]
                 for c in range(first + 1, first + k):
-                    acc += tree[c]
-            tree[parent_offset + parent] = acc
+                    least = min(least, min_tree[c])
+                min_tree[parent_offset + parent] = least
 
 
 @njit(cache=True, nogil=True)
@@ -139,23 +144,7 @@ def _apply_priorities(sum_tree, min_tree, offsets, k, capacity, index, priority,
     for q in range(kept):
         sum_tree[offsets[depth] + rows[q]] = values[q]
         min_tree[offsets[depth] + rows[q]] = values[q]
-    nodes = rows[:kept]  # both trees share a layout: one walk recomputes a parent in each
-    for d in range(depth, 0, -1):
-        offset, parent_offset = offsets[d], offsets[d - 1]
-        previous = -1
-        for q in range(kept):
-            parent = nodes[q] // k
-            nodes[q] = parent
-            if parent == previous:
-                continue
-            previous = parent
-            first = offset + parent * k
-            total, least = sum_tree[first], min_tree[first]
-            for c in range(first + 1, first + k):
-                total += sum_tree[c]
-                least = min(least, min_tree[c])
-            sum_tree[parent_offset + parent] = total
-            min_tree[parent_offset + parent] = least
+    _recompute(sum_tree, min_tree, offsets, k, rows[:kept], depth)  # one walk for both trees
     return kept, largest
 
 

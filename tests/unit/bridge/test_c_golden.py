@@ -12,21 +12,13 @@ import pytest
 
 from conformance import check_conformance  # same folder
 from relayrl.bridge import BridgeEnv
-from relayrl.bridge.cbuild import CFLAGS, C_DIR, BuildError, build, compiler
+from relayrl.bridge.cbuild import CFLAGS, C_DIR, build, compiler, have_compiler
 from relayrl.bridge.channel import Channel
 from test_channel_handshake import SPIN_CASES
 from test_golden_blocks import BIG_ID, GOLDEN_ACTIONS, GOLDEN_DECISIONS, GOLDEN_TERMINATIONS, blocks
 
 
-def _have_compiler() -> bool:
-    try:
-        compiler()
-    except BuildError:
-        return False
-    return True
-
-
-pytestmark = pytest.mark.skipif(not _have_compiler(), reason="no C compiler ($CC or cc)")
+pytestmark = pytest.mark.skipif(not have_compiler(), reason="no C compiler ($CC or cc)")
 
 GOLDEN_SIM = r"""
 #include <stdio.h>

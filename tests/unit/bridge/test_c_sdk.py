@@ -8,7 +8,6 @@ import os
 import secrets
 import select
 import signal
-import stat
 import struct
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import numpy as np
 import pytest
 
 from relayrl.bridge import BridgeEnv
-from relayrl.bridge.cbuild import CFLAGS, C_DIR, BuildError, build, compiler
+from relayrl.bridge.cbuild import CFLAGS, C_DIR, BuildError, build, compiler, have_compiler
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conformance import check_conformance  # noqa: E402
@@ -27,15 +26,7 @@ from conformance import check_conformance  # noqa: E402
 MAGIC = b"RLRLBRDG"
 
 
-def _have_compiler() -> bool:
-    try:
-        compiler()
-    except BuildError:
-        return False
-    return True
-
-
-pytestmark = pytest.mark.skipif(not _have_compiler(), reason="no C compiler ($CC or cc)")
+pytestmark = pytest.mark.skipif(not have_compiler(), reason="no C compiler ($CC or cc)")
 
 
 STRICT = ("-Wpedantic", "-Wshadow")  # on top of cbuild's -Wall -Wextra -Werror
