@@ -267,7 +267,7 @@ def ours_tp_trainer(port, keys, cmd_q, stop, out_q):
             msgs = client.receive(0.05)
             now = time.time()
             if msgs:
-                client.ack([(m.sender, m.seq) for m in msgs])
+                client.ack(msgs)
                 total += len(msgs)
                 for m in msgs:
                     per_worker[m.sender] = per_worker.get(m.sender, 0) + 1

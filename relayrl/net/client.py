@@ -11,7 +11,10 @@ restarted relay does not know it) it reconnects with exponential backoff and say
 
 A worker keeps every chunk in a bounded backlog until the trainer's ACK comes back, and resends the
 unacknowledged ones after each reconnect (at-least-once; the relay and trainer drop repeats by
-(worker, seq)). A full backlog drops its oldest chunk, counted in ``stats["backlog_drops"]``.
+(worker, incarnation, seq)). A full backlog drops its oldest chunk, counted in
+``stats["backlog_drops"]``. The incarnation is the client's creation time in nanoseconds: a worker
+process restarted under the same ``name`` numbers its chunks from 0 again, and only its larger
+incarnation keeps them from being taken for the old process's chunks.
 """
 
 from __future__ import annotations
@@ -28,9 +31,22 @@ from typing import Any
 import numpy as np
 import zmq
 
-from relayrl.errors import RelayRLError
+from relayrl.errors import ConfigError, RelayRLError
 from relayrl.net import wire
+from relayrl.net.seen import WINDOW
 from relayrl.net.transport import client_socket
+
+
+_incarnation_lock = threading.Lock()
+_last_incarnation = 0
+
+
+def new_incarnation() -> int:
+    """Nanoseconds since the epoch, strictly increasing within this process (clocks can be coarse)."""
+    global _last_incarnation
+    with _incarnation_lock:
+        _last_incarnation = max(time.time_ns(), _last_incarnation + 1)
+        return _last_incarnation
 
 
 class RelayRefused(RelayRLError):
@@ -41,8 +57,12 @@ class RelayClient:
     def __init__(self, server: str, role: str, *, name: str | None = None, keys: str | None = None,
                  heartbeat_s: float = 1.0, timeout_s: float = 10.0, backlog: int = 256, window: int = 64,
                  max_message_mb: float = 64.0, backoff_s: tuple[float, float] = (0.2, 30.0)):
+        if backlog + window > WINDOW:  # the relay and the trainer remember this many seqs per worker
+            raise ConfigError(f"net.backlog ({backlog}) + net.window ({window}) is more than the {WINDOW} chunks "
+                              "the relay and the trainer remember per worker to drop resends: make them smaller")
         self.server, self.role, self.keys = server, role, keys
         self.name = name or f"{role}-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        self.incarnation = new_incarnation()
         self.heartbeat_s, self.timeout_s = heartbeat_s, timeout_s
         self.backlog_max, self.window = backlog, window
         self.max_bytes = int(max_message_mb * 2**20)
@@ -93,8 +113,8 @@ class RelayClient:
         with self._lock:
             seq = self._seq
             self._seq += 1
-            self._backlog[seq] = wire.encode(wire.SAMPLES, sender=self.name, seq=seq, version=version,
-                                             arrays=arrays, meta=meta)
+            self._backlog[seq] = wire.encode(wire.SAMPLES, sender=self.name, incarnation=self.incarnation, seq=seq,
+                                             version=version, arrays=arrays, meta=meta)
             while len(self._backlog) > self.backlog_max:  # disconnected too long: drop the oldest
                 old, _ = self._backlog.popitem(last=False)
                 self._sent.discard(old)
@@ -128,9 +148,19 @@ class RelayClient:
             self._inbox.clear()
         return out
 
-    def ack(self, items: list[tuple[str, int]]) -> None:
+    def ack(self, chunks: list[wire.Message] | list[tuple[str, int, int]]) -> None:
+        """Trainer: acknowledge chunks, given as the received messages or as (sender, incarnation, seq)."""
+        items = []
+        for chunk in chunks:
+            if isinstance(chunk, wire.Message):
+                items.append([chunk.sender, chunk.incarnation, chunk.seq])
+            elif isinstance(chunk, tuple) and len(chunk) == 3:
+                items.append([str(chunk[0]), int(chunk[1]), int(chunk[2])])
+            else:
+                raise TypeError(f"ack takes the received messages or (sender, incarnation, seq) tuples, got "
+                                f"{chunk!r}: pass the messages themselves, client.ack(msgs)")
         with self._lock:
-            self._acks.extend([name, int(seq)] for name, seq in items)
+            self._acks.extend(items)
         self._wake()
 
     def publish_weights(self, version: int, blob: bytes) -> None:
@@ -222,8 +252,8 @@ class RelayClient:
             now = time.monotonic()
             if not self.connected.is_set():
                 if now >= next_hello and now >= self._retry_at:
-                    self._try_send(sock, wire.encode(wire.HELLO, sender=self.name, version=self.version,
-                                                     meta={"role": self.role}))
+                    self._try_send(sock, wire.encode(wire.HELLO, sender=self.name, incarnation=self.incarnation,
+                                                     version=self.version, meta={"role": self.role}))
                     next_hello, backoff = now + backoff, min(backoff * 2, self.backoff_s[1])
                 if now - started > self.timeout_s and now - last_heard > self.timeout_s:
                     self.stats["reconnects"] += 1
@@ -319,6 +349,8 @@ class RelayClient:
         return True
 
     def _acked(self, msg: wire.Message) -> None:
+        if msg.incarnation != self.incarnation:  # another process of this name: its seqs are other chunks
+            return
         seqs, dropped = msg.meta.get("seqs", []), msg.meta.get("dropped", [])
         with self._lock:
             for seq in seqs if isinstance(seqs, list) else []:

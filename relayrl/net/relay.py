@@ -7,7 +7,9 @@ message is checked by ``wire.decode`` and forwarded as the bytes it arrived as.
 
 Delivery is end to end: a worker keeps each chunk until the trainer's ACK comes back through the
 relay, and resends what is unacknowledged when it reconnects, so a relay restart loses nothing.
-The relay and the trainer both drop resends they have seen, by (worker, seq). The queue to the
+The relay and the trainer both drop resends they have seen, by (worker, incarnation, seq): the
+incarnation tells a restarted worker process that reuses its name from the old one, whose seqs
+started at 0 too. A worker may only send chunks under its own name and incarnation. The queue to the
 trainer is bounded (``max_queue`` chunks): on overflow the oldest chunk is dropped, counted, and
 its worker is told so it stops holding it. At most ``window`` chunks are in flight to the trainer;
 if the trainer goes away they go back to the front of the queue.
@@ -32,7 +34,7 @@ import zmq
 
 from relayrl.errors import ConfigError
 from relayrl.net import wire
-from relayrl.net.seen import SeenSet
+from relayrl.net.seen import Senders, SeenSet
 from relayrl.net.transport import parse_address, server_socket
 
 TRAINER, WORKER = "trainer", "worker"
@@ -60,6 +62,7 @@ class Peer:
     name: str
     last_seen: float
     done: SeenSet = field(default_factory=SeenSet)  # worker chunks delivered or dropped
+    incarnation: int = 0  # the worker process's, from its hello
 
 
 class Relay:
@@ -82,10 +85,12 @@ class Relay:
         self.endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
         self.peers: dict[bytes, Peer] = {}
         self.trainer: Peer | None = None
-        self.done: dict[str, SeenSet] = {}  # worker name -> seqs delivered or dropped (outlives reconnects)
-        self.queue: deque[tuple[str, int, list]] = deque()
-        self.queued: set[tuple[str, int]] = set()
-        self.inflight: dict[tuple[str, int], list] = {}
+        # worker name -> its newest incarnation's seqs delivered or dropped (outlives reconnects)
+        self.done = Senders()
+        # chunks are named (worker, incarnation, seq); the queue holds (worker, incarnation, seq, frames)
+        self.queue: deque[tuple[str, int, int, list]] = deque()
+        self.queued: set[tuple[str, int, int]] = set()
+        self.inflight: dict[tuple[str, int, int], list] = {}
         self.weights: tuple[int, list] | None = None  # (version, frames) of the latest broadcast
         self.counters = {"chunks_in": 0, "chunks_out": 0, "duplicates": 0, "drops": 0, "rejects": 0,
                          "refused": 0, "bytes_in": 0, "bytes_out": 0, "weights_in": 0}
@@ -174,14 +179,20 @@ class Relay:
                                            f"({self.options.peer_timeout_s:.0f} s after its last heartbeat)",
                                     retry_after=max(0.0, self.options.peer_timeout_s - silent))
         else:
+            newest = self.done.newest(name)
+            if newest is not None and msg.incarnation < newest:  # a process older than one seen: never the restart
+                return self._refuse(ident, f"another worker process named {name!r}, started after this one, has "
+                                           "connected to this relay: give each worker process its own --name, and "
+                                           "stop this one if it was replaced (or, if this machine's clock was set "
+                                           "back, restart this worker)")
             for other in [p for p in self.peers.values() if p.role == WORKER and p.name == name and p.ident != ident]:
                 self._drop(other)  # the same worker on a new connection
             workers = sum(p.role == WORKER for p in self.peers.values() if p.ident != ident)
             if 0 <= self.options.max_workers <= workers:
                 return self._refuse(ident, f"the relay already has its maximum of {self.options.max_workers} "
                                            "workers (relayrl serve --max-workers)")
-        done = self.done.setdefault(name, SeenSet()) if role == WORKER else SeenSet()
-        peer = Peer(ident, role, name, time.monotonic(), done)
+        done = self.done.get(name, msg.incarnation) if role == WORKER else None  # (fresh for a newer process)
+        peer = Peer(ident, role, name, time.monotonic(), SeenSet() if done is None else done, msg.incarnation)
         self.peers[ident] = peer
         version = self.weights[0] if self.weights else -1
         self._send(ident, wire.encode(wire.WELCOME, version=version, meta={"session": self.session}))
@@ -213,54 +224,68 @@ class Relay:
     # ---------------------------------------------------------------- samples, acks, weights
 
     def _samples(self, peer: Peer, msg: wire.Message, payload: list) -> None:
-        key = (peer.name, msg.seq)
+        if msg.sender != peer.name or msg.incarnation != peer.incarnation:
+            # the trainer dedups and acknowledges by the header's names: a worker speaking for another
+            # could have that one's chunks dropped as duplicates, or acknowledged without delivery
+            self.counters["rejects"] += 1
+            return
+        key = (peer.name, peer.incarnation, msg.seq)
         if peer.done.contains(msg.seq):  # delivered before; its ACK was lost: say it again
             self.counters["duplicates"] += 1
-            self._send(peer.ident, wire.encode(wire.ACK, meta={"seqs": [msg.seq]}))
+            self._send(peer.ident, wire.encode(wire.ACK, incarnation=peer.incarnation, meta={"seqs": [msg.seq]}))
             return
         if key in self.queued or key in self.inflight:
             self.counters["duplicates"] += 1
             return
         self.counters["chunks_in"] += 1
-        self.queue.append((peer.name, msg.seq, payload))
+        self.queue.append((*key, payload))
         self.queued.add(key)
         while len(self.queue) > self.options.max_queue:  # overflow policy: drop the oldest, counted
-            name, seq, _ = self.queue.popleft()
-            self.queued.discard((name, seq))
+            name, incarnation, seq, _ = self.queue.popleft()
+            self.queued.discard((name, incarnation, seq))
             self.counters["drops"] += 1
-            self.done.setdefault(name, SeenSet()).add(seq)
-            self._tell_worker(name, {"seqs": [seq], "dropped": [seq]})
+            self._mark_done(name, incarnation, seq)
+            self._tell_worker(name, incarnation, {"seqs": [seq], "dropped": [seq]})
         self._dispatch()
 
     def _dispatch(self) -> None:
         trainer = self.trainer
         while trainer is not None and self.queue and len(self.inflight) < self.options.window:
-            name, seq, payload = self.queue.popleft()
-            self.queued.discard((name, seq))
-            self.inflight[(name, seq)] = payload
+            name, incarnation, seq, payload = self.queue.popleft()
+            self.queued.discard((name, incarnation, seq))
+            self.inflight[(name, incarnation, seq)] = payload
             self._send(trainer.ident, payload)
             self.counters["chunks_out"] += 1
 
     def _ack(self, peer: Peer, msg: wire.Message, payload: list) -> None:
-        per_worker: dict[str, list[int]] = {}
+        per_worker: dict[tuple[str, int], list[int]] = {}
         items = msg.meta.get("acks", [])
         if not isinstance(items, list) or not all(
-                isinstance(item, list) and len(item) == 2 and isinstance(item[0], str) and isinstance(item[1], int)
+                isinstance(item, list) and len(item) == 3 and isinstance(item[0], str)
+                and all(isinstance(n, int) and not isinstance(n, bool) for n in item[1:])
                 for item in items):  # checked before any is applied: a bad one must not leave workers untold
             self.counters["rejects"] += 1
             return
-        for name, seq in items:
-            self.inflight.pop((name, seq), None)
-            self.done.setdefault(name, SeenSet()).add(seq)
-            per_worker.setdefault(name, []).append(seq)
-        for name, seqs in per_worker.items():
-            self._tell_worker(name, {"seqs": seqs})
+        for name, incarnation, seq in items:
+            self.inflight.pop((name, incarnation, seq), None)
+            self._mark_done(name, incarnation, seq)
+            per_worker.setdefault((name, incarnation), []).append(seq)
+        for (name, incarnation), seqs in per_worker.items():
+            self._tell_worker(name, incarnation, {"seqs": seqs})
         self._dispatch()
 
-    def _tell_worker(self, name: str, meta: dict[str, Any]) -> None:
+    def _mark_done(self, name: str, incarnation: int, seq: int) -> None:
+        # only for the newest incarnation the relay knows: an older one's memory is gone (its process
+        # was replaced), and an ack naming one newer than any hello must not reset the worker's
+        seen = self.done.get(name, incarnation, create=False)
+        if seen is not None:
+            seen.add(seq)
+
+    def _tell_worker(self, name: str, incarnation: int, meta: dict[str, Any]) -> None:
+        # never to another process of that name: its seq numbers name other chunks
         for p in self.peers.values():
-            if p.role == WORKER and p.name == name:
-                self._send(p.ident, wire.encode(wire.ACK, meta=meta))
+            if p.role == WORKER and p.name == name and p.incarnation == incarnation:
+                self._send(p.ident, wire.encode(wire.ACK, incarnation=incarnation, meta=meta))
 
     def _weights(self, peer: Peer, msg: wire.Message, payload: list) -> None:
         self.counters["weights_in"] += 1

@@ -3,8 +3,9 @@
 ``RelaySource`` is the loop's ``samples=`` source and ``publish=`` sink (like the runtime's worker
 pools): ``pull()`` returns the transitions remote workers sent, ``publish(weights, version)``
 broadcasts safetensors bytes through the relay. Every chunk is acknowledged once it is taken (the
-worker then forgets it); a chunk seen before, by (worker, seq), is acknowledged and dropped, so a
-resend after a relay restart is never learned from twice.
+worker then forgets it); a chunk seen before, by (worker, incarnation, seq), is acknowledged and
+dropped, so a resend after a relay restart is never learned from twice, while a restarted worker
+process that reuses its name (seqs from 0 again, a newer incarnation) is learned from as new.
 
 A chunk whose arrays do not fit the trainer's spaces (a worker on another env, a buggy compressor)
 is rejected, counted, and reported once per worker; training goes on with the others.
@@ -24,7 +25,7 @@ from relayrl.errors import RelayRLError
 from relayrl.net import wire
 from relayrl.net.client import RelayClient
 from relayrl.net.hooks import load_hook
-from relayrl.net.seen import SeenSet
+from relayrl.net.seen import Senders
 from relayrl.types import Batch
 
 PULL_WAIT_S = 1.0  # pull() returns empty after this, so the loop can notice Ctrl-C and stop values
@@ -43,7 +44,7 @@ class RelaySource:
         self.crc_debug = net.crc_debug
         self.obs_shape = tuple(observation_space.shape)
         self.action_shape = tuple(action_space.shape)
-        self.seen: dict[str, SeenSet] = {}
+        self.seen = Senders()  # per worker name, its newest process's seqs
         self.keys: set[str] | None = None  # the fields of the first accepted chunk; all must match
         self.version = -1
         self.env_steps = 0
@@ -51,7 +52,7 @@ class RelaySource:
         self.lengths: list[int] = []
         self.test_returns: list[float] = []
         self.timing: dict[str, dict[str, float]] = {}  # worker -> its real-time clock statistics
-        self.counts = {"duplicates": 0, "rejected": 0, "chunks": 0}
+        self.counts = {"duplicates": 0, "stale": 0, "rejected": 0, "chunks": 0}
         self._lags: list[int] = []
         self._reported: set[str] = set()
         self._last_sample = time.monotonic()
@@ -112,8 +113,12 @@ class RelaySource:
     def _combine(self, msgs: list[wire.Message]) -> tuple[Batch, int]:
         batches, steps, acks = [], 0, []
         for msg in msgs:
-            acks.append((msg.sender, msg.seq))
-            if not self.seen.setdefault(msg.sender, SeenSet()).add(msg.seq):
+            acks.append(msg)
+            seen = self.seen.get(msg.sender, msg.incarnation)
+            if seen is None:  # from a process since replaced by a newer one of its name (the relay delivers
+                self.counts["stale"] += 1  # in order, so only a second live process of one name gets here)
+                continue
+            if not seen.add(msg.seq):
                 self.counts["duplicates"] += 1
                 continue
             batch = self._check(msg)

@@ -1,10 +1,11 @@
 """The wire codec: one ZeroMQ multipart message = a msgpack header frame + one raw frame per array.
 
-    frames = encode(SAMPLES, sender="w-1a2b", seq=7, version=3, arrays=batch, meta={"env_steps": 64})
-    msg = decode(frames)                 # Message(type, sender, seq, version, arrays, meta, blob)
+    frames = encode(SAMPLES, sender="w-1a2b", incarnation=inc, seq=7, version=3, arrays=batch,
+                    meta={"env_steps": 64})
+    msg = decode(frames)     # Message(type, sender, seq, version, arrays, meta, blob, incarnation)
 
 The header is a msgpack map (docs/wire-protocol.md is the specification):
-``{"proto": 1, "type": str, "sender": str, "seq": int, "version": int,
+``{"proto": 2, "type": str, "sender": str, "incarnation": int, "seq": int, "version": int,
 "arrays": [[name, dtype, shape], ...], "blob": bool, "meta": {...}}``. Frame i + 1 holds array i's
 bytes (C order, little-endian); with ``blob`` one last frame carries opaque bytes (weights as
 safetensors). Nothing is ever unpickled: msgpack decodes to plain data, arrays are rebuilt from a
@@ -22,7 +23,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
-PROTOCOL = 1
+PROTOCOL = 2  # 2: the header's "incarnation" (docs/wire-protocol.md, "Changes")
 MAX_MESSAGE_BYTES = 64 * 2**20  # default cap on one message (all frames); the relay's --max-message-mb
 
 # Message types (the header's "type").
@@ -53,14 +54,17 @@ class Message:
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
     blob: bytes | memoryview | None = None  # decoded: a read-only view of the frame (no copy)
+    incarnation: int = 0  # the sender process's start stamp: (sender, incarnation, seq) names a chunk
 
 
-def encode(type: str, *, sender: str = "", seq: int = 0, version: int = -1,
+def encode(type: str, *, sender: str = "", incarnation: int = 0, seq: int = 0, version: int = -1,
            arrays: dict[str, np.ndarray] | None = None, meta: dict[str, Any] | None = None,
            blob: bytes | None = None) -> list[bytes | memoryview]:
     """The frames of one message. Array frames are zero-copy views of C-contiguous arrays."""
     if type not in TYPES:
         raise ValueError(f"unknown message type {type!r}")
+    if not 0 <= incarnation < 2**63:
+        raise ValueError(f"incarnation must be in [0, 2**63), got {incarnation}")
     descriptors, frames = [], []
     for name, value in (arrays or {}).items():
         array = np.asarray(value, order="C")  # (np.ascontiguousarray would turn a 0-d array into shape (1,))
@@ -71,7 +75,8 @@ def encode(type: str, *, sender: str = "", seq: int = 0, version: int = -1,
         array = array.astype(dtype, copy=False)
         descriptors.append([name, dtype.str, list(array.shape)])
         frames.append(memoryview(array.reshape(-1).view(np.uint8)) if array.size else b"")
-    header = {"proto": PROTOCOL, "type": type, "sender": sender, "seq": int(seq), "version": int(version),
+    header = {"proto": PROTOCOL, "type": type, "sender": sender, "incarnation": int(incarnation),
+              "seq": int(seq), "version": int(version),
               "arrays": descriptors, "blob": blob is not None, "meta": meta or {}}
     out: list[bytes | memoryview] = [msgpack.packb(header, use_bin_type=True)]
     out.extend(frames)
@@ -125,7 +130,10 @@ def decode(frames: list, max_bytes: int = MAX_MESSAGE_BYTES) -> Message:
     for i, descriptor in enumerate(descriptors):
         arrays.update([_array(descriptor, buffers[1 + i])])
     blob = buffers[-1].toreadonly() if has_blob else None  # a view: the relay forwards weights uncopied
-    return Message(kind, sender, _int(header, "seq"), _int(header, "version"), arrays, meta, blob)
+    incarnation = _int(header, "incarnation")
+    if not 0 <= incarnation < 2**63:  # (an int64 for a client in any language)
+        raise WireError(f"incarnation {incarnation} is outside [0, 2**63)")
+    return Message(kind, sender, _int(header, "seq"), _int(header, "version"), arrays, meta, blob, incarnation)
 
 
 def _array(descriptor: Any, buffer: memoryview) -> tuple[str, np.ndarray]:

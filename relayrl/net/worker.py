@@ -175,6 +175,7 @@ class RemoteWorker:
         now = time.monotonic()
         if self._paced_since is None:
             self._paced_since = now
+            self._hold_envs()
         elif now - self._paced_since > self.config.net.pace_timeout_s:
             self.pace_timeouts += 1
             if self.pace_timeouts == 1:
@@ -186,6 +187,15 @@ class RemoteWorker:
             return True
         stop.wait(0.02)
         return False
+
+    def _hold_envs(self) -> None:
+        """A real-time env (relayrl.envs.realtime, rtgym) keeps acting with the last action while no
+        one steps it; its ``wait()`` applies the safe default action instead, and its next step
+        restarts the clock without counting the pause as a late step."""
+        for env in getattr(self.worker.venv, "envs", []):
+            hold = getattr(env.unwrapped, "wait", None)
+            if callable(hold):
+                hold()
 
     def _send_if_ready(self, force: bool = False) -> None:
         rows = sum(len(m.batch.get("reward", ())) for m in self._pending)

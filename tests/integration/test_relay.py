@@ -34,7 +34,7 @@ def test_nothing_lost_or_duplicated_across_a_relay_restart(tmp_path):
     port, steps = free_port(), 2000
     address = f"127.0.0.1:{port}"
     relay = relayrl("serve", "--bind", address, "--heartbeat", "0.1")
-    net = ["net.heartbeat_s=0.2", "net.timeout_s=1.0", "net.backlog=4096"]
+    net = ["net.heartbeat_s=0.2", "net.timeout_s=1.0", "net.backlog=2048"]  # > the 500 chunks a worker makes
     workers = []
     config = build_config("sac", None, [*net, "net.connect_timeout_s=60"],
                           {"env.id": SLOW_PENDULUM, "net.server": address})
@@ -70,7 +70,7 @@ def test_nothing_lost_or_duplicated_across_a_relay_restart(tmp_path):
             assert totals["env_steps"] == steps
             assert totals["backlog_drops"] == 0 and totals["relay_drops"] == 0
             assert totals["reconnects"] >= 1, output[-1500:]
-            seen = source.seen[f"w{k}"]
+            seen = source.seen.get(f"w{k}", source.seen.newest(f"w{k}"))
             assert seen.floor == totals["acked"] and len(seen) == 0  # seqs 0..n-1, each once
         assert source.counts["rejected"] == 0
     finally:
@@ -88,10 +88,26 @@ def _spaces():
     return spaces
 
 
+def _env_steps_logged(run_dir) -> int:
+    """The trainer's progress: the largest env_steps in its metrics.jsonl so far (0 before any)."""
+    path = run_dir / "metrics.jsonl"
+    steps = 0
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        try:
+            steps = max(steps, int(json.loads(line)["env_steps"]))
+        except (ValueError, KeyError):  # a line still being written
+            pass
+    return steps
+
+
+KILL_AT_STEPS = 4000  # past the warm-up (start_training 1000) and learning, far from solved
+
+
 @pytest.mark.slow
 def test_sac_learns_pendulum_through_the_relay_with_a_restart(tmp_path):
     """relayrl serve + relayrl train sac --server + two relayrl worker processes, all over CURVE;
-    the relay is killed and restarted once mid-run; the trainer still reaches -200."""
+    the relay is killed while training is under way and restarted; the trainer and both workers
+    reconnect to the new relay, which carries their chunks, and the trainer still reaches -200."""
     port = free_port()
     address = f"127.0.0.1:{port}"
     keys = tmp_path / "keys"
@@ -108,10 +124,17 @@ def test_sac_learns_pendulum_through_the_relay_with_a_restart(tmp_path):
         workers = [relayrl("worker", "--server", address, "--env", "Pendulum-v1", "--keys", str(keys / f"w{k}"),
                            "--name", f"w{k}", f"--set=net.weights_dir={tmp_path / f'w{k}'}",
                            "--set=net.max_steps_per_update=200", *net) for k in range(2)]
-        time.sleep(25)  # about a third of the run
+        run, deadline = tmp_path / "run", time.monotonic() + 300  # generous: a loaded machine starts slowly
+        while _env_steps_logged(run) < KILL_AT_STEPS and time.monotonic() < deadline and trainer.poll() is None:
+            time.sleep(0.5)
+        at_kill = _env_steps_logged(run)
+        assert at_kill >= KILL_AT_STEPS and trainer.poll() is None, tails(trainer, relay, *workers)
+        assert not (run / "summary.json").exists()  # training is in progress, not over
         os.killpg(relay.pid, signal.SIGKILL)
         relay.wait()
-        relay = relayrl("serve", "--bind", address, "--keys", str(keys / "server"))
+        after = tmp_path / "relay-after.jsonl"
+        relay = relayrl("serve", "--bind", address, "--keys", str(keys / "server"), "--metrics", str(after),
+                        "--metrics-every", "1")
         wait_listening(relay)
         finish(trainer, timeout=400)
         assert trainer.returncode == 0, tails(trainer, relay, *workers)
@@ -121,6 +144,11 @@ def test_sac_learns_pendulum_through_the_relay_with_a_restart(tmp_path):
         assert max(r.get("net/workers_seen", 0) for r in rows) == 2
         assert all(r.get("net/rejected", 0) == 0 for r in rows)
         assert (tmp_path / "w0" / "latest.safetensors").is_file()  # workers kept the weights they got
+        # the restarted relay saw the trainer and both workers again and carried chunks between them
+        relay_rows = [json.loads(line) for line in after.read_text().splitlines()]
+        assert max(r["workers"] for r in relay_rows) == 2 and max(r["trainer"] for r in relay_rows) == 1, relay_rows
+        assert max(r["chunks_in"] for r in relay_rows) > 0 and max(r["chunks_out"] for r in relay_rows) > 0
+        assert summary["env_steps"] > at_kill
     finally:
         stop(relay, trainer, *(workers or []))
 

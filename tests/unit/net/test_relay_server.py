@@ -13,11 +13,13 @@ import msgpack
 import numpy as np
 import pytest
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from relayrl.errors import ConfigError
 from relayrl.net import keys, wire
 from relayrl.net.client import RelayClient, RelayRefused
-from relayrl.net.relay import Relay, RelayOptions
+from relayrl.net.relay import Peer, Relay, RelayOptions
+from relayrl.net.seen import WINDOW
 
 FAST = {"heartbeat_s": 0.1, "timeout_s": 1.0}
 DEADLINE = 10.0
@@ -196,7 +198,7 @@ def collect(trainer: RelayClient, count: int, ack: bool = True, timeout: float =
         assert time.monotonic() < deadline, f"received {len(got)} chunks of {count} within {timeout:.0f} s"
         msgs = trainer.receive(0.2)
         if ack and msgs:
-            trainer.ack([(m.sender, m.seq) for m in msgs])
+            trainer.ack(msgs)
         got.extend(msgs)
     return got
 
@@ -324,6 +326,99 @@ def test_a_resend_of_a_chunk_put_back_in_the_queue_is_still_a_duplicate(make_rel
     second = clients(run.server, "trainer", "t2")
     assert [m.seq for m in collect(second, 3)] == [0, 1, 2]
     assert second.receive(0.5) == []
+
+
+def test_a_restarted_worker_process_that_reuses_its_name_is_not_taken_for_a_repeat(make_relay, clients):
+    """A new process under the same --name numbers its chunks from 0 again: its larger incarnation
+    keeps the relay (and the trainer) from dropping them as resends of the old process's."""
+    run = make_relay()
+    trainer = clients(run.server, "trainer", "t")
+    first = clients(run.server, "worker", "w")
+    connected(trainer, first)
+    for i in range(3):
+        first.send_samples(chunk(i), version=0, meta={"i": i})
+    assert [m.seq for m in collect(trainer, 3)] == [0, 1, 2]
+    wait_until(lambda: first.unacknowledged() == 0, "the first process's backlog to drain")
+    first.close(timeout=0.5)  # the process ends; another starts with the same name
+    second = clients(run.server, "worker", "w")
+    connected(second)
+    assert second.incarnation > first.incarnation
+    assert [second.send_samples(chunk(i), version=0, meta={"i": i}) for i in range(3, 6)] == [0, 1, 2]
+    got = collect(trainer, 3)
+    assert [(m.incarnation, m.seq, m.meta["i"]) for m in got] == [(second.incarnation, s, 3 + s) for s in range(3)]
+    wait_until(lambda: second.unacknowledged() == 0, "the second process's backlog to drain")
+    assert second.stats["acked"] == 3 and trainer.receive(0.5) == []
+    assert run.relay.counters["duplicates"] == 0 and run.relay.counters["chunks_in"] == 6
+
+
+def test_an_older_process_of_a_name_is_refused_and_each_process_hears_only_its_own_acks(make_relay, clients, raw):
+    run = make_relay(peer_timeout_s=30.0)  # raw sockets do not ping
+    old = raw(run.server, "w")
+    old.send(wire.HELLO, incarnation=10, meta={"role": "worker"})
+    old.expect(wire.WELCOME)
+    old.send(wire.SAMPLES, incarnation=10, seq=0, arrays=chunk(0))  # queued: no trainer yet
+    old.sync()
+    new = raw(run.server, "w")  # the process restarted (the old one died without a word)
+    new.send(wire.HELLO, incarnation=20, meta={"role": "worker"})
+    new.expect(wire.WELCOME)
+    new.send(wire.SAMPLES, incarnation=20, seq=0, arrays=chunk(1))  # seq 0 again: another chunk
+    new.sync()
+    assert run.relay.counters["chunks_in"] == 2 and run.relay.counters["duplicates"] == 0
+    # the old incarnation (a second live process with that name, say) may not come back
+    old.send(wire.HELLO, incarnation=10, meta={"role": "worker"})
+    assert "its own --name" in old.expect(wire.REFUSED).meta["reason"]
+    trainer = clients(run.server, "trainer", "t")
+    got = collect(trainer, 2)
+    assert [(m.incarnation, m.seq) for m in got] == [(10, 0), (20, 0)]
+    np.testing.assert_array_equal(got[1].arrays["obs"], chunk(1)["obs"])
+    ack = new.expect(wire.ACK)
+    assert (ack.incarnation, ack.meta["seqs"]) == (20, [0])
+    assert [m for m in new.drain() if m.type == wire.ACK] == []  # the old process's seq 0 is not the new one's
+
+
+def test_a_worker_may_only_send_chunks_under_its_own_name_and_incarnation(make_relay, clients, raw):
+    """The trainer dedups and acknowledges by the header's sender: a worker speaking for another could
+    have that one's chunks dropped as repeats."""
+    run = make_relay(peer_timeout_s=30.0)
+    victim = clients(run.server, "worker", "victim")
+    connected(victim)
+    spoofer = raw(run.server, "spoofer")
+    spoofer.hello("worker")
+    spoofer.send_frames(wire.encode(wire.SAMPLES, sender="victim", incarnation=victim.incarnation, seq=0,
+                                    arrays=chunk(9)))
+    spoofer.send(wire.SAMPLES, incarnation=victim.incarnation, seq=0, arrays=chunk(9))  # not its incarnation
+    spoofer.sync()
+    assert run.relay.counters["rejects"] == 2 and run.relay.counters["chunks_in"] == 0 and not run.relay.queue
+    victim.send_samples(chunk(0), version=0, meta={})
+    trainer = clients(run.server, "trainer", "t")
+    got = collect(trainer, 1)
+    assert (got[0].sender, got[0].seq) == ("victim", 0)
+    np.testing.assert_array_equal(got[0].arrays["obs"], chunk(0)["obs"])
+    wait_until(lambda: victim.unacknowledged() == 0, "the victim's chunk to be acknowledged")
+    assert trainer.receive(0.5) == []
+
+
+def test_a_worker_backlog_larger_than_the_dedup_window_is_refused():
+    with pytest.raises(ConfigError, match=f"net.backlog .* more than the {WINDOW} chunks"):
+        RelayClient("127.0.0.1:1", "worker", backlog=WINDOW, window=64)
+
+
+def test_the_relays_memory_of_delivered_chunks_stays_bounded_after_a_gap():
+    """Seq 1 never reaches the relay (the worker's backlog dropped it); 10,000 acknowledged chunks
+    later the relay must not remember each of them."""
+    relay = Relay(relay_options())
+    try:
+        seen = relay.done.get("w", 7)
+        trainer = Peer(b"t", "trainer", "t", time.monotonic())
+        relay._ack(trainer, wire.Message(wire.ACK, meta={"acks": [["w", 7, 0]]}), [])
+        worst = 0
+        for start in range(2, 10_002, 100):
+            relay._ack(trainer, wire.Message(wire.ACK, meta={"acks": [["w", 7, s] for s in range(start, start + 100)]}),
+                       [])
+            worst = max(worst, len(seen))
+        assert worst <= WINDOW and len(seen) == 0 and seen.floor == 10_002
+    finally:
+        relay.close()
 
 
 # ---------------------------------------------------------------- one trainer, bounded workers
@@ -475,9 +570,11 @@ def test_a_message_not_allowed_for_the_senders_role_is_rejected_and_not_forwarde
 
 
 def _other_protocol() -> bytes:
+    """A ping that says it speaks the previous protocol version (a client of an older release)."""
     frame = wire.encode(wire.PING)[0]
-    assert b"\xa5proto\x01" in frame
-    return frame.replace(b"\xa5proto\x01", b"\xa5proto\x02")
+    ours = b"\xa5proto" + bytes([wire.PROTOCOL])
+    assert ours in frame
+    return frame.replace(ours, b"\xa5proto" + bytes([wire.PROTOCOL - 1]))
 
 
 def _garbage(rng: random.Random) -> list[list[bytes]]:
@@ -511,19 +608,32 @@ def test_garbage_never_takes_the_relay_down(make_relay, clients, raw):
     for i, frames in enumerate(messages):
         senders[i % 3].send_frames(frames)
     wait_until(lambda: run.relay.counters["rejects"] == len(messages), f"{len(messages)} rejects")
-    # a frame over max_message_mb: libzmq drops that connection before the relay sees it
+    # a frame over max_message_mb: libzmq (MAXMSGSIZE) drops the connection before the relay sees it
     big = raw(run.server, "big")
-    big.send_frames([b"\0" * (2 * 2**20)])
+    big.hello("worker")
+    monitor = big.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+    try:
+        big.send_frames([b"\0" * (2 * 2**20)])
+        assert monitor.poll(int(DEADLINE * 1000)), "the relay kept a connection that sent a 2 MiB frame"
+        assert recv_monitor_message(monitor)["event"] == zmq.EVENT_DISCONNECTED
+    finally:
+        big.sock.disable_monitor()
+        monitor.close(linger=0)
+    # ZeroMQ reconnects the socket: a new connection, a stranger to the relay, which still serves it
+    big.send(wire.PING)
+    assert big.expect(wire.REHELLO).meta["session"] == run.relay.session
+    big.hello("worker")
+    assert run.relay.counters["rejects"] == len(messages) and run.relay.counters["chunks_in"] == 0
     # a hello with no role, and a trainer that acknowledges nonsense
     nameless = raw(run.server, "")
     nameless.send(wire.HELLO, meta={"role": "admin"})
     assert "role" in nameless.expect(wire.REFUSED).meta["reason"]
     bad_trainer = raw(run.server, "bad-trainer")
     bad_trainer.hello("trainer")
-    for acks in (5, "x", [["w", "seq"]], [[1, 2]], [["w"]], {"w": 1}, None):
+    for acks in (5, "x", [["w", 0, "seq"]], [[1, 2, 3]], [["w"]], [["w", 0]], [["w", True, 0]], {"w": 1}, None):
         bad_trainer.send(wire.ACK, meta={"acks": acks})
     bad_trainer.send(wire.BYE)
-    wait_until(lambda: run.relay.counters["rejects"] == len(messages) + 7, "the bad acks to be rejected")
+    wait_until(lambda: run.relay.counters["rejects"] == len(messages) + 9, "the bad acks to be rejected")
     wait_until(lambda: run.relay.trainer is None, "the bad trainer's bye")
     for sock in senders:  # the garbage senders are still served
         sock.send(wire.PING)

@@ -15,6 +15,7 @@ from relayrl.errors import RelayRLError
 from relayrl.net import wire
 from relayrl.net.client import RelayClient
 from relayrl.net.compress import ActionBufferCompressor
+from relayrl.net.seen import WINDOW
 from relayrl.net.trainer import RelaySource, crc_of
 from relayrl.testing.relay import running_relay
 
@@ -36,9 +37,9 @@ def source_config(address: str, *sets: str):
                         {"net.server": address})
 
 
-def message(sender: str, seq: int, batch: dict, meta: dict | None = None) -> wire.Message:
-    return wire.decode(wire.encode(wire.SAMPLES, sender=sender, seq=seq, version=0, arrays=batch,
-                                   meta={"env_steps": len(batch["action"]), **(meta or {})}))
+def message(sender: str, seq: int, batch: dict, meta: dict | None = None, incarnation: int = 0) -> wire.Message:
+    return wire.decode(wire.encode(wire.SAMPLES, sender=sender, incarnation=incarnation, seq=seq, version=0,
+                                   arrays=batch, meta={"env_steps": len(batch["action"]), **(meta or {})}))
 
 
 @pytest.fixture
@@ -82,6 +83,42 @@ def test_a_chunk_seen_before_is_acknowledged_but_not_learned_twice(relay):
         batch, steps = source._combine([first])  # a resend after a relay restart
         assert batch == {} and steps == 0
         assert source.counts["duplicates"] == 1
+    finally:
+        source.close()
+
+
+def test_a_restarted_worker_reusing_its_name_is_learned_from_and_its_old_process_forgotten(relay):
+    source = RelaySource(source_config(relay.address), OBS, ACT)
+    try:
+        old = [message("w0", s, transitions(2, s), incarnation=100) for s in range(3)]
+        new = [message("w0", s, transitions(2, 10 + s), incarnation=200) for s in range(3)]  # seqs from 0 again
+        assert source._combine(old)[1] == 6
+        batch, steps = source._combine(new)
+        assert steps == 6
+        np.testing.assert_array_equal(batch["obs"], np.concatenate([m.arrays["obs"] for m in new]))
+        # a repeat of the new process's chunk, and two of a process since replaced (a second live
+        # process under that name: the relay delivers in order, so a restart never gets here)
+        batch, steps = source._combine([new[1], old[2], message("w0", 3, transitions(2), incarnation=100)])
+        assert batch == {} and steps == 0
+        assert (source.counts["duplicates"], source.counts["stale"], source.counts["chunks"]) == (1, 2, 6)
+        stats = source.stats()
+        assert stats["net/stale"] == 2 and stats["net/workers_seen"] == 1
+    finally:
+        source.close()
+
+
+def test_memory_of_seen_chunks_stays_bounded_after_a_gap(relay):
+    """Seq 1 was dropped by the relay's queue (or a worker's backlog): it never comes, and 10,000
+    chunks after it must not be remembered one by one."""
+    source = RelaySource(source_config(relay.address), OBS, ACT)
+    try:
+        one = transitions(1)
+        source._combine([message("w0", 0, one)])
+        worst = 0
+        for start in range(2, 10_002, 500):
+            source._combine([message("w0", s, one) for s in range(start, start + 500)])
+            worst = max(worst, len(source.seen.get("w0", 0)))
+        assert worst <= WINDOW and source.counts["chunks"] == 10_001 and source.counts["duplicates"] == 0
     finally:
         source.close()
 

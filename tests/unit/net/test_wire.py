@@ -15,7 +15,7 @@ from relayrl.net.wire import Message, WireError, decode, encode, weights_from_by
 
 def _header(**fields) -> bytes:
     """A valid SAMPLES header with ``fields`` replaced (a value of ... removes the field)."""
-    header = {"proto": wire.PROTOCOL, "type": wire.SAMPLES, "sender": "w", "seq": 0, "version": 0,
+    header = {"proto": wire.PROTOCOL, "type": wire.SAMPLES, "sender": "w", "incarnation": 0, "seq": 0, "version": 0,
               "arrays": [], "blob": False, "meta": {}}
     header.update(fields)
     return msgpack.packb({k: v for k, v in header.items() if v is not ...}, use_bin_type=True)
@@ -39,9 +39,11 @@ def test_every_allowed_dtype_round_trips_in_every_shape(dtype):
         "cube": (rng.random((2, 3, 4)) * 100).astype(dt),
         "eight_dims": np.ones((1, 2, 1, 2, 1, 2, 1, 2), dt),
     }
-    frames = encode(wire.SAMPLES, sender="w-1", seq=7, version=3, arrays=arrays, meta={"env_steps": 64})
+    frames = encode(wire.SAMPLES, sender="w-1", incarnation=2**63 - 1, seq=7, version=3, arrays=arrays,
+                    meta={"env_steps": 64})
     msg = decode(_bytes(frames))
-    assert (msg.type, msg.sender, msg.seq, msg.version, msg.blob) == (wire.SAMPLES, "w-1", 7, 3, None)
+    assert (msg.type, msg.sender, msg.incarnation, msg.seq, msg.version, msg.blob) == \
+        (wire.SAMPLES, "w-1", 2**63 - 1, 7, 3, None)
     assert msg.meta == {"env_steps": 64}
     assert list(msg.arrays) == list(arrays)
     for name, original in arrays.items():
@@ -89,6 +91,9 @@ def test_encode_refuses_what_the_protocol_does_not_carry():
     for bad in (np.array(["a", "b"]), np.array([object()]), np.zeros(2, np.complex64)):
         with pytest.raises(ValueError, match="does not carry"):
             encode(wire.SAMPLES, arrays={"x": bad})
+    for bad in (-1, 2**63):
+        with pytest.raises(ValueError, match="incarnation"):
+            encode(wire.SAMPLES, incarnation=bad)
 
 
 def test_weights_round_trip_keeps_nested_structure_kinds_and_values():
@@ -139,6 +144,10 @@ ARRAY = np.arange(6, dtype=np.float32).reshape(2, 3).tobytes()
     ([_header(seq="7")], "'seq' must be an integer"),
     ([_header(seq=True)], "'seq' must be an integer"),
     ([_header(version=1.5)], "'version' must be an integer"),
+    ([_header(incarnation=...)], "'incarnation' must be an integer"),  # a version-1 header
+    ([_header(incarnation="1")], "'incarnation' must be an integer"),
+    ([_header(incarnation=-1)], "incarnation -1 is outside"),
+    ([_header(incarnation=2**63)], "is outside"),
     ([_header(arrays=[["x", "<f4", [2, 3]]])], "frames, the header announces 2"),
     ([_header(), b"extra"], "frames, the header announces 1"),
     ([_header(blob=True)], "frames, the header announces 2"),
@@ -171,7 +180,7 @@ def test_malformed_messages_raise_wire_error(frames, match):
 
 
 def test_wrong_protocol_version_names_both_versions_and_the_fix():
-    for other in (0, 2, "1", None):
+    for other in (0, 1, 3, "2", None):
         with pytest.raises(WireError) as info:
             decode([_header(proto=other)])
         text = str(info.value)
@@ -253,7 +262,7 @@ def test_weights_blob_must_be_a_relayrl_safetensors_file():
         weights_from_bytes(good[:-4])  # truncated tensor data
 
 
-_FIELDS = ["proto", "type", "sender", "seq", "version", "arrays", "blob", "meta", "x"]
+_FIELDS = ["proto", "type", "sender", "incarnation", "seq", "version", "arrays", "blob", "meta", "x"]
 _value = st.recursive(st.none() | st.booleans() | st.integers(-2**63, 2**64 - 1) | st.floats() | st.text(max_size=8)
                       | st.binary(max_size=8),
                       lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(_FIELDS), inner,

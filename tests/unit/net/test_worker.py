@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
+import types
 
 import numpy as np
 import pytest
@@ -11,19 +13,45 @@ import torch
 
 from relayrl.algos import get_algo
 from relayrl.config import build_config
+from relayrl.envs.realtime import RealTimeWarning
 from relayrl.envs.registry import make
 from relayrl.errors import CheckpointError, RelayRLError
 from relayrl.net import wire
 from relayrl.net.client import RelayClient
+from relayrl.net.compress import ActionBufferCompressor
+from relayrl.net.trainer import RelaySource
 from relayrl.net.worker import RemoteWorker
 from relayrl.testing.relay import running_relay
 
 FAST = ["net.heartbeat_s=0.1", "net.timeout_s=2", "env.num_envs=1", "sac.steps_per_iteration=8"]
+DRONE = "relayrl.envs.realtime:relayrl/RealTimeDrone-v0"
 
 
-def worker_config(address: str | None, tmp_path, *sets: str):
+def worker_config(address: str | None, tmp_path, *sets: str, env: str = "Pendulum-v1"):
     return build_config("sac", None, [*FAST, f"net.weights_dir={tmp_path / 'weights'}", *sets],
-                        {"env.id": "Pendulum-v1", "net.server": address})
+                        {"env.id": env, "net.server": address})
+
+
+def trainer_source(address: str, *sets: str, env: str = "Pendulum-v1") -> RelaySource:
+    config = build_config("sac", None, ["net.heartbeat_s=0.1", "net.timeout_s=2", *sets],
+                          {"env.id": env, "net.server": address})
+    probe = make(env)
+    try:
+        return RelaySource(config, probe.observation_space, probe.action_space)
+    finally:
+        probe.close()
+
+
+def pull_steps(source: RelaySource, steps: int, timeout: float = 20.0) -> list[dict]:
+    """The batches the trainer takes until it has counted ``steps`` env steps."""
+    batches, got, deadline = [], 0, time.monotonic() + timeout
+    while got < steps and time.monotonic() < deadline:
+        batch, n = source.pull()
+        got += n
+        if batch:
+            batches.append(batch)
+    assert got == steps, f"the trainer counted {got} env steps, expected {steps}"
+    return batches
 
 
 def trainer_weights(*sets: str, seed: int = 1) -> dict:
@@ -196,28 +224,163 @@ def test_truncated_episodes_and_test_episodes(relay, tmp_path):
 
 
 def test_a_real_time_env_reports_its_clock_to_the_trainer(relay, tmp_path):
-    from relayrl.net.trainer import RelaySource
+    worker = RemoteWorker(worker_config(relay.address, tmp_path, env=DRONE))
+    source = trainer_source(relay.address, env=DRONE)
+    act, calls = worker.worker.policy.act, []
 
-    config = build_config("sac", None, [*FAST, f"net.weights_dir={tmp_path / 'weights'}"],
-                          {"env.id": "relayrl.envs.realtime:relayrl/RealTimeDrone-v0", "net.server": relay.address})
-    source_config = build_config("sac", None, ["net.heartbeat_s=0.1", "net.timeout_s=2"],
-                                 {"env.id": "relayrl.envs.realtime:relayrl/RealTimeDrone-v0",
-                                  "net.server": relay.address})
-    worker = RemoteWorker(config)
-    env = make("relayrl.envs.realtime:relayrl/RealTimeDrone-v0")
-    source = RelaySource(source_config, env.observation_space, env.action_space)
-    env.close()
+    def slow_once(*args, **kwargs):  # one action computed far too slowly: the env must count a late step
+        calls.append(1)
+        if len(calls) == 5:
+            time.sleep(0.3)  # 15 time steps of 20 ms
+        return act(*args, **kwargs)
+
+    worker.worker.policy.act = slow_once
+    try:
+        source.reset(0)
+        assert worker.client.wait_connected(5)
+        with pytest.warns(RealTimeWarning):
+            worker.run(max_steps=16, log=None)
+        pull_steps(source, 16)
+        stats = source.stats()
+        assert stats["net/rt_late_steps"] >= 1 and 0 <= stats["net/rt_jitter_max"] < 1.0
+        assert worker.timing()["late_steps"] == stats["net/rt_late_steps"]  # what the worker measured, delivered
+    finally:
+        worker.close(flush_timeout=0)
+        source.close()
+
+
+def test_a_paced_real_time_worker_holds_its_env_with_the_default_action(relay, tmp_path):
+    """While a paced worker waits for weights nothing steps its real-time env, whose device would go on
+    under the policy's last action: the worker calls env.wait(), which applies the default action."""
+    worker = RemoteWorker(worker_config(relay.address, tmp_path, "net.max_steps_per_update=16", "sac.start_training=16",
+                                        "sac.batch_size=16", "net.pace_timeout_s=0.5", env=DRONE))
+    drone = worker.worker.venv.envs[0].unwrapped.interface
+    holds, hold = [], drone.wait
+
+    def wait():
+        before = drone.accel  # the policy's last action, still applied
+        hold()
+        holds.append((before, drone.accel))
+
+    drone.wait = wait
+    try:
+        _run_for(worker, 2.5)
+        assert worker.pace_timeouts >= 1
+        assert 1 <= len(holds) <= worker.pace_timeouts + 1  # once per pause, not once per poll
+        default = float(drone.get_default_action()[0])
+        assert all(after == default for _, after in holds)
+        assert any(before != default for before, _ in holds)  # it was the policy's action before
+    finally:
+        worker.close(flush_timeout=0)
+
+
+def test_a_restarted_worker_process_with_the_same_name_loses_nothing(relay, tmp_path):
+    """`relayrl worker --name robot` run twice: the second process's chunks (seqs from 0 again) all
+    reach the trainer, none taken for repeats of the first's."""
+    source = trainer_source(relay.address)
+    source.reset(0)
+    batches, stop = [], threading.Event()
+
+    def trainer():
+        while not stop.is_set():
+            batch, _ = source.pull()
+            if batch:
+                batches.append(batch)
+
+    thread = threading.Thread(target=trainer, daemon=True)
+    thread.start()
+    try:
+        for _ in range(2):
+            worker = RemoteWorker(worker_config(relay.address, tmp_path), name="robot")
+            try:
+                worker.run(max_steps=24, log=None)
+            finally:
+                worker.close(flush_timeout=20)
+            assert worker.client.unacknowledged() == 0
+        assert wait_for(lambda: sum(len(b["reward"]) for b in batches) >= 48)
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        source.close()
+    assert sum(len(b["reward"]) for b in batches) == 48 and source.env_steps == 48
+    assert source.counts["duplicates"] == 0 and relay.counters["duplicates"] == 0
+
+
+def test_a_worker_side_compressor_round_trips_and_crc_debug_catches_a_wrong_decompressor(relay, tmp_path,
+                                                                                         monkeypatch):
+    probe = make(DRONE)  # its observation ends with its last action, which SAC scales to the bounds
+    codec = ActionBufferCompressor(act_buf_len=1, action_space=probe.action_space)
+    probe.close()
+    originals, wire_fields = [], []
+
+    def compress(batch):
+        originals.append({k: v.copy() for k, v in batch.items()})
+        out = codec.compress(batch)
+        wire_fields.append(sorted(out))
+        return out
+
+    def corrupt(batch):
+        out = codec.decompress(batch)
+        out["next_obs"] = out["next_obs"].copy()
+        out["next_obs"][-1, -1] += 0.5  # one value of one row
+        return out
+
+    hooks = types.ModuleType("relayrl_test_worker_hooks")
+    hooks.compress, hooks.decompress, hooks.corrupt = compress, codec.decompress, corrupt
+    monkeypatch.setitem(sys.modules, hooks.__name__, hooks)
+    worker = RemoteWorker(worker_config(relay.address, tmp_path, f"net.compressor={hooks.__name__}:compress",
+                                        "net.crc_debug=true", env=DRONE))
+    source = trainer_source(relay.address, f"net.decompressor={hooks.__name__}:decompress", "net.crc_debug=true",
+                            env=DRONE)
     try:
         source.reset(0)
         assert worker.client.wait_connected(5)
         worker.run(max_steps=16, log=None)
-        got = 0
-        deadline = time.monotonic() + 10
-        while got < 16 and time.monotonic() < deadline:
-            got += source.pull()[1]
-        stats = source.stats()
-        assert stats["net/rt_late_steps"] >= 0 and 0 <= stats["net/rt_jitter_max"] < 1.0
-        assert worker.timing()["late_steps"] == stats["net/rt_late_steps"]
+        got = pull_steps(source, 16)
+        assert wire_fields and all("next_obs" not in f and "next_obs_head" in f for f in wire_fields)
+        for key in originals[0]:
+            np.testing.assert_array_equal(np.concatenate([b[key] for b in got]),
+                                          np.concatenate([o[key] for o in originals]), err_msg=key)
+        source.close()
+        source = trainer_source(relay.address, f"net.decompressor={hooks.__name__}:corrupt", "net.crc_debug=true",
+                                env=DRONE)
+        source.reset(0)
+        worker.run(max_steps=24, log=None)
+        with pytest.raises(RelayRLError, match=r"crc_debug: chunk \d+ of worker .*'next_obs'"):
+            pull_steps(source, 8)
     finally:
         worker.close(flush_timeout=0)
         source.close()
+
+
+def test_no_packet_is_smaller_than_min_samples_per_worker_packet_until_the_worker_stops(relay, tmp_path):
+    """Chunks of 8 transitions are held until 20 have gathered (an episode's end does not send them);
+    what is left goes when the worker closes."""
+    trainer = RelayClient(relay.address, "trainer", heartbeat_s=0.1, timeout_s=2)
+    worker = RemoteWorker(worker_config(relay.address, tmp_path, "net.min_samples_per_worker_packet=20",
+                                        "env.max_episode_steps=12"))
+    received: list[wire.Message] = []
+
+    def take(count: int) -> bool:
+        msgs = trainer.receive(0.1)
+        trainer.ack(msgs)
+        received.extend(msgs)
+        return len(received) >= count
+
+    try:
+        assert trainer.wait_connected(5) and worker.client.wait_connected(5)
+        worker.run(max_steps=40, log=None)  # 5 collections of 8, and 3 episode ends
+        assert wait_for(lambda: take(1))
+        assert not take(2)  # (waited 0.1 s more)
+        assert [len(m.arrays["reward"]) for m in received] == [24]
+        assert sum(len(m.batch["reward"]) for m in worker._pending) == 16  # held back
+        closing = threading.Thread(target=worker.close, kwargs={"flush_timeout": 20})
+        closing.start()
+        assert wait_for(lambda: take(2))
+        closing.join(timeout=30)
+        assert [len(m.arrays["reward"]) for m in received] == [24, 16]  # the rest, sent as the worker stops
+        assert sum(len(n) for n in [m.meta["lengths"] for m in received]) == 3
+        assert worker.client.unacknowledged() == 0
+    finally:
+        worker.close(flush_timeout=0)
+        trainer.close()
