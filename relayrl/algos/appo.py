@@ -29,7 +29,35 @@ class APPOConfig(PPOConfig):
     """c̄: clip of the trace coefficients (how far back a correction reaches)."""
 
 
+def column_repeats(columns: np.ndarray) -> np.ndarray:
+    """For each rollout column, how many times its env column appeared before it (0: first)."""
+    repeats = np.zeros(len(columns), dtype=np.int64)
+    seen: dict[int, int] = {}
+    for i, column in enumerate(columns.tolist()):
+        repeats[i] = seen.get(column, 0)
+        seen[column] = repeats[i] + 1
+    return repeats
+
+
 class APPO(PPO):
+    def scale_rewards(self, rollout: Batch) -> np.ndarray:
+        """PPO's reward scaling, each env's chunks one after the other. A rollout of chunks that
+        arrived together holds an env column twice when its worker delivered two chunks (in the
+        order it collected them, see runtime/pool.py); taken together, both would start from the
+        same running return and only the last would be kept."""
+        if "column" not in rollout:
+            return super().scale_rewards(rollout)
+        repeats = column_repeats(rollout["column"][0])
+        if not repeats.any():
+            return super().scale_rewards(rollout)
+        shape = rollout["reward"].shape
+        rewards = np.empty(shape, dtype=np.float32)
+        for r in range(int(repeats.max()) + 1):
+            idx = np.flatnonzero(repeats == r)
+            part = {k: v[:, idx] for k, v in rollout.items() if isinstance(v, np.ndarray) and v.shape[:2] == shape}
+            rewards[:, idx] = super().scale_rewards(part)
+        return rewards
+
     @torch.no_grad()
     def targets(self, rollout: Batch, rewards: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         cfg, model = self.cfg, self.policy.model

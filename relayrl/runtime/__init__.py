@@ -63,25 +63,8 @@ def make_relay_source(config: RunConfig) -> Any:
         env.close()
 
 
-def resolve_threads(config: RunConfig) -> RunConfig:
-    """threads=-1: time the algorithm's network size on 1, 2, 4, ... threads and keep the fastest."""
-    if config.threads != -1:
-        return config
-    import sys
-
-    from relayrl.train.threads import pick_threads
-
-    algo_cfg = getattr(config, config.algo)
-    best, timings = pick_threads(list(getattr(algo_cfg, "hidden_sizes", [256, 256])),
-                                 int(getattr(algo_cfg, "batch_size", 256)))
-    shown = ", ".join(f"{k}: {t * 1e3:.2f} ms" for k, t in timings.items())
-    print(f"relayrl: threads=-1 picked {best} torch thread{'s' * (best > 1)} (per update pass: {shown})",
-          file=sys.stderr)
-    return config.model_copy(update={"threads": best})
-
-
 def train(config: RunConfig, **kwargs: Any) -> dict[str, Any]:
-    config = resolve_threads(config)
+    # (threads=-1 is resolved by the loop, which times the algorithm's own update)
     if config.env.id.startswith("bridge:"):  # an external simulator through shared memory
         from relayrl.bridge.agents import make_bridge_envs
 

@@ -9,11 +9,15 @@ counted. Every worker collects exactly the chunk it was asked for, so there is n
 collection to cancel. The chunks are joined along the env axis in worker order.
 
 On-policy, asynchronous (APPO): workers collect continuously; ``pull()`` returns the rollout
-chunks that have arrived, whatever their versions (V-trace corrects for the lag).
+chunks that have arrived, whatever their versions (V-trace corrects for the lag), joined in the
+order they arrived: a worker that finished two chunks while the learner was busy contributes both,
+its earlier chunk first.
 
 On-policy rollouts carry ``column`` ([T, N] ints, constant over T): the global env column
 (``worker_id * num_envs + k``) of each env, so per-env learner state (PPO's running return for
-reward scaling) follows each env whatever order chunks arrive in.
+reward scaling) follows each env whatever order workers deliver in. A column can appear more than
+once in an APPO rollout (consecutive chunks of one env, in collection order); APPO's reward
+scaling takes the repeats one after the other.
 """
 
 from __future__ import annotations
@@ -42,7 +46,8 @@ class WorkerPool:
         self.lengths: list[int] = []
         self.rejected = 0
         self._lags: list[int] = []
-        self._per_worker = np.zeros(backend.num_workers, dtype=np.int64)
+        self._per_worker = np.zeros(backend.num_workers, dtype=np.int64)  # since the last stats()
+        self.worker_steps = np.zeros(backend.num_workers, dtype=np.int64)  # over the run
         self._broadcast_s = 0.0
         self._since = time.monotonic()
 
@@ -66,6 +71,7 @@ class WorkerPool:
         self.lengths.extend(msg.episode_lengths)
         self._lags.append(self.version - msg.version)
         self._per_worker[msg.worker_id] += msg.env_steps
+        self.worker_steps[msg.worker_id] += msg.env_steps
 
     def _fresh(self, msgs: list[InsertTransitions]) -> tuple[list[InsertTransitions], int]:
         """Accept every chunk; return those within ``max_lag`` and the env steps of all of them."""
@@ -118,7 +124,8 @@ class OffPolicyPool(WorkerPool):
 
 
 def _join_rollouts(msgs: list[InsertTransitions]) -> Batch:
-    """[T, n_k] chunks joined along the env axis, each tagged with its global env columns."""
+    """[T, n_k] chunks joined along the env axis in the order given (one worker's chunks arrive in
+    the order it collected them), each tagged with its global env columns."""
     parts = []
     for msg in msgs:
         steps, width = msg.batch["reward"].shape[:2]

@@ -6,9 +6,10 @@ names, shapes and dtypes, so a worker knows the layout from its own policy.
 
 ``WeightBoard`` is the WorkerProxy's fan-out on one machine: one shared-memory copy of the latest
 weights that every local worker reads, so a broadcast is one write per node whatever the number
-of workers. Writers and readers never block each other: a sequence counter is odd while a write is
-in progress, and a reader whose copy overlapped a write (counter odd or changed) retries. (x86
-keeps stores in order and loads in order, which this relies on; numpy gives no fences.)
+of workers; its version never goes down (a write older than what it holds is ignored). Writers and
+readers never block each other: a sequence counter is odd while a write is in progress, and a
+reader whose copy overlapped a write (counter odd or changed) retries. (x86 keeps stores in order
+and loads in order, which this relies on; numpy gives no fences.)
 """
 
 from __future__ import annotations
@@ -99,13 +100,18 @@ class WeightBoard:
     def version(self) -> int:
         return int(self.header[1])
 
-    def write(self, weights: Flat, version: int, env_steps: int) -> None:
+    def write(self, weights: Flat, version: int, env_steps: int) -> bool:
+        """Publish ``weights`` unless the board already holds a newer version (publishes that reach
+        a node out of order, e.g. two concurrent calls on a Ray node proxy): False when ignored."""
         header = self.header
+        if version < int(header[1]):
+            return False
         header[0] += 1  # odd: writing
         for key, value in weights.items():
             self.arrays[key][...] = value
         header[1], header[2] = version, env_steps
         header[0] += 1  # even: consistent
+        return True
 
     def read(self, timeout: float = 5.0) -> tuple[Flat, int, int]:
         """A consistent copy: (weights, version, env_steps)."""

@@ -12,6 +12,7 @@ from relayrl.config import build_config  # noqa: E402
 from relayrl.io.metrics import read_metrics  # noqa: E402
 from relayrl.runtime import make_pool  # noqa: E402
 from relayrl.train.loop import train as train_local  # noqa: E402
+from runtime_checks import SameWeights  # noqa: E402  (same folder)
 
 pytestmark = pytest.mark.ray
 PPO = ["backend=ray", "workers=2", "env.num_envs=4", "eval.freq=4096", "eval.episodes=5", "eval.num_envs=5"]
@@ -43,14 +44,17 @@ def _run(config, tmp_path, on_iteration=None):
     return summary, pool.backend, info
 
 
-def test_ppo_on_two_ray_nodes_solves_cartpole_with_one_proxy_per_node(cluster, tmp_path):
+def test_ppo_on_two_ray_nodes_solves_cartpole_with_one_proxy_per_node(cluster, tmp_path, monkeypatch):
     config = build_config("ppo", None, PPO, {"total_steps": 100_000, "seed": 0})
+    check = SameWeights(config)
+    check.install(monkeypatch)
     summary, backend, info = _run(config, tmp_path)
     assert summary["solved"] and summary["backend"] == "ray", summary
     assert len({p["node"] for p in info}) == 2  # a proxy on each node
     assert sorted(w for p in info for w in p["worker_pids"]) == [0, 1]  # hosting one worker each
-    rows = [r for r in read_metrics(tmp_path / "run") if "runtime/lag_max" in r]
-    assert rows and all(r["runtime/lag_max"] == 0 and r["runtime/rejected"] == 0 for r in rows)
+    check.assert_synchronous(columns=2 * 4)  # synchronous: every rollout from the weights just published
+    rows = [r for r in read_metrics(tmp_path / "run") if "runtime/rejected" in r]
+    assert rows and all(r["runtime/rejected"] == 0 for r in rows)  # and no chunk of another version came
 
 
 def test_weights_cross_to_each_node_once_per_version(cluster, tmp_path, monkeypatch):
@@ -85,17 +89,25 @@ def test_a_killed_worker_process_is_restarted_by_its_node_proxy(cluster, tmp_pat
 
 
 def test_a_killed_node_proxy_is_replaced_and_the_run_still_solves(cluster, tmp_path):
+    """A worker of proxy 1 is killed (its proxy restarts it), then proxy 1 itself: the replacement
+    counts its restarts from 0, and runtime/restarts must still never go down."""
     config = build_config("ppo", None, PPO, {"total_steps": 100_000, "seed": 3})
     killed = []
 
-    def kill_proxy(ctx, backend):
+    def kill_worker_then_proxy(ctx, backend):
         if ctx.iteration == 3 and not killed:
+            os.kill(next(iter(backend.info()[1]["worker_pids"].values())), signal.SIGKILL)
+            killed.append("worker")
+        elif killed == ["worker"] and backend.restarts >= 1:  # the proxy has reported the restart
             ray.kill(backend.proxy(1))
-            killed.append(1)
+            killed.append("proxy")
 
-    summary, backend, info = _run(config, tmp_path, kill_proxy)
-    assert killed and summary["solved"], summary
+    summary, backend, info = _run(config, tmp_path, kill_worker_then_proxy)
+    assert killed == ["worker", "proxy"] and summary["solved"], (killed, summary)
     assert any("node proxy 1" in f for f in backend.failures) and len(info) == 2
+    assert any("exit code" in f for f in backend.failures)
+    restarts = [r["runtime/restarts"] for r in read_metrics(tmp_path / "run") if "runtime/restarts" in r]
+    assert restarts[-1] >= 2 and restarts == sorted(restarts)  # worker and proxy, never going down
 
 
 def test_a_hung_worker_is_replaced_by_its_node_proxy(cluster, tmp_path):

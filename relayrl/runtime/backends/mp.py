@@ -4,7 +4,8 @@ Weights go through one shared-memory ``WeightBoard`` per machine (one write per 
 many workers); chunks come back through one bounded ``multiprocessing.Queue`` (workers block when
 the learner falls behind: backpressure, nothing dropped); commands (collect, stop) go down a pipe
 per worker. The queue pickles, which is acceptable only because both ends are processes of this
-run on this machine; nothing here listens on a network.
+run on this machine; nothing here listens on a network. Workers fork from a fork server that has
+already imported what they need (``_forkserver.py``), so they start in milliseconds, not seconds.
 
 A worker that dies (killed, crashed, or raised) or hangs (no progress for ``worker_timeout``
 seconds while it owes a chunk: it stamps a shared clock when it starts a chunk and while it waits
@@ -54,9 +55,11 @@ def _worker_main(worker_id: int, beat_index: int, config_data: dict, seed: int, 
     try:
         config = config_model(config_data["algo"]).model_validate(config_data)
         worker = RolloutWorker(worker_id, config, seed)
-        version = -1
+        version, kept = -1, None
         while True:
-            if on_request or board.version < 0:
+            if kept is not None:  # a command that came while the last chunk waited for room
+                command, kept = kept, None
+            elif on_request or board.version < 0:
                 command = conn.recv() if on_request else (conn.recv() if conn.poll(0.05) else ("wait",))
             else:
                 command = conn.recv() if conn.poll() else ("go",)
@@ -77,9 +80,9 @@ def _worker_main(worker_id: int, beat_index: int, config_data: dict, seed: int, 
                     break
                 except queue.Full:
                     beat[0] = time.monotonic()  # alive, waiting for the learner
-                    if conn.poll():
-                        command = conn.recv()
-                        if command[0] == "stop":
+                    while conn.poll():  # stop now; keep anything else for the next loop (the newest wins)
+                        kept = conn.recv()
+                        if kept[0] == "stop":
                             return
     except (EOFError, OSError, KeyboardInterrupt):
         pass
@@ -123,7 +126,9 @@ class MpBackend:
         self._beats: SharedArrays | None = None
         self._ctx = mp.get_context(start_method)
         if start_method == "forkserver":
-            self._ctx.set_forkserver_preload(["relayrl.runtime.backends.mp"])
+            # what every worker imports, imported once in the fork server (see _forkserver.py)
+            self._ctx.set_forkserver_preload(["relayrl.runtime.backends.mp",
+                                              "relayrl.runtime.backends._forkserver"])
         self._queue: Any = self._ctx.Queue(maxsize=queue_size or 4 * num_workers)
         self._procs: list[_Proc] = []
         self._board: WeightBoard | None = None

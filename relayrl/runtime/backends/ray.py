@@ -98,14 +98,17 @@ class RayBackend:
         self._pending: int | None = None  # on-policy: the version requested
         self._seed = 0
         self._proxy_restarts = 0
-        self._worker_restarts: list[int] = []
+        self._worker_restarts: list[int] = []  # as the current proxy of each node last reported
+        self._retired_restarts = 0  # worker restarts reported by proxies since replaced
         self._depths: list[int] = []
         self.failures: list[str] = []
 
     # ---- counters the pool reads
     @property
     def restarts(self) -> int:
-        return self._proxy_restarts + sum(self._worker_restarts)
+        """Proxy replacements plus worker restarts, never decreasing: a replacement proxy counts its
+        own restarts from 0, so what its predecessor reported is kept."""
+        return self._proxy_restarts + self._retired_restarts + sum(self._worker_restarts)
 
     def queue_depth(self) -> int:
         return sum(self._depths)
@@ -203,6 +206,8 @@ class RayBackend:
             pass
         time.sleep(min(2.0, 0.05 * 2 ** min(self._proxy_restarts, 6)))
         self._proxy_restarts += 1
+        self._retired_restarts += self._worker_restarts[k]
+        self._worker_restarts[k], self._depths[k] = 0, 0
         proxy = self._spawn(k, restart=self._proxy_restarts)
         self._proxies[k] = proxy
         ref, kinds, version, env_steps = self._weights

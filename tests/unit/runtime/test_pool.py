@@ -72,3 +72,51 @@ def test_chunks_beyond_max_lag_are_dropped_but_their_steps_count():
     off.publish({"w": np.zeros(1)}, 3)
     assert off.pull() == ({}, 3) and off.rejected == 1
     assert off.stats()["runtime/queue_depth"] == 0.0
+
+
+class BurstBackend(ScriptedBackend):
+    """Delivers each prepared burst in one receive, like a worker that finished two chunks while
+    the learner was busy."""
+
+    def receive(self, timeout=0.0):
+        return list(self.script.pop(0)) if self.script else []
+
+
+def segment(worker, seq, version, steps=3, reward=1.0):
+    batch = {"reward": np.full((steps, 1), reward, np.float32), "seq": np.full((steps, 1), seq),
+             "terminated": np.zeros((steps, 1), bool), "truncated": np.zeros((steps, 1), bool)}
+    return InsertTransitions(worker, seq, version, batch, steps)
+
+
+def test_async_pool_joins_one_workers_chunks_in_the_order_they_came():
+    backend = BurstBackend([[segment(0, 0, 1), segment(0, 1, 1), segment(1, 0, 1), segment(0, 2, 1)]])
+    pool = AsyncOnPolicyPool(backend, "test")
+    pool.publish({"w": np.zeros(1)}, 2)
+    rollout, steps = pool.pull()
+    assert rollout["column"][0].tolist() == [0, 0, 1, 0] and rollout["seq"][0].tolist() == [0, 1, 0, 2]
+    assert steps == 12 and pool.worker_steps.tolist() == [9, 3]
+
+
+def test_appo_reward_scaling_follows_an_env_through_two_chunks_delivered_together():
+    """PPO's running return (reward normalisation) must continue from chunk 0 into chunk 1 of the
+    same env, as if the learner had seen them one at a time."""
+    import gymnasium as gym
+
+    from relayrl.algos import get_algo
+
+    def algo():
+        cfg = get_algo("appo").config_cls(gamma=0.5)
+        return get_algo("appo").algo_cls(cfg, gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(2), 2)
+
+    one_at_a_time, scaled = algo(), []
+    for seq in (0, 1):
+        pool = AsyncOnPolicyPool(BurstBackend([[segment(0, seq, 0, reward=seq + 1.0)]]), "test")
+        scaled.append(one_at_a_time.scale_rewards(pool.pull()[0]))
+    together = algo()
+    pool = AsyncOnPolicyPool(BurstBackend([[segment(0, 0, 0, reward=1.0), segment(0, 1, 0, reward=2.0)]]), "test")
+    rollout, _ = pool.pull()
+    assert rollout["column"][0].tolist() == [0, 0]  # one env's two chunks side by side
+    np.testing.assert_array_equal(together.scale_rewards(rollout), np.concatenate(scaled, axis=1))
+    expected = sum(0.5 ** t for t in range(6)) + sum(0.5 ** t for t in range(3))  # 3 steps of 1, 3 of 2
+    assert one_at_a_time._ret[0] == together._ret[0] == expected
+    assert together._ret[1] == 0.0  # worker 1's column untouched

@@ -74,3 +74,17 @@ def test_a_board_left_mid_write_times_out_with_a_clear_error():
             board.read(timeout=0.05)
     finally:
         board.close()
+
+
+def test_a_publish_older_than_the_board_is_ignored():
+    """Two publishes can reach a node out of order (a Ray node proxy runs two calls at once): the
+    board keeps the newer version and its weights."""
+    board = WeightBoard.create(flatten(_weights(0.0))[0])
+    try:
+        assert board.write(flatten(_weights(2.0))[0], 2, env_steps=20)
+        assert not board.write(flatten(_weights(1.0))[0], 1, env_steps=10)
+        arrays, version, steps = board.read()
+        assert (version, steps) == (2, 20) and np.all(arrays["model/fc.weight"] == 2.0)
+        assert board.write(flatten(_weights(3.0))[0], 3, env_steps=30) and board.version == 3
+    finally:
+        board.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from relayrl.train.learner import POSITIONS, HookContext, Learner
@@ -167,3 +168,47 @@ def test_hook_can_request_stop_through_context():
     assert learner.ctx.stop_reason is None
     learner.train(None)
     assert learner.ctx.stop_reason == "stop_value"
+
+
+class TrickleSource:
+    """An external sample source (e.g. remote workers) that delivers few env steps per pull, some
+    pulls none at all."""
+
+    def __init__(self, pattern):
+        self.pattern, self.pulls = pattern, 0
+
+    def reset(self, seed):
+        pass
+
+    def pull(self):
+        n = self.pattern[self.pulls % len(self.pattern)]
+        self.pulls += 1
+        return ({"obs": np.full((n, 2), float(self.pulls), np.float32)} if n else {}), n
+
+    def pop_episodes(self):
+        return [], []
+
+
+@pytest.mark.parametrize("cap", [None, 0.5])
+def test_max_training_steps_per_env_step_keeps_the_learner_behind_collection(cap):
+    """Like the loop: gather (updates due, env steps), then learn; with a cap, updates never exceed
+    cap x env steps delivered, even though updates_per_step asks for 4 per step."""
+    from relayrl.train.offpolicy import OffPolicySource, ReplayLoopConfig
+
+    cfg = ReplayLoopConfig(buffer_size=1000, batch_size=4, start_training=8, updates_per_step=4.0,
+                           max_training_steps_per_env_step=cap)
+    source = OffPolicySource(FakeAlgo(), None, cfg, seed=0, total_steps=10_000,
+                             samples=TrickleSource([3, 0, 1, 0, 0, 2]))
+    learner = Learner(source.learning)
+    for _ in range(60):
+        due, steps = source.gather(learner.ctx.env_steps, learner.ctx.updates)
+        learner.ctx.env_steps += steps
+        learner.train(due)
+        if cap is not None:
+            assert learner.ctx.updates <= cap * learner.ctx.env_steps
+    env_steps, updates = learner.ctx.env_steps, learner.ctx.updates
+    assert env_steps == 60
+    if cap is None:  # the schedule alone: 4 updates per step once the buffer held start_training
+        assert updates == 4 * (env_steps - 8)
+    else:  # the cap binds: the learner paused, and caught up to the cap with each delivery
+        assert updates == int(cap * env_steps)

@@ -7,8 +7,7 @@ import os
 import torch
 
 from relayrl.config import build_config
-from relayrl.runtime import resolve_threads
-from relayrl.train.threads import pick_threads
+from relayrl.train.threads import pick_threads, resolve_threads
 
 
 def test_pick_threads_times_each_count_and_restores_torch():
@@ -22,7 +21,7 @@ def test_pick_threads_times_each_count_and_restores_torch():
 
 def test_threads_minus_one_resolves_to_a_count_and_others_stay(capsys):
     config = build_config("ppo", None, ["threads=-1", "ppo.hidden_sizes=[16]"])
-    resolved = resolve_threads(config)
+    resolved = resolve_threads(config, object())  # an algorithm without timing_step: an MLP of its size
     assert resolved.threads >= 1 and "threads=-1 picked" in capsys.readouterr().err
     same = build_config("ppo", None, ["threads=2"])
-    assert resolve_threads(same) is same
+    assert resolve_threads(same, object()) is same

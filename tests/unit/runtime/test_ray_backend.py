@@ -1,0 +1,79 @@
+"""RayBackend's bookkeeping against a stand-in for Ray (no cluster): the real Ray backend runs in
+tests/integration/test_runtime_ray.py."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ray")
+
+from relayrl.config import build_config  # noqa: E402
+from relayrl.runtime.backends import ray as ray_backend  # noqa: E402
+from relayrl.runtime.backends.ray import RayBackend  # noqa: E402
+from relayrl.runtime.messages import LoadParams  # noqa: E402
+
+
+class ActorDied(Exception):
+    pass
+
+
+class _Ref:
+    def __init__(self, result):
+        self.result = result  # None: not ready yet
+
+
+class _Method:
+    def __init__(self, fn):
+        self.remote = fn
+
+
+class FakeProxy:
+    """A node proxy whose long-poll replies are scripted: (chunks, restarts, failures, depth), or
+    an exception for a proxy that died."""
+
+    def __init__(self, replies):
+        self.replies, self.calls = list(replies), []
+        self.publish = _Method(lambda *args: self.calls.append(("publish", args)))
+        self.request = _Method(lambda *args: self.calls.append(("request", args)))
+        self.receive = _Method(lambda: _Ref(self.replies.pop(0) if self.replies else None))
+
+
+def _get(ref):
+    if isinstance(ref.result, Exception):
+        raise ref.result
+    return ref.result
+
+
+@pytest.fixture
+def fake_ray(monkeypatch):
+    fake = SimpleNamespace(
+        is_initialized=lambda: True, remote=lambda **options: (lambda cls: cls),
+        nodes=lambda: [{"NodeID": "node-a", "Alive": True}, {"NodeID": "node-b", "Alive": True}],
+        put=lambda value: _Ref(value), get=_get, kill=lambda actor: None,
+        wait=lambda refs, num_returns, timeout: ([r for r in refs if r.result is not None][:num_returns],
+                                                 [r for r in refs if r.result is None]),
+        exceptions=SimpleNamespace(RayActorError=ActorDied, RayTaskError=type("TaskError", (Exception,), {})))
+    monkeypatch.setattr(ray_backend, "ray", fake)
+    return fake
+
+
+def test_worker_restarts_stay_counted_when_their_node_proxy_is_replaced(fake_ray, monkeypatch):
+    scripts = [[([], 2, ["worker 1: exit code -9"], 0), ActorDied("proxy 0 died")],  # proxy 0: 2 restarts, dies
+               [([], 0, [], 0)] * 4,  # proxy 1
+               [([], 0, [], 0), ([], 1, ["worker 0: exit code -9"], 0)]]  # proxy 0's replacement
+    spawned = []
+    monkeypatch.setattr(RayBackend, "_spawn", lambda self, k, restart=0: spawned.append(k) or
+                        FakeProxy(scripts[len(spawned) - 1]))
+    config = build_config("ppo", None, ["backend=ray", "workers=2", "env.num_envs=1"])
+    backend = RayBackend(config, 2)
+    backend.publish(LoadParams(0, {"w": np.zeros(1)}), env_steps=0)
+    seen = []
+    for _ in range(4):
+        backend.receive(timeout=0.0)
+        seen.append(backend.restarts)
+    assert spawned == [0, 1, 0] and backend._proxy_restarts == 1
+    # 2 worker restarts; proxy 0 replaced (+1); its replacement reports 0, then 1 restart of its own
+    assert seen == [2, 3, 3, 4]
+    assert backend.failures[:2] == ["worker 1: exit code -9", "node proxy 0 (node-a): proxy 0 died"]
+    assert ("publish", (0, backend._weights[0], {"w": "array"}, 0)) in backend._proxies[0].calls
