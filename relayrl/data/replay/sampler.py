@@ -62,9 +62,6 @@ class UniformSampler:
             rows = _stratified(self.tree, n, rng)[0]
         return rows, np.ones(n, dtype=np.float32)
 
-    def update(self, rows: np.ndarray, priorities: np.ndarray) -> None:
-        pass
-
     def update_items(self, index: np.ndarray, priority: np.ndarray, generation: np.ndarray,
                      live: np.ndarray | None) -> int:
         """Uniform sampling ignores priorities; returns how many items are still held."""
@@ -123,15 +120,6 @@ class PrioritizedSampler:
             raise ValueError("priorities must be finite")
         self.max_priority = max(self.max_priority, largest)
         return applied
-
-    def update(self, rows: np.ndarray, priorities: np.ndarray) -> None:
-        priorities = np.abs(np.asarray(priorities, dtype=np.float64)) + self.eps
-        if not np.all(np.isfinite(priorities)):
-            raise ValueError("priorities must be finite")
-        self.max_priority = max(self.max_priority, float(priorities.max(initial=0.0)))
-        p = priorities ** self.alpha
-        self.sum.update(rows, p)
-        self.min.update(rows, p)
 
     def state_dict(self) -> dict[str, Any]:
         return {"priorities": self.sum.leaves().copy(), "max_priority": self.max_priority, "calls": self.calls,
