@@ -148,17 +148,14 @@ class RelayClient:
             self._inbox.clear()
         return out
 
-    def ack(self, chunks: list[wire.Message] | list[tuple[str, int, int]]) -> None:
-        """Trainer: acknowledge chunks, given as the received messages or as (sender, incarnation, seq)."""
+    def ack(self, chunks: list[wire.Message]) -> None:
+        """Trainer: acknowledge received chunks (the messages ``receive`` returned)."""
         items = []
         for chunk in chunks:
-            if isinstance(chunk, wire.Message):
-                items.append([chunk.sender, chunk.incarnation, chunk.seq])
-            elif isinstance(chunk, tuple) and len(chunk) == 3:
-                items.append([str(chunk[0]), int(chunk[1]), int(chunk[2])])
-            else:
-                raise TypeError(f"ack takes the received messages or (sender, incarnation, seq) tuples, got "
-                                f"{chunk!r}: pass the messages themselves, client.ack(msgs)")
+            if not isinstance(chunk, wire.Message):  # e.g. protocol 1's (sender, seq) pairs
+                raise TypeError(f"ack takes the received messages, got {chunk!r}: pass them as they came, "
+                                "client.ack(msgs)")
+            items.append([chunk.sender, chunk.incarnation, chunk.seq])
         with self._lock:
             self._acks.extend(items)
         self._wake()
