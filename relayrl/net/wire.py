@@ -24,6 +24,7 @@ import msgpack
 import numpy as np
 
 PROTOCOL = 2  # 2: the header's "incarnation" (docs/wire-protocol.md, "Changes")
+REVISION = 1  # 2.1: refusals on acks, stricter header checks; peers of 2.0 and 2.1 work together
 MAX_MESSAGE_BYTES = 64 * 2**20  # default cap on one message (all frames); the relay's --max-message-mb
 
 # Message types (the header's "type").
@@ -39,10 +40,22 @@ DTYPES = {np.dtype(t).str: np.dtype(t) for t in
 MAX_DIMS = 8
 MAX_ARRAYS = 64
 MAX_HEADER_BYTES = 64 * 1024
+HEADER_KEYS = ("proto", "type", "sender", "incarnation", "seq", "version", "arrays", "blob", "meta")
+INT64 = 2**63
+# a refusal on an ack: [seq, cause, detail] (relay -> worker), [worker, incarnation, seq, cause, detail]
+# (trainer -> relay); the cause is a short name, the detail a sentence naming the problem and the fix
+MAX_CAUSE = 32
+MAX_DETAIL = 600
 
 
 class WireError(ValueError):
-    """A message that does not follow the protocol; the text says what is wrong with it."""
+    """A message that does not follow the protocol; the text says what is wrong with it, ``cause``
+    names the kind of problem in a word (counted per cause by the relay): ``proto`` (another protocol
+    version), ``header``, ``arrays`` (descriptors or their frames), ``size``."""
+
+    def __init__(self, message: str, cause: str = "header"):
+        super().__init__(message)
+        self.cause = cause
 
 
 @dataclass(frozen=True)
@@ -63,8 +76,10 @@ def encode(type: str, *, sender: str = "", incarnation: int = 0, seq: int = 0, v
     """The frames of one message. Array frames are zero-copy views of C-contiguous arrays."""
     if type not in TYPES:
         raise ValueError(f"unknown message type {type!r}")
-    if not 0 <= incarnation < 2**63:
+    if not 0 <= incarnation < INT64:
         raise ValueError(f"incarnation must be in [0, 2**63), got {incarnation}")
+    if not 0 <= seq < INT64 or not -1 <= version < INT64:
+        raise ValueError(f"seq must be in [0, 2**63) and version in [-1, 2**63), got {seq} and {version}")
     descriptors, frames = [], []
     for name, value in (arrays or {}).items():
         array = np.asarray(value, order="C")  # (np.ascontiguousarray would turn a 0-d array into shape (1,))
@@ -85,11 +100,26 @@ def encode(type: str, *, sender: str = "", incarnation: int = 0, seq: int = 0, v
     return out
 
 
-def _int(header: dict, key: str) -> int:
+def _int(header: dict, key: str, low: int) -> int:
+    """An integer header field in [low, 2**63) (msgpack carries up to 2**64 - 1: not an int64)."""
     value = header.get(key)
     if not isinstance(value, int) or isinstance(value, bool):
         raise WireError(f"header field {key!r} must be an integer, got {type(value).__name__}")
+    if not low <= value < INT64:
+        raise WireError(f"{key} {value} is outside [{low}, 2**63)")
     return value
+
+
+def env_steps_problem(meta: dict) -> str | None:
+    """What is wrong with a samples chunk's ``meta.env_steps`` (None: an integer in [0, 2**63))."""
+    if "env_steps" not in meta:
+        return "it has no meta.env_steps (the env steps the chunk's transitions took)"
+    value = meta["env_steps"]
+    if not isinstance(value, int) or isinstance(value, bool):
+        return f"its meta.env_steps is {value!r} ({type(value).__name__}), not an integer"
+    if not 0 <= value < INT64:
+        return f"its meta.env_steps is {value}, outside [0, 2**63)"
+    return None
 
 
 def decode(frames: list, max_bytes: int = MAX_MESSAGE_BYTES) -> Message:
@@ -100,9 +130,9 @@ def decode(frames: list, max_bytes: int = MAX_MESSAGE_BYTES) -> Message:
     buffers = [memoryview(f.buffer if hasattr(f, "buffer") else f).toreadonly() for f in frames]
     total = sum(b.nbytes for b in buffers)
     if total > max_bytes:
-        raise WireError(f"message of {total} bytes exceeds the limit of {max_bytes}")
+        raise WireError(f"message of {total} bytes exceeds the limit of {max_bytes}", "size")
     if buffers[0].nbytes > MAX_HEADER_BYTES:
-        raise WireError(f"header of {buffers[0].nbytes} bytes exceeds {MAX_HEADER_BYTES}")
+        raise WireError(f"header of {buffers[0].nbytes} bytes exceeds {MAX_HEADER_BYTES}", "size")
     try:
         header = msgpack.unpackb(buffers[0], raw=False, strict_map_key=True)
     except Exception as exc:  # msgpack raises several types for garbage; all mean the same here
@@ -110,47 +140,53 @@ def decode(frames: list, max_bytes: int = MAX_MESSAGE_BYTES) -> Message:
     if not isinstance(header, dict):
         raise WireError("header is not a map")
     proto = header.get("proto")
-    if proto != PROTOCOL:
+    if type(proto) is not int or proto != PROTOCOL:  # (2.0 == 2 in Python: the type is checked too)
         raise WireError(f"protocol version {proto!r}, this side speaks {PROTOCOL}: "
-                        "run the same relayrl release on the relay, the trainer and the workers")
+                        "run the same relayrl release on the relay, the trainer and the workers", "proto")
+    missing = [key for key in HEADER_KEYS if key not in header]
+    if missing:
+        raise WireError(f"header lacks {', '.join(missing)}: every message carries all of "
+                        f"{', '.join(HEADER_KEYS)}")
     kind = header.get("type")
     if not isinstance(kind, str) or kind not in TYPES:  # (an unhashable list or map would raise TypeError)
         raise WireError(f"unknown message type {kind!r}")
-    sender, meta, descriptors = header.get("sender", ""), header.get("meta", {}), header.get("arrays", [])
+    sender, meta, descriptors = header["sender"], header["meta"], header["arrays"]
     if not isinstance(sender, str) or len(sender) > 256:
         raise WireError("sender must be a string of at most 256 characters")
     if not isinstance(meta, dict):
         raise WireError("meta must be a map")
     if not isinstance(descriptors, list) or len(descriptors) > MAX_ARRAYS:
-        raise WireError(f"arrays must be a list of at most {MAX_ARRAYS} descriptors")
-    has_blob = header.get("blob", False) is True
+        raise WireError(f"arrays must be a list of at most {MAX_ARRAYS} descriptors", "arrays")
+    has_blob = header["blob"]
+    if not isinstance(has_blob, bool):
+        raise WireError(f"blob must be true or false, got {type(has_blob).__name__}")
     if len(buffers) != 1 + len(descriptors) + has_blob:
-        raise WireError(f"{len(buffers)} frames, the header announces {1 + len(descriptors) + has_blob}")
+        raise WireError(f"{len(buffers)} frames, the header announces {1 + len(descriptors) + has_blob}", "arrays")
     arrays = {}
     for i, descriptor in enumerate(descriptors):
         arrays.update([_array(descriptor, buffers[1 + i])])
     blob = buffers[-1].toreadonly() if has_blob else None  # a view: the relay forwards weights uncopied
-    incarnation = _int(header, "incarnation")
-    if not 0 <= incarnation < 2**63:  # (an int64 for a client in any language)
-        raise WireError(f"incarnation {incarnation} is outside [0, 2**63)")
-    return Message(kind, sender, _int(header, "seq"), _int(header, "version"), arrays, meta, blob, incarnation)
+    incarnation = _int(header, "incarnation", 0)  # (int64s, for a client in any language)
+    return Message(kind, sender, _int(header, "seq", 0), _int(header, "version", -1), arrays, meta, blob, incarnation)
 
 
 def _array(descriptor: Any, buffer: memoryview) -> tuple[str, np.ndarray]:
     if not (isinstance(descriptor, list) and len(descriptor) == 3):
-        raise WireError("an array descriptor must be [name, dtype, shape]")
+        raise WireError("an array descriptor must be [name, dtype, shape]", "arrays")
     name, dtype_str, shape = descriptor
     if not isinstance(name, str) or not name:
-        raise WireError("array name must be a non-empty string")
+        raise WireError("array name must be a non-empty string", "arrays")
     dtype = DTYPES.get(dtype_str) if isinstance(dtype_str, str) else None
     if dtype is None:
-        raise WireError(f"array {name!r}: dtype {dtype_str!r} is not one the protocol carries")
+        raise WireError(f"array {name!r}: dtype {dtype_str!r} is not one the protocol carries", "arrays")
     if (not isinstance(shape, list) or len(shape) > MAX_DIMS
             or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**40 for d in shape)):
-        raise WireError(f"array {name!r}: shape must be a list of at most {MAX_DIMS} non-negative integers")
+        raise WireError(f"array {name!r}: shape must be a list of at most {MAX_DIMS} non-negative integers",
+                        "arrays")
     expected = math.prod(shape) * dtype.itemsize  # Python ints: np.prod in int64 wraps around to a small number
     if buffer.nbytes != expected:
-        raise WireError(f"array {name!r}: frame has {buffer.nbytes} bytes, {dtype_str}{shape} needs {expected}")
+        raise WireError(f"array {name!r}: frame has {buffer.nbytes} bytes, {dtype_str}{shape} needs {expected}",
+                        "arrays")
     return name, np.frombuffer(buffer, dtype=dtype).reshape(shape)
 
 

@@ -144,10 +144,20 @@ ARRAY = np.arange(6, dtype=np.float32).reshape(2, 3).tobytes()
     ([_header(seq="7")], "'seq' must be an integer"),
     ([_header(seq=True)], "'seq' must be an integer"),
     ([_header(version=1.5)], "'version' must be an integer"),
-    ([_header(incarnation=...)], "'incarnation' must be an integer"),  # a version-1 header
+    ([_header(incarnation=...)], "header lacks incarnation"),  # a version-1 header
     ([_header(incarnation="1")], "'incarnation' must be an integer"),
     ([_header(incarnation=-1)], "incarnation -1 is outside"),
     ([_header(incarnation=2**63)], "is outside"),
+    # protocol 2.1: what 2.0 already ruled out, no longer taken
+    ([_header(seq=2**63)], r"seq 9223372036854775808 is outside \[0, 2\*\*63\)"),
+    ([_header(seq=2**64 - 1)], "seq 18446744073709551615 is outside"),  # msgpack's largest integer
+    ([_header(seq=-1)], "seq -1 is outside"),
+    ([_header(version=-2)], r"version -2 is outside \[-1, 2\*\*63\)"),
+    ([_header(version=2**63)], "version 9223372036854775808 is outside"),
+    ([_header(blob=1)], "blob must be true or false"),
+    ([_header(type=wire.PING, sender=...)], "header lacks sender"),
+    ([_header(type=wire.PING, meta=..., arrays=..., blob=...)], "header lacks arrays, blob, meta"),
+    ([_header(type=wire.PING, seq=..., version=...)], "header lacks seq, version"),
     ([_header(arrays=[["x", "<f4", [2, 3]]])], "frames, the header announces 2"),
     ([_header(), b"extra"], "frames, the header announces 1"),
     ([_header(blob=True)], "frames, the header announces 2"),
@@ -180,7 +190,7 @@ def test_malformed_messages_raise_wire_error(frames, match):
 
 
 def test_wrong_protocol_version_names_both_versions_and_the_fix():
-    for other in (0, 1, 3, "2", None):
+    for other in (0, 1, 3, "2", None, 2.0, True):  # 2.0 == 2 in Python, and msgpack keeps it a float
         with pytest.raises(WireError) as info:
             decode([_header(proto=other)])
         text = str(info.value)
