@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from relayrl.data.dtypes import stored_dtype
 from relayrl.types import Batch
 
 
@@ -14,14 +15,17 @@ class RolloutStore:
     overwritten by ``bootstrap`` with V(final observation) for envs truncated at step t. With
     ``hidden_size`` > 0 (a recurrent policy), ``hidden[t]`` is the policy's state before it acted at
     step t: a sequence cut out of the rollout at any step starts from it (data/sequences.py).
+    Observations are kept in the stored dtype of ``obs_dtype`` (data/dtypes.py: uint8 stays uint8,
+    float64 becomes float32); the policy says which dtype its ``PolicyOutput.obs`` has.
     """
 
     def __init__(self, num_steps: int, num_envs: int, obs_shape: tuple[int, ...],
-                 action_shape: tuple[int, ...], action_dtype: np.dtype, hidden_size: int = 0):
+                 action_shape: tuple[int, ...], action_dtype: np.dtype, hidden_size: int = 0,
+                 obs_dtype: np.dtype | type = np.float32):
         self.num_steps, self.num_envs = num_steps, num_envs
         shape = (num_steps, num_envs)
         self.data: Batch = {
-            "obs": np.zeros((*shape, *obs_shape), dtype=np.float32),
+            "obs": np.zeros((*shape, *obs_shape), dtype=stored_dtype(obs_dtype)),
             "action": np.zeros((*shape, *action_shape), dtype=action_dtype),
             "logp": np.zeros(shape, dtype=np.float32),
             "value": np.zeros(shape, dtype=np.float32),
