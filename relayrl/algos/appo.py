@@ -16,6 +16,7 @@ from pydantic import Field
 
 from relayrl.algos import register
 from relayrl.algos.ppo import PPO, PPOConfig
+from relayrl.data.dtypes import to_tensor
 from relayrl.data.vtrace import compute_vtrace
 from relayrl.types import Batch
 
@@ -63,7 +64,7 @@ class APPO(PPO):
         cfg, model = self.cfg, self.policy.model
         steps, width = rewards.shape
         n = steps * width
-        obs = torch.from_numpy(rollout["obs"].reshape(n, -1))
+        obs = to_tensor(rollout["obs"].reshape(n, -1))
         actions = torch.from_numpy(rollout["action"].reshape(n, *rollout["action"].shape[2:]))
         logp, _ = model.logp_entropy(obs, actions)
         values = model.critic(obs).squeeze(-1).numpy().reshape(steps, width)

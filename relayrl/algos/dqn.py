@@ -16,6 +16,7 @@ from pydantic import Field
 from torch import nn
 
 from relayrl.algos import register
+from relayrl.data.dtypes import stored_dtype, to_tensor
 from relayrl.errors import EnvError, NonFiniteError
 from relayrl.policy.networks import mlp
 from relayrl.train.offpolicy import ReplayLoopConfig
@@ -93,6 +94,7 @@ class DQNPolicy:
             raise EnvError(f"DQN needs a Discrete action space, got {act_space}: use SAC or PPO for continuous actions")
         if not isinstance(obs_space, gym.spaces.Box):
             raise EnvError(f"DQN needs a Box observation space, got {obs_space}")
+        self.obs_dtype = stored_dtype(obs_space.dtype)  # (refuses dtypes no network can read)
         self.n_actions = int(act_space.n)
         self.model = QNetwork(int(np.prod(obs_space.shape)), self.n_actions, cfg)
         self.action_shape: tuple[int, ...] = ()
@@ -104,7 +106,7 @@ class DQNPolicy:
 
     @torch.inference_mode()
     def act(self, obs: np.ndarray, mode: Mode = "collect") -> PolicyOutput:
-        x = torch.as_tensor(np.asarray(obs, dtype=np.float32)).reshape(len(obs), -1)
+        x = to_tensor(obs).reshape(len(obs), -1)
         greedy = self.model(x).argmax(-1).numpy()
         if mode == "collect" and self.epsilon > 0:
             explore = self.rng.random(len(greedy)) < self.epsilon
@@ -144,8 +146,8 @@ class DQN:
 
     def learn(self, batch: Batch, progress: float = 0.0) -> dict[str, float]:
         cfg, model = self.cfg, self.policy.model
-        obs = torch.from_numpy(batch["obs"]).reshape(len(batch["obs"]), -1)
-        next_obs = torch.from_numpy(batch["next_obs"]).reshape(len(obs), -1)
+        obs = to_tensor(batch["obs"]).reshape(len(batch["obs"]), -1)
+        next_obs = to_tensor(batch["next_obs"]).reshape(len(obs), -1)
         actions = torch.from_numpy(batch["action"]).long()
         # ---- double-Q target: y = r + γ^m (1 - terminated) Q_target(s', argmax_a Q_online(s', a));
         # one online pass over [s; s'] serves both the prediction and the argmax (half the op overhead)
@@ -158,10 +160,10 @@ class DQN:
                 next_value = next_q.gather(-1, best).squeeze(-1)
             else:
                 next_value = next_q.max(-1).values
-            not_done = 1.0 - torch.from_numpy(batch["terminated"].astype(np.float32))
-            target = torch.from_numpy(batch["reward"]) + torch.from_numpy(batch["discount"]) * not_done * next_value
+            not_done = 1.0 - to_tensor(batch["terminated"])
+            target = to_tensor(batch["reward"]) + to_tensor(batch["discount"]) * not_done * next_value
         td = q - target
-        weight = torch.from_numpy(batch["weight"]) if "weight" in batch else torch.ones_like(td)
+        weight = to_tensor(batch["weight"]) if "weight" in batch else torch.ones_like(td)
         loss = (weight * F.smooth_l1_loss(q, target, reduction="none")).mean()
         if not torch.isfinite(loss):
             raise NonFiniteError(f"DQN loss became {loss.item()}: lower lr, or check the rewards for NaN")

@@ -22,6 +22,7 @@ from torch import nn
 
 from relayrl.algos import register
 from relayrl.config import Section
+from relayrl.data.dtypes import stored_dtype, to_stored, to_tensor
 from relayrl.data.gae import compute_gae
 from relayrl.data.sequences import chunk, minibatches, pad, split_trajectories
 from relayrl.errors import ConfigError, EnvError, NonFiniteError
@@ -204,12 +205,15 @@ class PPOPolicy:
         self.hidden_size = self.model.state_size if self.recurrent else 0
         self._hidden: dict[str, torch.Tensor] = {}  # mode -> [n, hidden_size]
         self.obs_rms = RunningMeanStd(obs_space.shape) if cfg.obs_norm else None
+        # the dtype of ``PolicyOutput.obs``, which rollouts store: normalised (float32) or as stored (data/dtypes.py)
+        self.obs_dtype = np.dtype(np.float32) if cfg.obs_norm else stored_dtype(obs_space.dtype)
         self.update_norm = cfg.update_norm is not False  # (null: update, when there are statistics)
         self.version = 0
 
     def preprocess(self, obs: np.ndarray, update: bool) -> np.ndarray:
+        """Observations as rollouts store them (``obs_dtype``); the network reads ``to_tensor`` of this."""
         if self.obs_rms is None:
-            return np.asarray(obs, dtype=np.float32)
+            return to_stored(obs)
         if update:
             self.obs_rms.update(obs)
         return self.obs_rms.normalize(obs)
@@ -218,7 +222,7 @@ class PPOPolicy:
     def act(self, obs: np.ndarray, mode: Mode = "collect") -> PolicyOutput:
         collect = mode == "collect"
         x = self.preprocess(obs, update=collect and self.update_norm)
-        xt = torch.from_numpy(x).reshape(len(x), -1)
+        xt = to_tensor(x).reshape(len(x), -1)
         if self.recurrent:
             out, value, self._hidden[mode] = self.model(xt[:, None], self.hidden(mode, len(x)), critic=collect)
             out, value = out[:, 0], None if value is None else value[:, 0]
@@ -244,7 +248,7 @@ class PPOPolicy:
         """V(obs). A recurrent policy continues the "collect" states of the envs ``rows`` ([n] bool;
         None: all) without advancing them: the value of a final or next observation."""
         x = self.preprocess(obs, update=False)
-        xt = torch.from_numpy(x).reshape(len(x), -1)
+        xt = to_tensor(x).reshape(len(x), -1)
         if not self.recurrent:
             return self.model.critic(xt).squeeze(-1).numpy()
         state = self._hidden.get("collect")
@@ -385,8 +389,9 @@ class PPO:
     def step_minibatches(self, steps: dict[str, np.ndarray]) -> Callable[[], Iterator[dict[str, torch.Tensor]]]:
         """Feed-forward: shuffled steps, ``batch_size`` each, the remainder left out."""
         n = steps["advantage"].size
-        flat = {key: torch.from_numpy(value.reshape(n, *value.shape[2:])) for key, value in steps.items()}
-        flat["obs"] = flat["obs"].reshape(n, -1)
+        flat = {key: torch.from_numpy(value.reshape(n, *value.shape[2:])) for key, value in steps.items()
+                if key != "obs"}
+        flat["obs"] = to_tensor(steps["obs"]).reshape(n, -1)  # the rollout's stored dtype, cast once per update
         size = min(self.cfg.batch_size, n)
 
         def epoch() -> Iterator[dict[str, torch.Tensor]]:
@@ -406,8 +411,8 @@ class PPO:
         """
         segments = chunk(split_trajectories(rollout["terminated"] | rollout["truncated"]), self.cfg.seq_len)
         T, N = steps["advantage"].shape
-        data = {key: torch.from_numpy(value) for key, value in steps.items()}
-        data["obs"] = data["obs"].reshape(T, N, -1)
+        data = {key: torch.from_numpy(value) for key, value in steps.items() if key != "obs"}
+        data["obs"] = to_tensor(steps["obs"]).reshape(T, N, -1)
         hidden = torch.from_numpy(rollout["hidden"])
 
         def epoch() -> Iterator[dict[str, torch.Tensor]]:
@@ -546,7 +551,8 @@ class PPO:
         rollout = {"terminated": zeros(dtype=bool), "truncated": zeros(dtype=bool)}
         if policy.recurrent:
             rollout["hidden"] = zeros(policy.hidden_size)
-        steps = {"obs": zeros(*policy.obs_shape), "action": zeros(*policy.action_shape, dtype=policy.action_dtype),
+        steps = {"obs": zeros(*policy.obs_shape, dtype=policy.obs_dtype),
+                 "action": zeros(*policy.action_shape, dtype=policy.action_dtype),
                  **{key: zeros() for key in ("logp", "value", "advantage", "return")}}
         epoch = clone.sequence_minibatches(steps, rollout) if policy.recurrent else clone.step_minibatches(steps)
         mb, reflect = next(iter(epoch())), clone.reflection()

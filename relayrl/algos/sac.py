@@ -18,6 +18,7 @@ from pydantic import Field
 from torch import nn
 
 from relayrl.algos import register
+from relayrl.data.dtypes import stored_dtype, to_tensor
 from relayrl.errors import EnvError, NonFiniteError
 from relayrl.policy.networks import mlp
 from relayrl.train.offpolicy import ReplayLoopConfig
@@ -117,6 +118,7 @@ class SACPolicy:
             raise EnvError(f"SAC needs a Box observation space, got {obs_space}")
         if not (np.all(np.isfinite(act_space.low)) and np.all(np.isfinite(act_space.high))):
             raise EnvError(f"SAC squashes actions into the action bounds, which must be finite: {act_space}")
+        self.obs_dtype = stored_dtype(obs_space.dtype)  # (refuses dtypes no network can read)
         self.act_dim = int(np.prod(act_space.shape))
         self.action_shape = tuple(act_space.shape)
         self.action_dtype = np.dtype(np.float32)
@@ -134,7 +136,7 @@ class SACPolicy:
         if mode == "collect" and self.random_actions:
             action = self.rng.uniform(-1, 1, (n, self.act_dim)).astype(np.float32)
         else:
-            x = torch.as_tensor(np.asarray(obs, dtype=np.float32)).reshape(n, -1)
+            x = to_tensor(obs).reshape(n, -1)
             if mode == "collect":
                 action = self.actor.sample(x)[0].numpy()
             else:
@@ -177,9 +179,9 @@ class SAC:
     def learn(self, batch: Batch, progress: float = 0.0) -> dict[str, float]:
         cfg, actor = self.cfg, self.policy.actor
         n = len(batch["obs"])
-        obs = torch.from_numpy(batch["obs"]).reshape(n, -1)
-        next_obs = torch.from_numpy(batch["next_obs"]).reshape(n, -1)
-        action = torch.from_numpy(batch["action"]).reshape(n, -1)
+        obs = to_tensor(batch["obs"]).reshape(n, -1)
+        next_obs = to_tensor(batch["next_obs"]).reshape(n, -1)
+        action = to_tensor(batch["action"]).reshape(n, -1)
         alpha = self.log_alpha.exp().detach()
         # one actor pass over [s; s'] serves the target (s', detached) and the actor loss (s)
         sampled, sampled_logp = actor.sample(torch.cat([obs, next_obs]))
@@ -187,10 +189,10 @@ class SAC:
         # ---- critics: y = r + γ^m (1 - terminated) (min Q_target(s', a') - α log π(a'|s'))
         with torch.no_grad():
             next_q = self.target(next_obs, sampled[n:]).min(0).values - alpha * sampled_logp[n:]
-            not_done = 1.0 - torch.from_numpy(batch["terminated"].astype(np.float32))
-            y = torch.from_numpy(batch["reward"]) + torch.from_numpy(batch["discount"]) * not_done * next_q
+            not_done = 1.0 - to_tensor(batch["terminated"])
+            y = to_tensor(batch["reward"]) + to_tensor(batch["discount"]) * not_done * next_q
         q = self.critic(obs, action)
-        weight = torch.from_numpy(batch["weight"]) if "weight" in batch else torch.ones(n)
+        weight = to_tensor(batch["weight"]) if "weight" in batch else torch.ones(n)
         critic_loss = 0.5 * (weight * (q - y).pow(2)).sum(0).mean()
         # ---- actor: maximise min Q(s, π(s)) - α log π(π(s)|s); the critics are frozen in this term, so
         # one backward pass over both losses gives each network exactly its own gradient

@@ -7,6 +7,8 @@ Registered ids (``import relayrl.testing.envs`` registers them):
 - ``relayrl-test/SlowCartPole-v0``: CartPole-v1 with ``busy_us`` microseconds of busy-waiting per step
   (a costly env whose cost is CPU, like a physics simulator) and ``sleep_us`` of sleeping (a step
   that waits, like a robot); ``SlowPendulum-v0`` likewise.
+- ``relayrl-test/DtypeObs-v0``: a Box observation of any ``dtype`` ("float64", "float32", "uint8", ...)
+  and ``shape``, with ``actions`` "discrete" (Discrete(3), for DQN) or "box" (Box(-1, 1, (2,))).
 """
 
 from __future__ import annotations
@@ -99,7 +101,50 @@ class SlowPendulum(SlowCartPole):
     base_id = "Pendulum-v1"
 
 
+class DtypeObsEnv(gym.Env):
+    """Random observations of a given dtype and shape; the reward follows the action and the observation,
+    so every loss has something finite to fit. Episodes terminate at random or are truncated at ``length``."""
+
+    def __init__(self, dtype: str = "float64", shape: tuple[int, ...] = (5,), actions: str = "box", length: int = 20):
+        self.dtype, self.length = np.dtype(dtype), length
+        if self.dtype.kind in "iu":
+            info = np.iinfo(self.dtype)
+            self.observation_space = gym.spaces.Box(max(info.min, 0), min(info.max, 255), tuple(shape), self.dtype)
+        else:
+            self.observation_space = gym.spaces.Box(-1.0, 1.0, tuple(shape), self.dtype)
+        if actions == "discrete":
+            self.action_space: gym.Space = gym.spaces.Discrete(3)
+        elif actions == "box":
+            self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        else:
+            raise ValueError(f"actions must be 'discrete' or 'box', got {actions!r}")
+        self.t = 0
+
+    def _obs(self) -> np.ndarray:
+        return self.observation_space.sample()
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.observation_space.seed(int(self.np_random.integers(2**31)))
+        self.t = 0
+        self.obs = self._obs()
+        return self.obs, {}
+
+    def step(self, action):
+        self.t += 1
+        low, high = float(self.observation_space.low.flat[0]), float(self.observation_space.high.flat[0])
+        first = (float(self.obs.flat[0]) - low) / (high - low)  # in [0, 1]
+        if isinstance(self.action_space, gym.spaces.Discrete):
+            reward = 1.0 if int(action) == int(first * 2.999) else 0.0
+        else:
+            reward = -float(np.square(np.asarray(action, np.float64) - (2 * first - 1)).sum())
+        self.obs = self._obs()
+        terminated = bool(self.np_random.random() < 0.05)
+        return self.obs, reward, terminated, self.t >= self.length, {}
+
+
 for _id, _entry in (("relayrl-test/Faulty-v0", FaultyEnv), ("relayrl-test/DictObs-v0", DictObsEnv),
-                    ("relayrl-test/SlowCartPole-v0", SlowCartPole), ("relayrl-test/SlowPendulum-v0", SlowPendulum)):
+                    ("relayrl-test/SlowCartPole-v0", SlowCartPole), ("relayrl-test/SlowPendulum-v0", SlowPendulum),
+                    ("relayrl-test/DtypeObs-v0", DtypeObsEnv)):
     if _id not in gym.registry:
         gym.register(_id, entry_point=_entry, disable_env_checker=True)

@@ -52,7 +52,8 @@ class OnPolicyCollector:
         self.recurrent = getattr(policy, "recurrent", False)
         self.store = RolloutStore(num_steps, venv.num_envs, venv.single_observation_space.shape,
                                   policy.action_shape, policy.action_dtype,
-                                  hidden_size=policy.hidden_size if self.recurrent else 0)
+                                  hidden_size=policy.hidden_size if self.recurrent else 0,
+                                  obs_dtype=getattr(policy, "obs_dtype", np.float32))  # the dtype of out.obs
         self._obs: np.ndarray | None = None
         self.episodes = EpisodeStats(venv.num_envs)
 

@@ -22,6 +22,7 @@ import numpy as np
 from pydantic import Field
 
 from relayrl.config import Section
+from relayrl.data.dtypes import store_transitions
 from relayrl.data.nstep import NStepAccumulator
 from relayrl.data.replay import ReplayBuffer
 from relayrl.envs.vector import VectorEnv
@@ -98,7 +99,7 @@ class OffPolicyCollector:
             self.episodes.track(result)
             self._obs = result.obs
         batch = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]} if chunks else {}
-        return batch, steps * self.venv.num_envs
+        return store_transitions(batch), steps * self.venv.num_envs  # (workers send what replay stores)
 
     def pull(self) -> tuple[Batch, int]:
         return self.collect(self.steps_per_pull)
@@ -128,9 +129,13 @@ class OffPolicySource:
 
     def _poll(self) -> None:
         batch, steps = self.samples.poll()
-        if batch:
-            self.buffer.add(batch)
+        self._store(batch)
         self.polled_steps += steps
+
+    def _store(self, batch: Batch) -> None:
+        """Transitions into replay, in their stored dtypes whatever the source (data/dtypes.py)."""
+        if batch:
+            self.buffer.add(store_transitions(batch))
 
     def reset(self, seed: int | None) -> None:
         self.samples.reset(seed)
@@ -139,8 +144,7 @@ class OffPolicySource:
         if hasattr(self.algo, "set_progress"):
             self.algo.set_progress(env_steps, self.total_steps)
         batch, steps = self.samples.pull()
-        if batch:
-            self.buffer.add(batch)
+        self._store(batch)
         env_steps += steps
         threshold = max(self.cfg.start_training, self.cfg.batch_size)
         if len(self.buffer) < threshold:
