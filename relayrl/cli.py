@@ -1,5 +1,8 @@
-"""``relayrl train | eval | plot | config | serve | worker | keys``: the command line (spellings fixed
-by DESIGN.md)."""
+"""The command line: ``relayrl train | eval | plot | config | serve | worker | keys``.
+
+Exit codes (docs/usage.md): 0 done, 1 the run failed, 2 bad input, 3 a peer died or timed out, 4 a
+protocol error, 130 interrupted.
+"""
 
 from __future__ import annotations
 
@@ -12,15 +15,28 @@ from typing import Sequence
 
 from relayrl.errors import ConfigError, RelayRLError
 
+EXIT_FAILED = 1  # the run failed while running (an env that keeps failing, a peer that closed, a non-finite loss)
 EXIT_INTERRUPTED = 130
+
+DESCRIPTION = ("Reinforcement learning on a laptop, a Ray cluster, remote robots through a relay, and external "
+               "simulators through shared memory. `relayrl COMMAND --help` explains each command.")
+EPILOG = ("exit codes: 0 done, 1 the run failed, 2 bad input (usage, config, env, checkpoint), 3 a peer died "
+          "or timed out, 4 a protocol error, 130 interrupted")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="relayrl", description=__doc__)
+    from relayrl import __version__
+    from relayrl.algos import BUILTIN
+
+    parser = argparse.ArgumentParser(prog="relayrl", description=DESCRIPTION, epilog=EPILOG)
+    parser.add_argument("--version", action="version", version=f"relayrl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("train", help="train an algorithm on an environment")
-    p.add_argument("algo", metavar="ALGO", help="algorithm, e.g. ppo")
+    algos = ", ".join(BUILTIN)
+    p = sub.add_parser("train", help="train an algorithm on an environment",
+                       description=f"Train ALGO ({algos}) on an environment until the stop value or --total-steps.",
+                       epilog=EPILOG)
+    p.add_argument("algo", metavar="ALGO", help=f"algorithm: one of {algos}")
     p.add_argument("--env", help="Gymnasium env id, e.g. CartPole-v1 (default: the config's env.id)")
     p.add_argument("--config", type=Path, help="YAML file of options (see `relayrl config ALGO`)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
@@ -54,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", type=Path, default=Path("curve.png"))
 
     p = sub.add_parser("config", help="print an algorithm's default config as YAML")
-    p.add_argument("algo", metavar="ALGO")
+    p.add_argument("algo", metavar="ALGO", help=f"algorithm: one of {algos}")
 
     p = sub.add_parser("serve", help="run the relay that a trainer and remote workers connect to")
     p.add_argument("--bind", default="127.0.0.1:5555", metavar="HOST:PORT",
@@ -99,15 +115,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _log_to_stderr()
     try:
         return {"train": cmd_train, "eval": cmd_eval, "plot": cmd_plot, "config": cmd_config, "serve": cmd_serve,
                 "worker": cmd_worker, "keys": cmd_keys}[args.command](args)
     except RelayRLError as exc:
         print(f"relayrl: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return exc.exit_code or EXIT_FAILED  # an error never exits 0 (a simulator's normal close is 0 for it,
+        # not for a trainer whose run it ended)
     except KeyboardInterrupt:
         print("relayrl: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _log_to_stderr() -> None:
+    """The library's notices (logger "relayrl", e.g. which checkpoint a resume took) as ``relayrl: ...`` lines."""
+    import logging
+
+    logger = logging.getLogger("relayrl")
+    if not any(getattr(h, "relayrl_cli", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("relayrl: %(message)s"))
+        handler.relayrl_cli = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
 
 
 def cmd_config(args: argparse.Namespace) -> int:
@@ -188,8 +220,11 @@ def _fmt(x: float | None) -> str:
 def cmd_eval(args: argparse.Namespace) -> int:
     from relayrl.config import validate
     from relayrl.io.checkpoint import load_checkpoint
+    from relayrl.io.rundir import clean_stale_temps
     from relayrl.train.evaluate import evaluate_checkpoint
 
+    if args.path.is_dir():  # a run killed mid-write may have left temp files (none while it trains)
+        clean_stale_temps(args.path)
     ckpt = load_checkpoint(args.path)
     config = validate(ckpt.meta.get("algo"), ckpt.meta["config"])
     if config.env.id.startswith("bridge:") and args.env is None:  # a run trained on an external simulator

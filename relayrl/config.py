@@ -274,17 +274,32 @@ def format_validation_error(exc: ValidationError, model: type[BaseModel]) -> str
             section = _section(model, loc[:-1])
             allowed = list(section.model_fields) if section else []
             aliases = section.aliases if section else {}
-            close = difflib.get_close_matches(loc[-1], allowed + list(aliases), n=1, cutoff=0.6)
             prefix = "".join(f"{part}." for part in loc[:-1])
-            if close:
-                target = aliases.get(close[0], close[0])
-                hint = "did you mean " + " or ".join(repr(prefix + t) for t in target.split(",")) + "?"
+            targets = _close_keys(loc[-1], section, prefix) if section else []
+            if not targets and section:  # e.g. a top-level learning_rate that belongs in ppo:
+                targets = [t for name, sub in _subsections(section) for t in _close_keys(loc[-1], sub, f"{prefix}{name}.")]
+            if targets:
+                hint = "did you mean " + " or ".join(map(repr, targets)) + "?"
             else:
                 hint = f"valid keys here: {', '.join(sorted(allowed))}"
             lines.append(f"unknown config key {key!r}: {hint}")
         else:
             lines.append(f"config key {key!r} = {err.get('input')!r}: {err['msg']}")
     return "config error: " + "; ".join(lines)
+
+
+def _close_keys(key: str, section: type[Section], prefix: str) -> list[str]:
+    """The dotted keys of ``section`` that ``key`` most likely meant (a close name or a known alias)."""
+    names = list(section.model_fields) + list(section.aliases)
+    close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+    if not close:
+        return []
+    return [prefix + t for t in section.aliases.get(close[0], close[0]).split(",")]
+
+
+def _subsections(section: type[BaseModel]) -> list[tuple[str, type[Section]]]:
+    return [(name, field.annotation) for name, field in section.model_fields.items()
+            if isinstance(field.annotation, type) and issubclass(field.annotation, Section)]
 
 
 def _section(model: type[BaseModel], path: list[str]) -> type[Section] | None:

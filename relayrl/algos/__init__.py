@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from relayrl.errors import ConfigError
 
-_BUILTIN = ("ppo", "appo", "dqn", "sac")
+BUILTIN = ("ppo", "appo", "dqn", "sac")
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ def register(name: str, config_cls: type, algo_cls: type, *, on_policy: bool, de
 
 
 def available() -> list[str]:
-    for name in _BUILTIN:
+    for name in BUILTIN:
         importlib.import_module(f"relayrl.algos.{name}")
     return sorted(_REGISTRY)
 

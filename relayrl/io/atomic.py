@@ -1,10 +1,17 @@
-"""Atomic file writes: write a temp file in the same directory, fsync, then rename over the target."""
+"""Atomic file writes: write a temp file in the same directory, fsync, then rename over the target.
+
+A process killed mid-write leaves its temp file (``.NAME.XXXXXXXX.tmp``) and never a half-written
+target; ``remove_stale_temps`` clears those once no process is writing the folder.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
+
+_TEMP = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")  # mkstemp(prefix=".NAME.", suffix=".tmp") below
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -24,3 +31,19 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode())
+
+
+def remove_stale_temps(folder: Path) -> list[Path]:
+    """Delete the temp files an interrupted ``atomic_write_bytes`` left in ``folder``; return their paths.
+
+    Only call it when no process is writing the folder (a run's lock is free): a live writer's temp
+    file has the same name pattern.
+    """
+    folder = Path(folder)
+    removed = []
+    if folder.is_dir():
+        for path in sorted(folder.iterdir()):
+            if _TEMP.match(path.name) and path.is_file():
+                path.unlink(missing_ok=True)
+                removed.append(path)
+    return removed

@@ -10,6 +10,7 @@ safetensors file. Both are written atomically (temp file + rename).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,54 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         raise CheckpointError(f"checkpoint {str(path)!r} is damaged: its metadata does not match its tensors "
                               f"({type(exc).__name__}: {exc}); use another checkpoint of the run") from None
     return Checkpoint(path=path, meta=meta, state=state)
+
+
+def load_newest(folder: str | Path, prefer: str = "last") -> tuple[Checkpoint, str | None]:
+    """The checkpoint to resume from: ``prefer`` if it loads, else the readable checkpoint of ``folder``
+    with the most env steps. Returns it with a note saying why it is not ``prefer`` (None when it is)."""
+    folder = Path(folder)
+    first = folder / f"{prefer}.safetensors"
+    try:
+        return load_checkpoint(first), None
+    except CheckpointError as exc:
+        why = f"{first.name} is missing" if not first.is_file() else f"{first.name} is unreadable ({exc})"
+    found = []
+    for path in sorted(folder.glob("*.safetensors")):
+        if path == first:
+            continue
+        try:
+            ckpt = load_checkpoint(path)
+        except CheckpointError:
+            continue
+        run = ckpt.meta.get("run")
+        if isinstance(run, dict):  # a training checkpoint (not e.g. the replay buffer)
+            found.append((int(run.get("env_steps", 0)), int(run.get("updates", 0)), ckpt))
+    if not found:
+        raise CheckpointError(f"no checkpoint to resume from in {str(folder)!r} ({why}, and no other training "
+                              "checkpoint there loads): the run was stopped before its first checkpoint; "
+                              "start it again without --resume")
+    steps, _, ckpt = max(found, key=lambda item: item[:2])
+    return ckpt, f"{why}: resuming from {ckpt.path.name} (env step {steps})"
+
+
+_SIZE = re.compile(r"size mismatch for (\S+): copying a param with shape torch\.Size\(\[([^\]]*)\]\) from "
+                   r"checkpoint, the shape in current model is torch\.Size\(\[([^\]]*)\]\)")
+_KEYS = re.compile(r"(Missing|Unexpected) key\(s\) in state_dict: (.*)")
+
+
+def explain_load_error(exc: BaseException, limit: int = 3) -> str:
+    """What torch's ``load_state_dict`` error says, on one line: which tensors differ and how
+    (``actor.0.weight: [64, 4] in the checkpoint, [64, 6] here``), or which are missing/unexpected."""
+    text = str(exc)
+    parts = [f"{name}: [{saved}] in the checkpoint, [{here}] here" for name, saved, here in _SIZE.findall(text)]
+    for kind, keys in _KEYS.findall(text):
+        names = [k.strip().strip('"') for k in keys.split(",") if k.strip().strip('". ')]
+        more = f" and {len(names) - limit} more" if len(names) > limit else ""
+        parts.append(f"{kind.lower()} tensors {', '.join(names[:limit])}{more}")
+    if not parts:
+        return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    more = f"; and {len(parts) - limit} more" if len(parts) > limit else ""
+    return "; ".join(parts[:limit]) + more
 
 
 def resolve_checkpoint(path: str | Path, prefer: tuple[str, ...] = ("best", "last")) -> Path:

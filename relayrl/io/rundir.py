@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
 
-from relayrl.io.atomic import atomic_write_text
+from relayrl.errors import CheckpointError
+from relayrl.io.atomic import atomic_write_text, remove_stale_temps
+
+log = logging.getLogger("relayrl")
+LOCK_FILE = ".lock"
 
 SUMMARY_KEYS = (
     "algo", "env", "seed", "backend", "env_steps", "updates", "wall_time_s", "env_steps_per_s",
@@ -61,3 +68,58 @@ def write_experiment_record(run_dir: Path, argv: list[str], changes: list[str], 
     previous = path.read_text() + "\n" if path.is_file() else ""
     atomic_write_text(path, previous + "\n".join(lines) + "\n")
     return path
+
+
+class RunLock:
+    """An exclusive lock on a run directory while a process trains in it (``flock`` on ``.lock``).
+
+    The kernel drops the lock when its process dies, however it dies, so a free lock means no
+    process is writing the run: a resume cannot collide with a live trainer, and the temp files a
+    killed writer left behind are stale. ``acquire`` removes those (logging each one) and keeps
+    their paths in ``removed``.
+    """
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / LOCK_FILE
+        self.removed: list[Path] = []
+        self._fd: int | None = None
+
+    def acquire(self) -> "RunLock":
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise CheckpointError(f"run directory {str(self.run_dir)!r} is in use by another relayrl process "
+                                  f"(pid {holder}): wait for it to stop, or use another run directory") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+        self.removed = remove_stale_temps(self.run_dir) + remove_stale_temps(self.run_dir / "checkpoints")
+        for path in self.removed:
+            log.warning("removed %s, a temp file left by a run that was killed while writing", path)
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor releases the flock
+            self._fd = None
+
+    def __enter__(self) -> "RunLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def clean_stale_temps(run_dir: Path) -> list[Path]:
+    """Remove the temp files a killed run left in ``run_dir`` and its checkpoints (saying which), unless
+    a process is training there now or the folder is not ours to write."""
+    try:
+        with RunLock(run_dir) as lock:
+            return lock.removed
+    except (CheckpointError, OSError):
+        return []

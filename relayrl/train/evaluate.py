@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from relayrl.config import validate
 from relayrl.envs.registry import make
 from relayrl.envs.vector import make_vec
 from relayrl.errors import CheckpointError, EnvError
-from relayrl.io.checkpoint import Checkpoint, load_checkpoint
+from relayrl.io.checkpoint import Checkpoint, explain_load_error, load_checkpoint
 from relayrl.train.evaluator import Evaluator
 
 
@@ -28,8 +29,9 @@ def load_policy(ckpt: Checkpoint, env_id: str | None = None):
                                             env.action_space, 1)
         algo.policy.set_weights(ckpt.state["algo"])
     except (RuntimeError, ValueError) as exc:
-        raise CheckpointError(f"checkpoint {str(ckpt.path)!r} does not fit {env_id}: "
-                              f"{str(exc).splitlines()[0]}") from None
+        raise CheckpointError(f"checkpoint {str(ckpt.path)!r} (trained on {config.env.id}) does not fit {env_id}'s "
+                              f"spaces: {explain_load_error(exc)}; evaluate on an env with the same observation "
+                              "and action spaces") from None
     finally:
         env.close()
     return algo.policy, config, env_id
@@ -60,6 +62,9 @@ def record_episode(policy, env_id: str, config, path: Path, seed: int = 0, max_f
     """Run one deterministic episode with ``render_mode="rgb_array"`` and write it as a GIF."""
     from relayrl.io.video import write_gif
 
+    # frames to an array need no window: without this, pygame-drawn envs (classic control) make SDL look for a
+    # display and print "XDG_RUNTIME_DIR is invalid or not set" on a headless machine, although nothing fails
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     env = make(env_id, render_mode="rgb_array", max_episode_steps=config.env.max_episode_steps,
                **config.env.kwargs)
     if "rgb_array" not in env.metadata.get("render_modes", []):

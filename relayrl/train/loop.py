@@ -6,6 +6,7 @@ the run directory described in DESIGN.md and returns the summary.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -21,9 +22,9 @@ from relayrl.envs.registry import spec_stop_value
 from relayrl.envs.vector import make_vec
 from relayrl.envs.auto import choose_manager
 from relayrl.errors import CheckpointError, ConfigError, NonFiniteError
-from relayrl.io.checkpoint import load_checkpoint, save_checkpoint
+from relayrl.io.checkpoint import explain_load_error, load_checkpoint, load_newest, save_checkpoint
 from relayrl.io.metrics import MetricsLogger
-from relayrl.io.rundir import new_run_dir, write_summary
+from relayrl.io.rundir import RunLock, clean_stale_temps, new_run_dir, write_summary
 from relayrl.train.agents import AgentEvaluator, AgentRolloutCollector, AgentTransitionCollector
 from relayrl.train.collector import OnPolicyCollector
 from relayrl.train.evaluator import Evaluator
@@ -31,6 +32,8 @@ from relayrl.train.learner import HookContext, Learner
 from relayrl.train.offpolicy import OffPolicySource
 from relayrl.train.progress import ProgressDisplay
 from relayrl.train.threads import resolve_threads
+
+log = logging.getLogger("relayrl")
 
 EVAL_SEED_OFFSET = 10_000
 RESUME_SEED_OFFSET = 1_000_003
@@ -101,6 +104,7 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
         venv = make_vec(config.env.id, config.env.num_envs, **env_args)
         eval_venv = None
     agents = getattr(venv, "agent_batches", False)  # agents as rows, each deciding when it needs to
+    lock: RunLock | None = None
     try:
         if eval_venv is None:
             eval_venv = make_vec(config.env.id, min(config.eval.num_envs, config.eval.episodes), **env_args)
@@ -122,15 +126,20 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
             config = resolve_threads(config, algo)
             torch.set_num_threads(config.threads)
         state, source_state = RunState(), {}
-        if resume:
+        if resume:  # the lock first: no other process may be training in the run we restore
+            lock = RunLock(run_dir).acquire()
             state, source_state = _restore(run_dir, algo)
         elif previous is not None:
             _load_previous(previous, algo, config)
     except BaseException:
+        if lock is not None:
+            lock.release()
         venv.close()
         if eval_venv is not None:
             eval_venv.close()
         raise
+    if lock is None:
+        lock = RunLock(run_dir).acquire()  # (creates the run directory)
     (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
     save_config(config, run_dir / "config.yaml")
 
@@ -153,7 +162,8 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
     logger = MetricsLogger(run_dir, tensorboard=tensorboard)
     learner = Learner(algo if entry.on_policy else source.learning,
                       HookContext(env_steps=state.env_steps, updates=state.updates, iteration=state.iteration))
-    display = ProgressDisplay(config.total_steps, f"{config.algo} {config.env.id}", quiet, start=state.env_steps)
+    display = ProgressDisplay(config.total_steps, f"{config.algo} {config.env.id}", quiet, start=state.env_steps,
+                              stop_value=stop_value)
     start = time.perf_counter()
     wall_offset = state.wall_time_s
 
@@ -165,10 +175,10 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
         state.wall_time_s, state.eval_count = wall(), evaluator.count
         meta = {"algo": config.algo, "env": config.env.id, "config": config.model_dump(), "run": vars(state),
                 "source": source.state()}
+        if name == "last":  # what a resume needs besides the learner (the replay buffer, if any) goes first,
+            source.save(run_dir / "checkpoints")  # so a last checkpoint never lacks it
         save_checkpoint(run_dir / "checkpoints" / name,
                         {"algo": algo.state_dict(), "rng": {"torch": torch.get_rng_state()}}, meta)
-        if name == "last":  # what a resume needs besides the learner: the replay buffer, if any
-            source.save(run_dir / "checkpoints")
 
     def evaluate() -> bool:
         result = evaluator.evaluate(algo.policy)
@@ -176,13 +186,15 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
         logger.log("eval", learner.ctx.env_steps, wall(), {
             "eval/return_mean": result.mean, "eval/return_std": result.std,
             "eval/length_mean": float(result.lengths.mean()), "eval/episodes": len(result.returns)})
-        if state.best_eval_return is None or result.mean > state.best_eval_return:
+        improved = state.best_eval_return is None or result.mean > state.best_eval_return
+        if improved:
             state.best_eval_return = result.mean
-            checkpoint("best")
         reached = stop_value is not None and result.mean >= stop_value
         if reached and state.time_to_stop_value_s is None:
             state.time_to_stop_value_s, state.env_steps_to_stop_value = wall(), learner.ctx.env_steps
-        checkpoint("last")
+        checkpoint("last")  # before best: a run is resumable from its first checkpoint on, whenever it dies
+        if improved:
+            checkpoint("best")
         return reached
 
     # ---- hooks: logging every iteration, periodic checkpoints every save_freq updates
@@ -264,14 +276,17 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
         stop_reason = "error"  # e.g. an env that keeps failing; the checkpoints written so far stay
         raise
     finally:
-        display.close()
+        display.close(ctx.env_steps, state.last_eval_return, solved=stop_reason == "stop_value")
         logger.close()
         venv.close()
         eval_venv.close()
         state.env_steps, state.updates = ctx.env_steps, ctx.updates
         state.wall_time_s = wall()
         summary = _summary(config, state, stop_value, stop_reason)
-        write_summary(run_dir, summary)
+        try:
+            write_summary(run_dir, summary)
+        finally:
+            lock.release()
     summary["run_dir"] = str(run_dir)
     return summary
 
@@ -310,7 +325,9 @@ def _summary(config: RunConfig, state: RunState, stop_value: float | None, stop_
 
 
 def _restore(run_dir: Path, algo: Any) -> tuple[RunState, dict[str, Any]]:
-    ckpt = load_checkpoint(run_dir / "checkpoints" / "last.safetensors")
+    ckpt, note = load_newest(run_dir / "checkpoints", prefer="last")
+    if note is not None:
+        log.warning("%s", note)
     algo.load_state_dict(ckpt.state["algo"])
     torch.set_rng_state(ckpt.state["rng"]["torch"])
     state = RunState(**ckpt.meta["run"])
@@ -367,6 +384,5 @@ def _load_previous(previous: Path | str, algo: Any, config: RunConfig) -> None:
     try:
         algo.policy.set_weights(ckpt.state["algo"])
     except (RuntimeError, ValueError, KeyError) as exc:
-        first = str(exc).splitlines()[0]
         raise CheckpointError(f"--previous {str(ckpt.path)!r} does not fit this env/network "
-                              f"({ckpt.meta.get('env')} -> {config.env.id}): {first}") from None
+                              f"({ckpt.meta.get('env')} -> {config.env.id}): {explain_load_error(exc)}") from None
