@@ -15,6 +15,10 @@ unacknowledged ones after each reconnect (at-least-once; the relay and trainer d
 ``stats["backlog_drops"]``. The incarnation is the client's creation time in nanoseconds: a worker
 process restarted under the same ``name`` numbers its chunks from 0 again, and only its larger
 incarnation keeps them from being taken for the old process's chunks.
+
+A chunk the trainer (or the relay) refuses comes back acknowledged with a reason (an ack's
+``refusals``): the worker counts it (``stats["chunks_refused"]``, ``chunk_refusals`` per cause) and
+prints the first refusal of each cause, since every later chunk is likely refused for the same reason.
 """
 
 from __future__ import annotations
@@ -75,7 +79,9 @@ class RelayClient:
         self._weights_in: wire.Message | None = None  # worker: newest weights not yet taken
         self.version = -1  # worker: version of the weights it acts with (set by the caller)
         self._inbox: deque[wire.Message] = deque()  # trainer: chunks received
-        self._acks: list[list] = []  # trainer: [worker, seq] to acknowledge
+        self._acks: list[list] = []  # trainer: [worker, incarnation, seq] to acknowledge
+        self._refusals: list[list] = []  # trainer: [worker, incarnation, seq, cause, detail] of chunks not used
+        self.chunk_refusals: dict[str, int] = {}  # worker: cause -> chunks of this process refused for it
         self._weights_out: list | None = None  # trainer: newest weights frames (resent to a new relay)
         self._weights_pending = False
         self.connected = threading.Event()
@@ -84,8 +90,8 @@ class RelayClient:
         self._retry_at = 0.0
         self.relay_version = -1
         self.session: str | None = None
-        self.stats = {"sent": 0, "acked": 0, "backlog_drops": 0, "relay_drops": 0, "reconnects": 0,
-                      "received": 0, "rejects": 0, "bytes_out": 0, "bytes_in": 0}
+        self.stats = {"sent": 0, "acked": 0, "backlog_drops": 0, "relay_drops": 0, "chunks_refused": 0,
+                      "reconnects": 0, "received": 0, "rejects": 0, "bytes_out": 0, "bytes_in": 0}
         self._stop = threading.Event()
         wake_address = f"inproc://relayrl-wake-{secrets.token_hex(6)}"
         self._wake_rx = self.context.socket(zmq.PAIR)
@@ -148,16 +154,20 @@ class RelayClient:
             self._inbox.clear()
         return out
 
-    def ack(self, chunks: list[wire.Message]) -> None:
-        """Trainer: acknowledge received chunks (the messages ``receive`` returned)."""
+    def ack(self, chunks: list[wire.Message], refusals: list[tuple[wire.Message, str, str]] = ()) -> None:
+        """Trainer: acknowledge received chunks (the messages ``receive`` returned); ``refusals``:
+        (message, cause, detail) of those among them the trainer does not use, told to their workers."""
         items = []
         for chunk in chunks:
             if not isinstance(chunk, wire.Message):  # e.g. protocol 1's (sender, seq) pairs
                 raise TypeError(f"ack takes the received messages, got {chunk!r}: pass them as they came, "
                                 "client.ack(msgs)")
             items.append([chunk.sender, chunk.incarnation, chunk.seq])
+        refused = [[msg.sender, msg.incarnation, msg.seq, cause[:wire.MAX_CAUSE], detail[:wire.MAX_DETAIL]]
+                   for msg, cause, detail in refusals]
         with self._lock:
             self._acks.extend(items)
+            self._refusals.extend(refused)
         self._wake()
 
     def publish_weights(self, version: int, blob: bytes) -> None:
@@ -171,7 +181,7 @@ class RelayClient:
         deadline = time.monotonic() + timeout
         while self.connected.is_set() and time.monotonic() < deadline:
             with self._lock:
-                if not self._acks and not self._weights_pending:
+                if not self._acks and not self._refusals and not self._weights_pending:
                     break
             time.sleep(0.01)
         self._stop.set()
@@ -276,14 +286,20 @@ class RelayClient:
     def _flush(self, sock: zmq.Socket) -> None:
         with self._lock:
             acks, self._acks = self._acks, []
+            refusals, self._refusals = self._refusals, []
             weights = self._weights_out if self._weights_pending else None
             chunks = [(seq, frames) for seq, frames in self._backlog.items() if seq not in self._sent]
             room = self.window - len(self._sent)
-        for start in range(0, len(acks), 1000):
-            if not self._try_send(sock, wire.encode(wire.ACK, sender=self.name, meta={"acks": acks[start:start + 1000]})):
+        for start, end, refused_end in _ack_batches(acks, refusals):
+            meta: dict[str, Any] = {"acks": acks[start:end]}
+            if refused_end:
+                meta["refusals"] = refusals[:refused_end]
+            if not self._try_send(sock, wire.encode(wire.ACK, sender=self.name, meta=meta)):
                 with self._lock:
                     self._acks[:0] = acks[start:]
+                    self._refusals[:0] = refusals
                 break
+            refusals = refusals[refused_end:]
         if weights is not None and self._try_send(sock, weights):
             with self._lock:
                 if self._weights_out is weights:
@@ -349,12 +365,26 @@ class RelayClient:
         if msg.incarnation != self.incarnation:  # another process of this name: its seqs are other chunks
             return
         seqs, dropped = msg.meta.get("seqs", []), msg.meta.get("dropped", [])
+        refusals = msg.meta.get("refusals", [])
         with self._lock:
             for seq in seqs if isinstance(seqs, list) else []:
                 if isinstance(seq, int) and self._backlog.pop(seq, None) is not None:
                     self._sent.discard(seq)
                     self.stats["acked"] += 1
             self.stats["relay_drops"] += len(dropped) if isinstance(dropped, list) else 0
+        for item in refusals if isinstance(refusals, list) else []:
+            if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], int)
+                    and isinstance(item[1], str) and isinstance(item[2], str)):
+                self.stats["rejects"] += 1
+                continue
+            seq, cause, detail = item[0], _printable(item[1][:wire.MAX_CAUSE]), _printable(item[2][:wire.MAX_DETAIL])
+            with self._lock:
+                self.stats["chunks_refused"] += 1
+                first = cause not in self.chunk_refusals
+                self.chunk_refusals[cause] = self.chunk_refusals.get(cause, 0) + 1
+            if first:
+                print(f"relayrl worker {self.name}: chunk {seq} was refused ({cause}), its samples are not used: "
+                      f"{detail} (later refusals of this kind are only counted)", file=sys.stderr, flush=True)
 
     def _want_weights(self, sock: zmq.Socket) -> None:
         """A worker behind the relay's version (a missed broadcast) asks for the current weights."""
@@ -364,3 +394,25 @@ class RelayClient:
             pending = self._weights_in.version if self._weights_in is not None else -1
         if self.relay_version > max(self.version, pending):
             self._try_send(sock, wire.encode(wire.GET_WEIGHTS, sender=self.name, version=self.version))
+
+
+def _ack_batches(acks: list[list], refusals: list[list], limit: int = wire.MAX_HEADER_BYTES // 2):
+    """(start, end, refusals) for each ACK message: acks[start:end] and the next ``refusals`` of the
+    refusal list, with at most about ``limit`` bytes of header each (names are up to 256 characters)."""
+    start, refused, total_refused = 0, 0, len(refusals)
+    while start < len(acks) or refused < total_refused:
+        size, end, count = 0, start, 0
+        while refused + count < total_refused and size < limit:
+            item = refusals[refused + count]
+            size += len(item[0]) + len(item[3]) + len(item[4]) + 40
+            count += 1
+        while end < len(acks) and size < limit:
+            size += len(acks[end][0]) + 24
+            end += 1
+        yield start, end, count
+        start, refused = end, refused + count
+
+
+def _printable(text: str) -> str:
+    """Text from the network as printed to a terminal: no control characters (escape sequences)."""
+    return "".join(c if c.isprintable() else "?" for c in text)

@@ -14,6 +14,12 @@ trainer is bounded (``max_queue`` chunks): on overflow the oldest chunk is dropp
 its worker is told so it stops holding it. At most ``window`` chunks are in flight to the trainer;
 if the trainer goes away they go back to the front of the queue.
 
+Malformed messages are dropped and counted (``rejects``, and ``rejects/<cause>``). A chunk that is
+well formed but carries a value the protocol rules out (``meta.env_steps`` that is not an integer in
+[0, 2**63)) is *refused*: acknowledged to its worker with the reason (an ack's ``refusals``), so the
+worker stops resending it and says why, and counted (``chunks_refused``, ``chunks_refused/<cause>``).
+The trainer's own refusals (a chunk that does not fit its env) reach the worker the same way.
+
 One thread, one ROUTER socket; it sleeps in ``poll`` between messages (no busy-waiting).
 """
 
@@ -93,7 +99,10 @@ class Relay:
         self.inflight: dict[tuple[str, int, int], list] = {}
         self.weights: tuple[int, list] | None = None  # (version, frames) of the latest broadcast
         self.counters = {"chunks_in": 0, "chunks_out": 0, "duplicates": 0, "drops": 0, "rejects": 0,
-                         "refused": 0, "bytes_in": 0, "bytes_out": 0, "weights_in": 0}
+                         "refused": 0, "chunks_refused": 0, "bytes_in": 0, "bytes_out": 0, "weights_in": 0}
+        self.causes: dict[str, int] = {}  # "rejects/<cause>" and "chunks_refused/<cause>" -> count
+        self._reported: set[tuple[str, str]] = set()  # (worker, cause) of refusals already logged
+        self._log: Any = None
         self._rates = {"bytes_in": 0, "bytes_out": 0, "at": time.monotonic()}
         self._metrics_file = Path(options.metrics) if options.metrics else None
 
@@ -102,6 +111,7 @@ class Relay:
     def serve(self, stop: Event | None = None, log=sys.stderr) -> None:
         """Run until ``stop`` is set (checked every heartbeat) or Ctrl-C."""
         stop = stop or Event()
+        self._log = log
         poller = zmq.Poller()
         poller.register(self.socket, zmq.POLLIN)
         next_metrics = time.monotonic() + self.options.metrics_every_s
@@ -133,8 +143,8 @@ class Relay:
         self.counters["bytes_in"] += sum(len(f) for f in frames)
         try:
             msg = wire.decode(payload, self.max_bytes)
-        except wire.WireError:
-            self.counters["rejects"] += 1
+        except wire.WireError as exc:
+            self._reject(exc.cause)
             return
         peer = self.peers.get(ident)
         if msg.type == wire.HELLO:
@@ -147,9 +157,14 @@ class Relay:
         peer.last_seen = time.monotonic()
         handler = _HANDLERS.get((peer.role, msg.type))
         if handler is None:  # e.g. a worker sending weights: not allowed for its role
-            self.counters["rejects"] += 1
+            self._reject("role")
             return
         handler(self, peer, msg, payload)
+
+    def _reject(self, cause: str) -> None:
+        """Count a message dropped as malformed or not allowed (no answer: it may not even be ours)."""
+        self.counters["rejects"] += 1
+        self.causes[f"rejects/{cause}"] = self.causes.get(f"rejects/{cause}", 0) + 1
 
     # ---------------------------------------------------------------- handshake and peers
 
@@ -227,7 +242,7 @@ class Relay:
         if msg.sender != peer.name or msg.incarnation != peer.incarnation:
             # the trainer dedups and acknowledges by the header's names: a worker speaking for another
             # could have that one's chunks dropped as duplicates, or acknowledged without delivery
-            self.counters["rejects"] += 1
+            self._reject("sender")
             return
         key = (peer.name, peer.incarnation, msg.seq)
         if peer.done.contains(msg.seq):  # delivered before; its ACK was lost: say it again
@@ -236,6 +251,13 @@ class Relay:
             return
         if key in self.queued or key in self.inflight:
             self.counters["duplicates"] += 1
+            return
+        problem = wire.env_steps_problem(msg.meta) if "env_steps" in msg.meta else None
+        if problem is not None:  # (a chunk without env_steps is the trainer's to refuse: the relay needs none)
+            self._refuse_chunk(peer, msg.seq, "env_steps", problem,
+                               "env_steps counts the env steps its transitions took, an integer >= 0: run a "
+                               "relayrl worker of the relay's release (a client of your own must follow "
+                               "docs/wire-protocol.md)")
             return
         self.counters["chunks_in"] += 1
         self.queue.append((*key, payload))
@@ -248,6 +270,20 @@ class Relay:
             self._tell_worker(name, incarnation, {"seqs": [seq], "dropped": [seq]})
         self._dispatch()
 
+    def _refuse_chunk(self, peer: Peer, seq: int, cause: str, problem: str, fix: str) -> None:
+        """Acknowledge a chunk the relay will not forward, with why (the worker stops resending it)."""
+        self.counters["chunks_refused"] += 1
+        self.causes[f"chunks_refused/{cause}"] = self.causes.get(f"chunks_refused/{cause}", 0) + 1
+        peer.done.add(seq)  # a resend is answered with a plain ack, like a delivered chunk's
+        detail = f"the relay refused it: {problem}: {fix}"[:wire.MAX_DETAIL]
+        self._send(peer.ident, wire.encode(wire.ACK, incarnation=peer.incarnation,
+                                           meta={"seqs": [seq], "refusals": [[seq, cause, detail]]}))
+        if (peer.name, cause) not in self._reported and self._log is not None:
+            self._reported.add((peer.name, cause))
+            print(f"relay: refused chunk {seq} of worker {peer.name!r} ({cause}): {problem}; {fix}. The worker was "
+                  f"told; later refusals of this kind from it are only counted (chunks_refused/{cause})",
+                  file=self._log, flush=True)
+
     def _dispatch(self) -> None:
         trainer = self.trainer
         while trainer is not None and self.queue and len(self.inflight) < self.options.window:
@@ -258,20 +294,22 @@ class Relay:
             self.counters["chunks_out"] += 1
 
     def _ack(self, peer: Peer, msg: wire.Message, payload: list) -> None:
-        per_worker: dict[tuple[str, int], list[int]] = {}
-        items = msg.meta.get("acks", [])
-        if not isinstance(items, list) or not all(
-                isinstance(item, list) and len(item) == 3 and isinstance(item[0], str)
-                and all(isinstance(n, int) and not isinstance(n, bool) for n in item[1:])
-                for item in items):  # checked before any is applied: a bad one must not leave workers untold
-            self.counters["rejects"] += 1
+        per_worker: dict[tuple[str, int], dict[str, list]] = {}
+        items, refusals = msg.meta.get("acks", []), msg.meta.get("refusals", [])
+        # checked before any is applied: a bad one must not leave workers untold
+        if not (isinstance(items, list) and all(_is_chunk_name(item, 3) for item in items)
+                and isinstance(refusals, list) and all(_is_refusal(item) for item in refusals)):
+            self._reject("ack")
             return
         for name, incarnation, seq in items:
             self.inflight.pop((name, incarnation, seq), None)
             self._mark_done(name, incarnation, seq)
-            per_worker.setdefault((name, incarnation), []).append(seq)
-        for (name, incarnation), seqs in per_worker.items():
-            self._tell_worker(name, incarnation, {"seqs": seqs})
+            per_worker.setdefault((name, incarnation), {"seqs": []})["seqs"].append(seq)
+        for name, incarnation, seq, cause, detail in refusals:  # the trainer's (protocol 2.1): forwarded
+            per_worker.setdefault((name, incarnation), {"seqs": []}).setdefault("refusals", []).append(
+                [seq, cause, detail])
+        for (name, incarnation), meta in per_worker.items():
+            self._tell_worker(name, incarnation, meta)
         self._dispatch()
 
     def _mark_done(self, name: str, incarnation: int, seq: int) -> None:
@@ -321,7 +359,7 @@ class Relay:
     def stats(self) -> dict[str, float]:
         now = time.monotonic()
         dt = max(now - self._rates["at"], 1e-9)
-        out = {**{k: float(v) for k, v in self.counters.items()},
+        out = {**{k: float(v) for k, v in self.counters.items()}, **{k: float(v) for k, v in self.causes.items()},
                "workers": float(sum(p.role == WORKER for p in self.peers.values())),
                "trainer": float(self.trainer is not None), "queue_depth": float(len(self.queue)),
                "inflight": float(len(self.inflight)),
@@ -338,7 +376,9 @@ class Relay:
                 f.write(line + "\n")
         if log is not None:
             print(f"relay: {int(stats['workers'])} workers, trainer {'on' if stats['trainer'] else 'off'}, "
-                  f"queue {int(stats['queue_depth'])}, drops {int(stats['drops'])}, rejects {int(stats['rejects'])}, "
+                  f"queue {int(stats['queue_depth'])}, drops {int(stats['drops'])}, "
+                  f"rejects {int(stats['rejects'])}{_by_cause(stats, 'rejects')}, "
+                  f"refused chunks {int(stats['chunks_refused'])}{_by_cause(stats, 'chunks_refused')}, "
                   f"in {stats['bytes_in_per_s'] / 1e6:.2f} MB/s, out {stats['bytes_out_per_s'] / 1e6:.2f} MB/s",
                   file=log, flush=True)
 
@@ -353,6 +393,24 @@ _HANDLERS = {
     (TRAINER, wire.PING): Relay._ping,
     (TRAINER, wire.BYE): Relay._bye,
 }
+
+
+def _is_chunk_name(item: Any, length: int) -> bool:
+    """[worker name, incarnation, seq, ...] with the integers in [0, 2**63)."""
+    return (isinstance(item, list) and len(item) == length and isinstance(item[0], str)
+            and all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < wire.INT64 for n in item[1:3]))
+
+
+def _is_refusal(item: Any) -> bool:
+    """[worker name, incarnation, seq, cause, detail]: a chunk the trainer acknowledged but did not use."""
+    return (_is_chunk_name(item, 5) and isinstance(item[3], str) and 0 < len(item[3]) <= wire.MAX_CAUSE
+            and isinstance(item[4], str) and len(item[4]) <= wire.MAX_DETAIL)
+
+
+def _by_cause(stats: dict[str, float], counter: str) -> str:
+    """" (proto 2, header 1)" for the per-cause counts of ``counter`` that are not zero."""
+    parts = [f"{k.split('/', 1)[1]} {int(v)}" for k, v in sorted(stats.items()) if k.startswith(counter + "/") and v]
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def _user_id(frame: Any) -> str | None:

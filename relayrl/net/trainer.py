@@ -7,8 +7,13 @@ worker then forgets it); a chunk seen before, by (worker, incarnation, seq), is 
 dropped, so a resend after a relay restart is never learned from twice, while a restarted worker
 process that reuses its name (seqs from 0 again, a newer incarnation) is learned from as new.
 
-A chunk whose arrays do not fit the trainer's spaces (a worker on another env, a buggy compressor)
-is rejected, counted, and reported once per worker; training goes on with the others.
+A chunk the trainer cannot use (a worker on another env or algo, a buggy compressor, a NaN reward,
+a missing or invalid ``env_steps``) is *refused*: acknowledged like any other (so the worker stops
+resending it) with the reason on the ack, which the relay passes to the worker (wire protocol 2.1,
+an ack's ``refusals``); counted in ``net/rejected`` and ``net/rejected/<cause>``; and logged for the
+first refusal of each cause from each worker, naming the worker, what was expected and what came.
+It contributes nothing: no transitions, env steps or episode returns. Training goes on with the
+other workers. The causes are ``CAUSES``.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import time
 import zlib
 from typing import Any, Callable
 
+import gymnasium as gym
 import numpy as np
 
 from relayrl.config import RunConfig
@@ -30,6 +36,25 @@ from relayrl.types import Batch
 
 PULL_WAIT_S = 1.0  # pull() returns empty after this, so the loop can notice Ctrl-C and stop values
 WAITING_NOTICE_S = 30.0
+
+# The arrays of an off-policy chunk (docs/wire-protocol.md, "Samples chunks"), after net.decompressor.
+FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "discount")
+# Why a chunk is refused: net/rejected/<cause>, and the cause the worker is told.
+CAUSES = ("env_steps", "decompress", "missing", "extra", "rows", "empty", "shape", "dtype", "nonfinite")
+_SAME_RUN = ("run the worker with the trainer's --env, --algo and --config/--set options (and, with a "
+             "net.compressor, the one that matches the trainer's net.decompressor)")
+
+
+_SENDER_BUG = ("check the worker's net.compressor (or, for a worker of your own, docs/wire-protocol.md, \"Samples "
+               "chunks\")")
+
+
+class Refusal(Exception):
+    """A chunk the trainer will not use: ``cause`` (one of CAUSES), what is wrong, and the fix."""
+
+    def __init__(self, cause: str, problem: str, fix: str):
+        super().__init__(f"{problem}: {fix}")
+        self.cause, self.problem, self.fix = cause, problem, fix
 
 
 class RelaySource:
@@ -44,8 +69,19 @@ class RelaySource:
         self.crc_debug = net.crc_debug
         self.obs_shape = tuple(observation_space.shape)
         self.action_shape = tuple(action_space.shape)
+        obs_dtype = getattr(observation_space, "dtype", None)
+        # what a relayrl worker on this env sends: obs in the space's dtype, actions as the policies
+        # emit them (integers for discrete spaces, float32 otherwise; SAC's are scaled to [-1, 1])
+        action_dtype = np.dtype(np.int64 if isinstance(action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete,
+                                                                       gym.spaces.MultiBinary)) else np.float32)
+        self.schema: dict[str, tuple[tuple, np.dtype | None]] = {
+            "obs": (self.obs_shape, None if obs_dtype is None else np.dtype(obs_dtype)),
+            "next_obs": (self.obs_shape, None if obs_dtype is None else np.dtype(obs_dtype)),
+            "action": (self.action_shape, action_dtype), "reward": ((), np.dtype(np.float32)),
+            "terminated": ((), np.dtype(bool)), "discount": ((), np.dtype(np.float32))}
+        self.env_name = f"{config.env.id}, {config.algo}"
+        self.decompressor = net.decompressor
         self.seen = Senders()  # per worker name, its newest process's seqs
-        self.keys: set[str] | None = None  # the fields of the first accepted chunk; all must match
         self.version = -1
         self.env_steps = 0
         self.returns: list[float] = []
@@ -53,8 +89,9 @@ class RelaySource:
         self.test_returns: list[float] = []
         self.timing: dict[str, dict[str, float]] = {}  # worker -> its real-time clock statistics
         self.counts = {"duplicates": 0, "stale": 0, "rejected": 0, "chunks": 0}
+        self.rejected: dict[str, int] = {}  # cause -> chunks refused for it
         self._lags: list[int] = []
-        self._reported: set[str] = set()
+        self._reported: set[tuple[str, str]] = set()  # (worker, cause) already logged
         self._last_sample = time.monotonic()
 
     # ---------------------------------------------------------------- loop interface
@@ -95,6 +132,7 @@ class RelaySource:
         out = {"net/lag_mean": float(lags.mean()), "net/lag_max": float(lags.max()),
                "net/workers_seen": float(len(self.seen)),
                **{f"net/{k}": float(v) for k, v in self.counts.items()},
+               **{f"net/rejected/{cause}": float(n) for cause, n in self.rejected.items()},
                "net/reconnects": float(self.client.stats["reconnects"]),
                "net/bytes_in": float(self.client.stats["bytes_in"])}
         if self.timing:
@@ -111,7 +149,7 @@ class RelaySource:
     # ---------------------------------------------------------------- chunks
 
     def _combine(self, msgs: list[wire.Message]) -> tuple[Batch, int]:
-        batches, steps, acks = [], 0, []
+        batches, steps, acks, refusals = [], 0, [], []
         for msg in msgs:
             acks.append(msg)
             seen = self.seen.get(msg.sender, msg.incarnation)
@@ -121,10 +159,14 @@ class RelaySource:
             if not seen.add(msg.seq):
                 self.counts["duplicates"] += 1
                 continue
-            batch = self._check(msg)
+            try:
+                batch = self._check(msg)
+            except Refusal as refusal:
+                self._refuse(msg, refusal)
+                refusals.append((msg, refusal.cause, f"the trainer refused it: {refusal}"))
+                continue
             meta = msg.meta
-            env_steps = meta.get("env_steps", 0)
-            steps += env_steps if isinstance(env_steps, int) and env_steps >= 0 else 0
+            steps += meta["env_steps"]
             self.returns.extend(float(r) for r in _numbers(meta.get("returns")))
             self.lengths.extend(int(n) for n in _numbers(meta.get("lengths")))
             self.test_returns.extend(float(r) for r in _numbers(meta.get("test_returns")))
@@ -132,38 +174,50 @@ class RelaySource:
             if isinstance(timing, dict):  # a real-time env's clock, latest per worker
                 self.timing[msg.sender] = {k: float(v) for k, v in timing.items()
                                            if k in ("late_steps", "jitter") and isinstance(v, (int, float)) and np.isfinite(v)}
-            if batch is None:
-                continue
             self.counts["chunks"] += 1
             self._lags.append(self.version - msg.version)
-            batches.append(batch)
+            if batch:
+                batches.append(batch)
         if acks:
-            self.client.ack(acks)
+            self.client.ack(acks, refusals)
         self.env_steps += steps
         batch = {k: np.concatenate([b[k] for b in batches]) for k in batches[0]} if batches else {}
         return batch, steps
 
-    def _check(self, msg: wire.Message) -> Batch | None:
-        """The chunk's transitions, or None (rejected, reported once per worker)."""
+    def _refuse(self, msg: wire.Message, refusal: Refusal) -> None:
+        """Count a refused chunk; log the first of each cause from each worker."""
+        self.counts["rejected"] += 1
+        self.rejected[refusal.cause] = self.rejected.get(refusal.cause, 0) + 1
+        if (msg.sender, refusal.cause) not in self._reported:
+            self._reported.add((msg.sender, refusal.cause))
+            print(f"relayrl: refused chunk {msg.seq} of worker {msg.sender!r} ({refusal.cause}): {refusal.problem}; "
+                  f"{refusal.fix}. The worker was told; later refusals of this kind from it are only counted "
+                  f"(net/rejected/{refusal.cause})", file=sys.stderr, flush=True)
+
+    def _check(self, msg: wire.Message) -> Batch:
+        """The chunk's transitions ({} for a chunk that carries only env steps), or Refusal."""
+        problem = wire.env_steps_problem(msg.meta)
+        if problem is not None:
+            raise Refusal("env_steps", problem, "every chunk counts the env steps its transitions took in "
+                          "meta.env_steps, an integer >= 0: run a relayrl worker of the trainer's release")
         batch: Batch = dict(msg.arrays)
-        try:
-            if self.decompress is not None:
+        if not batch:  # env steps that completed no transition yet (n-step), or only episode ends
+            return batch
+        if self.decompress is not None:
+            try:
                 batch = self.decompress(batch)
-            if self.crc_debug:
+            except Exception as exc:  # a user's hook: any error means this chunk is not what it expects
+                raise Refusal("decompress", f"net.decompressor {self.decompressor} failed on it "
+                              f"({type(exc).__name__}: {exc})", _SAME_RUN) from None
+            if not isinstance(batch, dict) or not all(isinstance(v, np.ndarray) for v in batch.values()):
+                raise Refusal("decompress", f"net.decompressor {self.decompressor} returned "
+                              f"{type(batch).__name__}, not a dict of numpy arrays", "fix the decompressor")
+        if self.crc_debug:
+            try:
                 _check_crc(batch, msg.meta.get("crc"))
-            _check_schema(batch, self.obs_shape, self.action_shape)
-            if self.keys is not None and set(batch) != self.keys:
-                raise KeyError(f"chunk has fields {sorted(batch)}, earlier chunks had {sorted(self.keys)}")
-            self.keys = set(batch)
-        except (ValueError, KeyError, TypeError) as exc:
-            if self.crc_debug and isinstance(exc, CrcMismatch):
+            except CrcMismatch as exc:
                 raise RelayRLError(f"crc_debug: chunk {msg.seq} of worker {msg.sender!r}: {exc}") from None
-            self.counts["rejected"] += 1
-            if msg.sender not in self._reported:
-                self._reported.add(msg.sender)
-                print(f"relayrl: rejected a chunk from worker {msg.sender!r}: {exc} (is it running the same env, "
-                      "algo and net.compressor as this trainer?)", file=sys.stderr, flush=True)
-            return None
+        _check_schema(batch, self.schema, self.env_name)
         return batch
 
 
@@ -186,20 +240,39 @@ def _check_crc(batch: Batch, expected: Any) -> None:
             raise CrcMismatch(f"field {key!r} differs from the original after decompression")
 
 
-def _check_schema(batch: Batch, obs_shape: tuple, action_shape: tuple) -> None:
-    required = ("obs", "action", "reward", "next_obs", "terminated")
-    missing = [k for k in required if k not in batch]
+def _check_schema(batch: Batch, schema: dict[str, tuple[tuple, np.dtype | None]], env: str) -> None:
+    """Raise Refusal unless ``batch`` holds exactly the arrays of ``schema``, each with one row per
+    transition (at least one), rows of the expected shape and the expected dtype, finite rewards
+    and discounts."""
+    missing = [k for k in schema if k not in batch]
     if missing:
-        raise KeyError(f"chunk lacks {missing}")
-    rows = len(batch["reward"])
-    for key, value in batch.items():
-        if value.shape[:1] != (rows,):
-            raise ValueError(f"{key!r} has {value.shape[:1]} rows, reward has {rows}")
-    for key, shape in (("obs", obs_shape), ("next_obs", obs_shape), ("action", action_shape)):
-        if batch[key].shape[1:] != shape:
-            raise ValueError(f"{key!r} rows have shape {batch[key].shape[1:]}, the trainer's env has {shape}")
-    if not np.all(np.isfinite(batch["reward"])):
-        raise ValueError("non-finite rewards")
+        raise Refusal("missing", f"it lacks {missing} (it has {sorted(batch)}; the trainer expects {list(schema)})",
+                      _SAME_RUN)
+    extra = sorted(k for k in batch if k not in schema)
+    if extra:
+        raise Refusal("extra", f"it carries {extra}, which the trainer does not know (it expects exactly "
+                      f"{list(schema)})", _SAME_RUN)
+    rows = {k: (v.shape[0] if v.ndim else None) for k, v in batch.items()}
+    if len(set(rows.values())) != 1 or None in rows.values():
+        raise Refusal("rows", f"its arrays hold different numbers of rows ({', '.join(f'{k} {n}' for k, n in rows.items())}; "
+                      "one row per transition in every array)", _SENDER_BUG)
+    if batch["reward"].shape[0] == 0:
+        raise Refusal("empty", "its arrays hold 0 rows (a chunk with no transitions carries no arrays, only "
+                      "meta.env_steps)", _SENDER_BUG)
+    for key, (shape, dtype) in schema.items():
+        got = batch[key].shape[1:]
+        if got != shape:
+            what = (f"observation width {got[0]}, expected {shape[0]}" if key == "obs" and len(got) == len(shape) == 1
+                    else f"{key} rows have shape {got}, expected {shape}")
+            raise Refusal("shape", f"{what} ({env})", _SAME_RUN)
+    for key, (shape, dtype) in schema.items():
+        if dtype is not None and batch[key].dtype != dtype:
+            raise Refusal("dtype", f"{key} has dtype {batch[key].dtype}, expected {dtype} ({env})", _SAME_RUN)
+    for key in ("reward", "discount"):
+        bad = int(np.count_nonzero(~np.isfinite(batch[key])))
+        if bad:
+            raise Refusal("nonfinite", f"{bad} of its {len(batch[key])} {key} values are not finite (nan or inf)",
+                          "fix the worker's env (or wrap it to replace non-finite rewards)")
 
 
 def _numbers(value: Any) -> list:

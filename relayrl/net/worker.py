@@ -158,6 +158,7 @@ class RemoteWorker:
                 print(f"relayrl worker {self.client.name}: {self.env_steps} env steps "
                       f"({self.env_steps / (time.monotonic() - started):.0f}/s), policy version {self.worker.version}, "
                       f"unacknowledged {self.client.unacknowledged()}, backlog drops {stats['backlog_drops']}, "
+                      f"{_refused_text(self.client.chunk_refusals)}"
                       f"{'connected' if self.client.connected.is_set() else 'reconnecting'}{clock}", file=log,
                       flush=True)
         return self.stats()
@@ -287,3 +288,11 @@ def _saved_version(path: Path) -> int:
         return int(json.loads((path.parent / "latest.json").read_text())["version"])
     except (OSError, ValueError, KeyError, TypeError):
         return 0
+
+
+def _refused_text(refusals: dict[str, int]) -> str:
+    """"refused 12 (shape 12), " for the log line, or "" while nothing was refused."""
+    if not refusals:
+        return ""
+    causes = ", ".join(f"{cause} {n}" for cause, n in sorted(refusals.items()))
+    return f"refused {sum(refusals.values())} ({causes}), "

@@ -130,12 +130,13 @@ def test_chunks_that_do_not_fit_the_env_are_rejected_and_reported_once(relay, ca
         bad["obs"] = np.zeros((4, 7), np.float32)
         batch, steps = source._combine([message("w9", 0, bad), message("w9", 1, bad)])
         assert batch == {} and source.counts["rejected"] == 2
-        assert steps == 8  # the env steps happened; the data is not used
+        assert steps == 0  # a refused chunk contributes nothing, its env steps neither (they would drive
+        # the update schedule and total_steps with data the learner never sees)
         err = capsys.readouterr().err
-        assert err.count("rejected a chunk from worker 'w9'") == 1 and "(7,)" in err
+        assert err.count("refused chunk 0 of worker 'w9' (shape)") == 1 and "width 7, expected 4" in err
         missing = {k: v for k, v in transitions(4).items() if k != "reward"}
         source._combine([message("w8", 0, missing)])
-        assert source.counts["rejected"] == 3
+        assert source.counts["rejected"] == 3 and source.rejected == {"shape": 2, "missing": 1}
     finally:
         source.close()
 
@@ -154,6 +155,24 @@ def test_action_buffer_compressor_round_trip_passes_crc_debug(relay, monkeypatch
         batch, _ = source._combine([message("w0", 0, sent, {"crc": crc_of(original)})])
         for key, value in original.items():
             np.testing.assert_array_equal(batch[key], value)
+    finally:
+        source.close()
+
+
+def test_a_chunk_the_decompressor_cannot_take_is_refused_not_fatal(relay, monkeypatch, capsys):
+    """A worker without the trainer's net.compressor sends plain chunks: the trainer's decompressor
+    fails on them; the chunk is refused (cause decompress), the trainer goes on."""
+    module = types.ModuleType("relayrl_test_codec")
+    module.decompress = ActionBufferCompressor(act_buf_len=2).decompress
+    monkeypatch.setitem(sys.modules, "relayrl_test_codec", module)
+    source = RelaySource(source_config(relay.address, "net.decompressor=relayrl_test_codec:decompress"), OBS, ACT)
+    try:
+        batch, steps = source._combine([message("w0", 0, transitions(4))])  # no next_obs_head
+        assert batch == {} and steps == 0 and source.rejected == {"decompress": 1}
+        assert "net.decompressor relayrl_test_codec:decompress failed on it (KeyError" in capsys.readouterr().err
+        good = ActionBufferCompressor(act_buf_len=2).compress(transitions(4))
+        batch, steps = source._combine([message("w0", 1, good)])
+        assert len(batch["reward"]) == 4 and steps == 4
     finally:
         source.close()
 

@@ -384,3 +384,44 @@ def test_no_packet_is_smaller_than_min_samples_per_worker_packet_until_the_worke
     finally:
         worker.close(flush_timeout=0)
         trainer.close()
+
+
+def test_a_worker_on_another_env_hears_why_its_samples_are_not_used(relay, tmp_path, capsys, monkeypatch):
+    """`relayrl worker --env MountainCarContinuous-v0` against a Pendulum-v1 trainer: every chunk is
+    refused (observations 2 wide, not 3); the worker prints why once, counts them, and its log line
+    says so; the trainer counts them by cause and learns nothing from them."""
+    monkeypatch.setattr("relayrl.net.worker.LOG_EVERY_S", 0.0)  # a progress line after every chunk
+    source = trainer_source(relay.address)
+    source.reset(0)
+    stop = threading.Event()
+
+    def trainer():
+        while not stop.is_set():
+            batch, _ = source.pull()
+            assert not batch
+
+    thread = threading.Thread(target=trainer, daemon=True)
+    thread.start()
+    worker = RemoteWorker(worker_config(relay.address, tmp_path, env="MountainCarContinuous-v0"), name="lost")
+    log = types.SimpleNamespace(lines=[])
+    log.write = lambda text: log.lines.append(text)
+    log.flush = lambda: None
+    try:
+        worker.run(max_steps=24, log=None)  # three chunks of 8 steps
+        assert wait_for(lambda: worker.client.unacknowledged() == 0 and worker.client.stats["chunks_refused"] == 3)
+        worker.run(max_steps=32, log=log)  # one more, and a progress line that counts the three
+        assert wait_for(lambda: worker.client.unacknowledged() == 0 and worker.client.stats["chunks_refused"] == 4)
+    finally:
+        worker.close(flush_timeout=0)
+        stop.set()
+        thread.join(timeout=10)
+        source.close()
+    assert worker.stats()["chunks_refused"] == 4 and worker.client.chunk_refusals == {"shape": 4}
+    assert source.rejected == {"shape": 4} and source.stats()["net/rejected/shape"] == 4
+    assert source.env_steps == 0 and source.counts["chunks"] == 0
+    err = capsys.readouterr().err
+    told = [line for line in err.splitlines() if line.startswith("relayrl worker lost:")]
+    assert len(told) == 1 and "observation width 2, expected 3 (Pendulum-v1, sac)" in told[0]
+    assert "run the worker with the trainer's --env" in told[0]
+    assert err.count("relayrl: refused chunk 0 of worker 'lost' (shape)") == 1
+    assert any("refused 3 (shape 3)" in line or "refused 4 (shape 4)" in line for line in log.lines), log.lines
