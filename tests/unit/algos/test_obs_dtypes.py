@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import math
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
+from relayrl.algos.ppo import PPO, PPOPolicy
 from relayrl.config import build_config
 from relayrl.data.replay import ReplayBuffer
+from relayrl.envs.vector import make_vec
 from relayrl.io.metrics import read_metrics
 from relayrl.runtime import train
+from relayrl.train.collector import OnPolicyCollector
 
 ENV = "relayrl.testing.envs:relayrl-test/DtypeObs-v0"
 SHAPES = {"float64": [5], "float32": [5], "uint8": [6, 6, 3]}  # uint8: a small image
@@ -61,22 +65,15 @@ def test_every_algorithm_trains_on_observations_of_every_dtype(tmp_path, algo, a
         buffer = ReplayBuffer(1000)
         buffer.load(tmp_path / "run" / "checkpoints" / "replay.safetensors")
         spec = buffer.storage.spec
-        assert spec["obs"] == (spec["next_obs"][0], np.dtype(STORED[dtype]))
-        assert spec["next_obs"][1] == np.dtype(STORED[dtype])
+        assert spec["obs"][1] == spec["next_obs"][1] == np.dtype(STORED[dtype])
         assert spec["reward"][1] == spec["discount"][1] == np.dtype(np.float32)
         assert spec["action"][1] == np.dtype(np.int64 if actions == "discrete" else np.float32)
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32", "uint8"])
 def test_rollouts_store_observations_in_their_stored_dtype(dtype):
-    from relayrl.algos.ppo import PPO
-    from relayrl.envs.vector import make_vec
-    from relayrl.train.collector import OnPolicyCollector
-
-    import relayrl.testing.envs  # noqa: F401  (registers the env)
-
     shape = tuple(SHAPES[dtype])
-    with make_vec("relayrl-test/DtypeObs-v0", 2, env_kwargs={"dtype": dtype, "shape": shape}) as venv:
+    with make_vec(ENV, 2, env_kwargs={"dtype": dtype, "shape": shape}) as venv:
         cfg = build_config("ppo", None, SMALL["ppo"]).ppo
         algo = PPO(cfg, venv.single_observation_space, venv.single_action_space, 2)
         collector = OnPolicyCollector(venv, algo.policy, 16)
@@ -88,10 +85,6 @@ def test_rollouts_store_observations_in_their_stored_dtype(dtype):
 
 
 def test_normalised_observations_are_stored_as_float32():
-    import gymnasium as gym
-
-    from relayrl.algos.ppo import PPOPolicy
-
     cfg = build_config("ppo", None, ["ppo.obs_norm=true"]).ppo
     policy = PPOPolicy(gym.spaces.Box(0, 255, (6, 6, 3), np.uint8), gym.spaces.Discrete(3), cfg)
     obs = np.random.default_rng(0).integers(0, 256, (4, 6, 6, 3)).astype(np.uint8)
