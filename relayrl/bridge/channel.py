@@ -3,18 +3,22 @@
 Both sides use ``Channel``: the trainer ``create``s it, the simulator ``attach``es. The owner of the
 turn writes the body and calls ``hand_over``; the other side blocks in ``wait_turn`` (a short spin,
 then ``poll`` on a FIFO doorbell, so an idle side costs no CPU) and notices a peer that closed, died
-or went silent.
+or went silent. A side that holds the turn on purpose for long keeps its peer waiting with
+``keep_alive()`` (§4.1); the trainer does so from a ``KeepAlive`` timer thread, always.
 """
 
 from __future__ import annotations
 
 import errno
+import math
 import mmap
 import os
 import secrets
 import select
 import struct
+import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Callable
 
@@ -29,6 +33,8 @@ from relayrl.bridge.files import (bridge_dir, create_mapped, open_fifo, pid_aliv
 EDITOR_NAME = "editor"
 POLL_SLICE_S = 0.1
 SPIN_MIN_S = 20e-6
+KEEP_ALIVE_MAX_PERIOD_S = 1.0  # the trainer bumps at least this often, and at least every peer timeout / 4
+KEEP_ALIVE_MIN_PERIOD_S = 0.005
 
 
 def spin_budget(wait_avg_s: float, spin_max_s: float) -> float:
@@ -58,6 +64,9 @@ class Channel:
         self.peer_alive: Callable[[], bool] | None = None  # overrides the pid check (a launched child)
         self.closed = False
         self._turn: np.ndarray | None = None
+        self._alive_out: np.ndarray | None = None  # our keep-alive counter (§4.1)
+        self._alive_in: np.ndarray | None = None  # the peer's
+        self._keep_alive: KeepAlive | None = None
 
     # ---- paths
     def path(self, suffix: str) -> Path:
@@ -82,7 +91,7 @@ class Channel:
         tmp = self.path(".tmp")
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
-            os.write(fd, L.new_header(os.getpid()))
+            os.write(fd, L.new_header(os.getpid(), timeout_s))
         finally:
             os.close(fd)
         # our doorbell's read end before the header appears (§4): a simulator that attaches at once opens
@@ -90,12 +99,16 @@ class Channel:
         self.bell_in = open_fifo(self.path(".st"), os.O_RDONLY)
         os.rename(tmp, self.header_path)
         self._map_header()
+        # the trainer is idle on purpose whenever it holds the turn (learning, evaluating on another
+        # channel): it keeps its simulator from timing out for as long as its process runs (§4.1)
+        self._keep_alive = KeepAlive(self)
         return self
 
     @classmethod
     def attach(cls, header_path: str | os.PathLike, *, timeout_s: float = 60.0, spin_us: float = 500.0) -> "Channel":
+        """The simulator's handshake up to its first hand-over (§5, steps 1 to 8, in that order)."""
         self = cls(Path(header_path), "simulator", timeout_s, spin_us)
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + timeout_s if timeout_s > 0 else math.inf
         while not self.header_path.exists():  # attach mode: the trainer may come later
             if time.monotonic() > deadline:
                 raise BridgeTimeout(f"no bridge channel at {self.header_path} after {timeout_s:g} s: start the trainer "
@@ -117,24 +130,30 @@ class Channel:
             self._unmap_header()
             raise BridgeError(f"bridge channel {self.header_path} is already attached (simulator pid {pid}, turn "
                               f"{turn}): one simulator per channel; start another trainer for this simulator")
+        reason = self.header[L.OFF_TRAINER_CLOSED]
+        if reason:  # the trainer has stopped: nothing to attach to, and nothing to write
+            self._unmap_header()
+            raise BridgeClosed(f"the trainer of {self.header_path} already closed the channel "
+                               f"({L.REASONS.get(reason, f'reason {reason}')}): start the trainer again", reason)
         struct.pack_into("<HH", self.header, L.OFF_SIM_VERSION, *L.VERSION)
         struct.pack_into("<i", self.header, L.OFF_SIM_PID, os.getpid())
+        struct.pack_into("<I", self.header, L.OFF_SIM_TIMEOUT, L.timeout_ms(timeout_s))
+        trainer = self.trainer_version
+        if trainer[0] != L.VERSION[0]:  # before anything else of the header is read: its layout is the trainer's
+            self.close(L.VERSION_MISMATCH, hand_over=True)
+            raise VersionMismatch(f"the trainer speaks bridge protocol {trainer[0]}.{trainer[1]}, this simulator "
+                                  f"{L.VERSION[0]}.{L.VERSION[1]}: use relayrl and a simulator SDK of the same "
+                                  "major version")
+        self.sync_body()  # a corrupt header or body closes with reason 4, no hand-over
         self.bell_in = open_fifo(self.path(".ts"), os.O_RDONLY)
         try:
             self.bell_out = open_fifo(self.path(".st"), os.O_WRONLY)
         except OSError as exc:
             if exc.errno != errno.ENXIO:
-                raise BridgeError(f"cannot open the trainer's doorbell {self.path('.st')}: {exc.strerror}") from None
+                raise self._fail(f"cannot open the trainer's doorbell {self.path('.st')}: {exc.strerror}") from None
             self.close(L.PEER_DIED)  # the trainer reads it from creation on (§4): nobody reading means it is gone
             raise PeerDied(f"the trainer of {self.header_path} has exited (nobody reads its doorbell): start the "
                            "trainer again") from None
-        trainer = self.trainer_version
-        if trainer[0] != L.VERSION[0]:
-            self.close(L.VERSION_MISMATCH, hand_over=True)
-            raise VersionMismatch(f"the trainer speaks bridge protocol {trainer[0]}.{trainer[1]}, this simulator "
-                                  f"{L.VERSION[0]}.{L.VERSION[1]}: use relayrl and a simulator SDK of the same "
-                                  "major version")
-        self.sync_body()
         return self
 
     def _map_header(self) -> None:
@@ -146,9 +165,12 @@ class Channel:
         finally:
             os.close(fd)
         self._turn = np.frombuffer(self.header, dtype="<u8", count=1, offset=L.OFF_TURN)
+        ours, theirs = (L.OFF_TRAINER_ALIVE, L.OFF_SIM_ALIVE) if self.trainer else (L.OFF_SIM_ALIVE, L.OFF_TRAINER_ALIVE)
+        self._alive_out = np.frombuffer(self.header, dtype="<u4", count=1, offset=ours)
+        self._alive_in = np.frombuffer(self.header, dtype="<u4", count=1, offset=theirs)
 
     def _unmap_header(self) -> None:
-        self._turn = None
+        self._turn = self._alive_out = self._alive_in = None
         release(self.header)
         self.header = None
 
@@ -178,6 +200,28 @@ class Channel:
     @property
     def peer_pid(self) -> int:
         return struct.unpack_from("<i", self.header, L.OFF_SIM_PID if self.trainer else L.OFF_TRAINER_PID)[0]
+
+    @property
+    def peer_timeout_s(self) -> float:
+        """How long the peer waits for us (from the header, §2): 0.0 when it has no timeout or did not
+        say (a 1.0 peer)."""
+        offset = L.OFF_SIM_TIMEOUT if self.trainer else L.OFF_TRAINER_TIMEOUT
+        return struct.unpack_from("<I", self.header, offset)[0] / 1000
+
+    # ---- keep-alive (§4.1)
+    def keep_alive(self) -> None:
+        """Tell the peer we are alive and mean to come back (bump our keep-alive counter): a peer waiting
+        for the turn restarts its timeout. Costs one store; call it at least every peer timeout / 4
+        while holding the turn for longer than that. Any thread; a no-op once closed."""
+        counter = self._alive_out
+        if counter is not None:
+            counter[0] = (int(counter[0]) + 1) & 0xFFFFFFFF  # one aligned 4-byte store
+
+    def keep_alive_period(self) -> float:
+        """How often the keep-alive thread bumps: a quarter of the peer's timeout, at most 1 s."""
+        peer = self.peer_timeout_s if self.header is not None else 0.0
+        period = KEEP_ALIVE_MAX_PERIOD_S if peer <= 0 else min(peer / 4, KEEP_ALIVE_MAX_PERIOD_S)
+        return max(period, KEEP_ALIVE_MIN_PERIOD_S)
 
     # ---- the body
     def sync_body(self) -> None:
@@ -272,7 +316,9 @@ class Channel:
             if int(turn[0]) == want:
                 return self._got_turn()
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
-        deadline = time.monotonic() + timeout_s
+        forever = not timeout_s > 0 or math.isinf(timeout_s)
+        deadline = math.inf if forever else time.monotonic() + timeout_s
+        alive = int(self._alive_in[0])  # the peer's keep-alive counter: a change restarts the timeout (§4.1)
         poller = select.poll()
         poller.register(self.bell_in, select.POLLIN)
         while True:
@@ -297,10 +343,13 @@ class Channel:
                                f"{self.role} waited: {'restart the trainer' if not self.trainer else 'see its output'}")
             if hung_up:  # before the handshake: a peer that opened and closed again
                 time.sleep(POLL_SLICE_S)
-            if time.monotonic() > deadline:
+            seen = int(self._alive_in[0])
+            if seen != alive:  # the peer holds the turn on purpose and is alive
+                alive, deadline = seen, (math.inf if forever else time.monotonic() + timeout_s)
+            elif time.monotonic() > deadline:
                 self.close(L.TIMEOUT)
-                raise BridgeTimeout(f"the {self._peer_name} did not answer within {timeout_s:g} s (timeout_s): it "
-                                    "is stuck or too slow; raise the timeout if it is just slow")
+                raise BridgeTimeout(f"the {self._peer_name} did not answer within {timeout_s:g} s (timeout_s) and sent "
+                                    "no keep-alive: it is stuck or too slow; raise the timeout if it is just slow")
 
     def _got_turn(self) -> None:
         """The memory is ours; a peer that handed it over while closing (e.g. after a version check) stops us."""
@@ -322,14 +371,25 @@ class Channel:
             pass
 
     def _peer_closed(self) -> BridgeError:
+        """The peer closed: we stop too, writing reason 1 (the peer's byte says why, §6)."""
         reason = self.peer_closed
         text = L.REASONS.get(reason, f"reason {reason}")
         if reason == L.VERSION_MISMATCH:
             error = version_mismatch(self.simulator_version, self.trainer_version)
             self.close(L.NORMAL)
             return error
+        hint = ""
+        if reason == L.TIMEOUT and self.trainer:
+            simulator = self.simulator_version
+            if simulator < L.KEEP_ALIVE_VERSION:
+                hint = (f": it speaks bridge protocol {simulator[0]}.{simulator[1]}, which ignores the trainer's "
+                        "keep-alive, so it stops whenever the trainer pauses (learning, evaluating) for longer than "
+                        "its timeout; rebuild it with a 1.1 SDK, or raise its timeout above the longest pause")
+            else:
+                hint = (": this trainer process was stopped or starved for longer than the simulator's timeout "
+                        f"({self.peer_timeout_s:g} s); raise the simulator's timeout if the machine is that busy")
         self.close(L.NORMAL)
-        return BridgeClosed(f"the {self._peer_name} closed the channel ({text})", reason)
+        return BridgeClosed(f"the {self._peer_name} closed the channel ({text}){hint}", reason)
 
     def _fail(self, message: str) -> BridgeError:
         self.close(L.PROTOCOL_ERROR)
@@ -363,13 +423,19 @@ class Channel:
         if self.closed:
             return
         self.closed = True
+        if self._keep_alive is not None:
+            self._keep_alive.stop()  # before anything is unmapped
+            self._keep_alive = None
         if self.header is not None:
             offset = L.OFF_TRAINER_CLOSED if self.trainer else L.OFF_SIM_CLOSED
             if not self.header[offset]:
                 self.header[offset] = reason
-            if hand_over and self.bell_out >= 0:
+            if hand_over:
                 self._turn[0] = self.owned + 1
-            self._ring()
+            if self.bell_out >= 0:
+                self._ring()
+            else:  # at attach, before the FIFOs are open (§5): open the peer's doorbell just for this ring
+                self._ring_once()
         for fd in (self.bell_in, self.bell_out):
             if fd >= 0:
                 os.close(fd)
@@ -378,14 +444,56 @@ class Channel:
             self.unlink()
         release(self.body)
         self.body = None
-        self._turn = None
-        release(self.header)
-        self.header = None
+        self._unmap_header()
+
+    def _ring_once(self) -> None:
+        """Ring the peer's doorbell without keeping it open; nobody reading it (ENXIO) or no FIFO means
+        there is nobody to wake."""
+        try:
+            fd = open_fifo(self.path(".st" if not self.trainer else ".ts"), os.O_WRONLY)
+        except OSError:
+            return
+        try:
+            os.write(fd, b"\1")
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
     def unlink(self) -> None:
         """Remove every file of this channel name (best effort)."""
         unlink_channel(self.header_path)
 
 
-__all__ = ["Channel", "BridgeError", "BridgeClosed", "BridgeTimeout", "PeerDied", "VersionMismatch", "bridge_dir",
+class KeepAlive:
+    """A daemon thread that bumps a channel's keep-alive counter every ``keep_alive_period()`` (a
+    quarter of the peer's timeout, at most 1 s), sleeping in between, until ``stop()`` or until the
+    channel is closed or garbage-collected. It proves the process alive, not its main thread: a
+    stopped process (SIGSTOP, a frozen machine) stops bumping and its peer times out; a dead one is
+    seen by its pid and its doorbell's hang-up (§4)."""
+
+    def __init__(self, channel: Channel):
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(weakref.ref(channel), self._stop), daemon=True,
+                                        name="bridge-keep-alive")
+        self._thread.start()
+
+    @staticmethod
+    def _run(ref: "weakref.ref[Channel]", stop: threading.Event) -> None:
+        period = 0.0
+        while not stop.wait(period):
+            channel = ref()
+            if channel is None or channel.closed:
+                return
+            channel.keep_alive()
+            period = channel.keep_alive_period()
+            del channel  # no strong reference while asleep: an unclosed channel can still be collected
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
+
+__all__ = ["Channel", "KeepAlive", "BridgeError", "BridgeClosed", "BridgeTimeout", "PeerDied", "VersionMismatch", "bridge_dir",
            "remove_stale", "spin_budget"]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 MAGIC = b"RLRLBRDG"
-VERSION = (1, 0)
+VERSION = (1, 1)
 HEADER_SIZE = 64
 INITIAL_SIDE = 64  # S at creation
 INITIAL_RL = 8  # R at creation: a behaviour count of 0
@@ -28,6 +28,9 @@ NAME_BYTES = 64
 OFF_MAGIC, OFF_TRAINER_VERSION, OFF_SIM_VERSION, OFF_TURN = 0, 8, 12, 16
 OFF_RESET, OFF_QUERY, OFF_TRAINER_CLOSED, OFF_SIM_CLOSED = 24, 25, 26, 27
 OFF_GENERATION, OFF_SIDE, OFF_RL, OFF_TRAINER_PID, OFF_SIM_PID = 28, 32, 36, 40, 44
+# since 1.1 (reserved, zero, in 1.0): each side's wait timeout in ms (0: none) and keep-alive counter (§2, §4)
+OFF_TRAINER_TIMEOUT, OFF_SIM_TIMEOUT, OFF_TRAINER_ALIVE, OFF_SIM_ALIVE = 48, 52, 56, 60
+KEEP_ALIVE_VERSION = (1, 1)  # the first version whose peers bump and honour the keep-alive counters
 
 # close reasons
 NORMAL, VERSION_MISMATCH, TIMEOUT, PROTOCOL_ERROR, PEER_DIED = 1, 2, 3, 4, 5
@@ -43,13 +46,22 @@ def pad8(n: int) -> int:
     return (n + 7) & ~7
 
 
-def new_header(trainer_pid: int) -> bytes:
-    """The 64 header bytes at creation (turn 0, generation 1, S = 64, R = 8)."""
+def timeout_ms(timeout_s: float | None) -> int:
+    """A wait timeout as the header holds it (§2): milliseconds rounded up, 0 for none (``None``, 0 or
+    less, infinite), at most 2^32 - 1."""
+    if timeout_s is None or not timeout_s > 0 or math.isinf(timeout_s):
+        return 0
+    return min(math.ceil(timeout_s * 1000), 0xFFFFFFFF)
+
+
+def new_header(trainer_pid: int, trainer_timeout_s: float | None = None) -> bytes:
+    """The 64 header bytes at creation (turn 0, generation 1, S = 64, R = 8, the trainer's timeout)."""
     out = bytearray(HEADER_SIZE)
     out[0:8] = MAGIC
     struct.pack_into("<HH", out, OFF_TRAINER_VERSION, *VERSION)
     struct.pack_into("<III", out, OFF_GENERATION, 1, INITIAL_SIDE, INITIAL_RL)
     struct.pack_into("<i", out, OFF_TRAINER_PID, trainer_pid)
+    struct.pack_into("<I", out, OFF_TRAINER_TIMEOUT, timeout_ms(trainer_timeout_s))
     return bytes(out)
 
 

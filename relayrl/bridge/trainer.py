@@ -126,7 +126,9 @@ class BridgeEnv:
     def set_actions(self, behaviour: str, continuous: np.ndarray | None = None,
                     discrete: np.ndarray | None = None) -> None:
         """Actions for this turn's deciding agents, row i for decision row i: continuous [n, C]
-        (cast to float32) and discrete [n, B] (cast to int32). Agents left without actions get zeros."""
+        (cast to float32, any finite value: the simulator clips to its range, [-1, 1] for relayrl's
+        training) and discrete [n, B] (cast to int32; an option the agent's action mask forbids is
+        refused: masks are binding). Agents left without actions get zeros."""
         views = self._get(behaviour)
         spec, (n, _) = views.section.spec, self._n[behaviour]
         if n == 0 and (continuous is not None and np.size(continuous) or discrete is not None and np.size(discrete)):
@@ -140,21 +142,47 @@ class BridgeEnv:
             if array.shape != (n, width):
                 raise BridgeError(f"{kind} actions for {behaviour!r} have shape {array.shape}, expected ({n}, {width}): "
                                   f"one row per deciding agent ({n} this turn)")
+            if kind == "continuous" and not np.isfinite(array).all():
+                row = int(np.argwhere(~np.isfinite(array))[0][0])
+                raise BridgeError(f"continuous actions for {behaviour!r} hold NaN or infinity (agent "
+                                  f"{int(views.ids[row])}): the trainer sends finite values only "
+                                  "(docs/bridge-protocol.md §3.3); look for a diverged policy")
             if kind == "discrete":
                 bad = (array < 0) | (array >= np.array(spec.branches))
                 if bad.any():
                     raise BridgeError(f"discrete actions for {behaviour!r} out of range for branches {spec.branches}")
+                self._check_masks(behaviour, views, array.astype(np.int64))
             np.copyto(out[:n], array, casting="unsafe")
         self._acted.add(behaviour)
 
+    def _check_masks(self, behaviour: str, views: L.SectionViews, chosen: np.ndarray) -> None:
+        """Refuse an option the deciding agent's mask forbids (masks are binding, §3.3)."""
+        n = len(chosen)
+        mask = views.mask[:n]
+        if not mask.any():  # the usual case: one reduction
+            return
+        starts = np.cumsum((0, *views.section.spec.branches[:-1]))  # M_b: where branch b's options begin
+        forbidden = mask[np.arange(n)[:, None], starts + chosen]
+        if forbidden.any():
+            row, branch = (int(i) for i in np.argwhere(forbidden)[0])
+            if views.masks[branch][row].all():
+                raise BridgeError(f"the simulator's action mask for agent {int(views.ids[row])} of {behaviour!r} "
+                                  f"forbids every option of branch {branch}: no answer is allowed; the simulator must "
+                                  "leave at least one option of each branch allowed (docs/bridge-protocol.md §3.3)")
+            raise BridgeError(f"discrete action {int(chosen[row, branch])} of branch {branch} for agent "
+                              f"{int(views.ids[row])} of {behaviour!r} is forbidden by its action mask: choose among "
+                              "the options its mask allows (DecisionSteps.action_mask, True = forbidden); masks are "
+                              "binding (docs/bridge-protocol.md §3.3)")
+
     # ---- turns
     def step(self) -> None:
-        """Send the actions set this turn (zeros for behaviours without) and wait for the next decisions."""
+        """Send the actions set this turn and wait for the next decisions. A behaviour given no actions
+        gets 0.0 for every continuous action and the lowest option its masks allow in every branch."""
         for name, views in self._views.items():
             n = self._n[name][0]
             if name not in self._acted and n:
                 views.continuous[:n] = 0
-                views.discrete[:n] = 0
+                views.discrete[:n] = _lowest_allowed(views, n)
         self._hand_over()
 
     def reset(self) -> None:
@@ -241,6 +269,14 @@ class BridgeEnv:
             self.close()
         except Exception:
             pass
+
+
+def _lowest_allowed(views: L.SectionViews, n: int) -> np.ndarray:
+    """[n, B]: the lowest option each row's mask allows in each branch (0 where the simulator forbade
+    them all)."""
+    if not views.masks:
+        return np.zeros((n, 0), np.int32)
+    return np.stack([np.argmin(mask[:n], axis=1) for mask in views.masks], axis=1).astype(np.int32)
 
 
 __all__ = ["BridgeEnv", "DecisionSteps", "TerminalSteps"]

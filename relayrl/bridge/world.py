@@ -16,7 +16,9 @@
 Every observation of every agent in a turn must be set: ``step()`` refuses a row with one missing
 rather than send the previous occupant's data. Many agents: ``set_decisions(name, ids, [obs arrays],
 rewards)`` writes a whole block at once, and ``action_arrays(name)`` returns (ids, continuous [n, C],
-discrete [n, B]). ``register`` adds a behaviour (or more agents) mid-run.
+discrete [n, B]). ``register`` adds a behaviour (or more agents) mid-run. A simulator busy on purpose
+in its own turn for longer than the trainer's timeout (loading a level) calls ``keep_alive()`` now
+and then, so the trainer does not take it for stuck.
 """
 
 from __future__ import annotations
@@ -215,6 +217,18 @@ class World:
     def on_reset(self, handler: Callable[[], None]) -> None:
         self._reset_handlers.append(handler)
 
+    # ---- keep-alive (protocol §4.1)
+    def keep_alive(self) -> None:
+        """Tell the waiting trainer this simulator is alive and busy on purpose (its turn takes long: a
+        level loading, a slow frame), so it restarts its timeout. One store; call it at least every
+        ``trainer_timeout_s / 4`` while busy (calling it every frame is fine). Harmless at any time."""
+        self.channel.keep_alive()
+
+    @property
+    def trainer_timeout_s(self) -> float:
+        """How long the trainer waits for this simulator's turn (0.0: no timeout, or a 1.0 trainer)."""
+        return self.channel.peer_timeout_s
+
     # ---- this turn's rows
     def request_decision(self, behaviour: str, agent_id: int) -> DecisionBuilder:
         rows = self._rows(self._decisions, behaviour)
@@ -286,15 +300,23 @@ class World:
                     return CLOSED
                 raise
             channel.sync_body()
-            if channel.generation != self._generation:  # a new body (the trainer's or ours): views moved
-                self._map_views()
-            self.side_channels.dispatch(channel.read_side())
-            if channel.flag(L.OFF_QUERY):
+            if channel.generation != self._generation:  # the trainer grew the body: views moved
+                self._map_views(trainers=True)
+            reset, query = channel.flag(L.OFF_RESET), channel.flag(L.OFF_QUERY)
+            if reset and query:
+                raise channel._fail("the trainer set both reset and query in one turn (the protocol forbids it, §5)")
+            incoming = channel.read_side()
+            try:
+                L.decode_records(incoming)  # the framing is checked before any handler sees a record
+            except L.LayoutError as exc:
+                raise channel._fail(f"the trainer's side-channel records do not parse: {exc}") from None
+            self.side_channels.dispatch(incoming)
+            if query:
                 channel.set_flag(L.OFF_QUERY, 0)
                 continue
             for rows in (*self._decisions.values(), *self._terminations.values()):
                 rows.clear()
-            if channel.flag(L.OFF_RESET):
+            if reset:
                 channel.set_flag(L.OFF_RESET, 0)
                 self._sent = {}
                 for handler in self._reset_handlers:
@@ -330,9 +352,23 @@ class World:
         self._map_views()
         self._layout_dirty = False
 
-    def _map_views(self) -> None:
-        body, self._generation = self.channel.body, self.channel.generation
-        self._views = L.section_views(body, self.channel.side, self.channel.rl)
+    def _map_views(self, trainers: bool = False) -> None:
+        """Views of the current body; ``trainers``: the trainer made it (it grew its side channel), so
+        its RL region must be ours, copied verbatim (§7): anything else is a protocol error."""
+        channel = self.channel
+        body, self._generation = channel.body, channel.generation
+        try:
+            views = L.section_views(body, channel.side, channel.rl)
+        except L.LayoutError as exc:
+            if not trainers:
+                raise
+            raise channel._fail(f"the trainer's body generation {channel.generation} changed the RL region: {exc}") \
+                from None
+        if trainers and [v.section.spec for v in views.values()] != self.specs:
+            raise channel._fail(f"the trainer's body generation {channel.generation} changed the RL region (it "
+                                f"holds behaviours {list(views)}, this simulator registered "
+                                f"{[s.name for s in self.specs]})")
+        self._views = views
 
     def _write(self, name: str) -> None:
         views = self._views[name]

@@ -52,6 +52,37 @@ def test_sac_learns_from_the_bridge(tmp_path):
     assert summary["last_eval_return"] is not None
 
 
+@pytest.mark.parametrize("simulator", ["python", "c"])
+def test_a_run_that_pauses_longer_than_both_timeouts_keeps_both_simulators(tmp_path, simulator):
+    """Issue 13: with eval.freq=0 the evaluation copy waits from the start to the one evaluation at the
+    end, and the training copy waits through every update. Timeouts of 1 s on both sides and a first
+    update that takes 3 s: both copies are kept waiting by the trainer's keep-alive, and the run ends
+    with its evaluation done."""
+    import time
+
+    from relayrl.bridge.cbuild import build, have_compiler
+    from relayrl.config import build_config
+    from relayrl.runtime import train as run_train
+
+    if simulator == "c" and not have_compiler():
+        pytest.skip("no C compiler ($CC or cc)")
+    env_id = BALL3D if simulator == "python" else f"bridge:{shlex.quote(str(build('ball3d', tmp_path / 'build')))}"
+    config = build_config("ppo", None, ["eval.freq=0", "eval.episodes=2", "total_steps=512",
+                                        "env.kwargs={timeout_s: 1, args: [--bridge-timeout, '1', --agents, '4']}"],
+                          {"env.id": env_id})
+    paused = []
+
+    def long_update(ctx) -> None:
+        if not paused:
+            paused.append(ctx.env_steps)
+            time.sleep(3.0)
+
+    summary = run_train(config, run_dir=tmp_path / "run", tensorboard=False,
+                        hooks=[("after_iter", long_update, {})])
+    assert paused == [256] and summary["env_steps"] >= 512, summary
+    assert summary["last_eval_return"] is not None, summary
+
+
 def test_a_bridge_command_that_fails_is_one_clear_message(tmp_path):
     run = subprocess.run([sys.executable, "-m", "relayrl", "train", "ppo", "--env", "bridge:/no/such/simulator",
                           "--run-dir", str(tmp_path / "run"), "--quiet"], capture_output=True, text=True, timeout=120)

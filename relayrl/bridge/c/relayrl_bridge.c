@@ -1,5 +1,5 @@
 /*
- * relayrl_bridge.c - simulator side of the relayrl bridge protocol 1.0 (C11 + POSIX).
+ * relayrl_bridge.c - simulator side of the relayrl bridge protocol 1.1 (C11 + POSIX).
  * See relayrl_bridge.h for the API and docs/bridge-protocol.md for the protocol.
  *
  * Build: cc -std=c11 -O2 -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -c
@@ -40,6 +40,10 @@
 #define H_R 36
 #define H_TPID 40
 #define H_SPID 44
+#define H_TTIMEOUT 48 /* since 1.1: the trainer's wait timeout in ms (0: none) */
+#define H_STIMEOUT 52 /* since 1.1: ours                                       */
+#define H_TALIVE 56   /* since 1.1: the trainer's keep-alive counter (§4.1)    */
+#define H_SALIVE 60   /* since 1.1: ours                                       */
 #define HEADER_SIZE 64
 
 static const uint8_t MAGIC[8] = {0x52, 0x4C, 0x52, 0x4C, 0x42, 0x52, 0x44, 0x47}; /* RLRLBRDG */
@@ -115,6 +119,8 @@ static void wr32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
 static _Atomic uint64_t *turn_ptr(const rrb_world *w) { return (_Atomic uint64_t *)(void *)(w->hdr + H_TURN); }
 static _Atomic uint8_t *byte_ptr(const rrb_world *w, int off) { return (_Atomic uint8_t *)(void *)(w->hdr + off); }
 static uint8_t trainer_closed(const rrb_world *w) { return atomic_load_explicit(byte_ptr(w, H_TCLOSED), memory_order_acquire); }
+static _Atomic uint32_t *u32_ptr(const rrb_world *w, int off) { return (_Atomic uint32_t *)(void *)(w->hdr + off); }
+static uint32_t trainer_alive(const rrb_world *w) { return atomic_load_explicit(u32_ptr(w, H_TALIVE), memory_order_relaxed); }
 
 static double now_s(void) {
     struct timespec ts;
@@ -519,7 +525,8 @@ static int wait_turn_inner(rrb_world *w, uint64_t expected) {
         if (budget == 0 || ((i & 31u) == 31u && now_ns() - spin_start > budget)) break; /* 0: one look, no spin */
         cpu_relax();
     }
-    double start = now_s();
+    double start = now_s();  /* the timeout runs from here, or from the trainer's last keep-alive (§4.1) */
+    uint32_t alive = trainer_alive(w);
     int hup = 0;
     for (;;) {
         drain(w->ts_fd);
@@ -539,11 +546,17 @@ static int wait_turn_inner(rrb_world *w, uint64_t expected) {
         int32_t pid = rdi32(w->hdr + H_TPID);
         if (pid > 0 && kill((pid_t)pid, 0) < 0 && errno == ESRCH)
             return fail(w, RRB_REASON_PEER_DIED, "the trainer died (process %d is gone)", (int)pid);
+        uint32_t seen = trainer_alive(w);
+        if (seen != alive) { /* the trainer holds the turn on purpose and is alive */
+            alive = seen;
+            start = now_s();
+        }
         double waited = now_s() - start;
         int slice = SLICE_MS;
         if (w->timeout_s > 0) {
             if (waited >= w->timeout_s)
-                return fail(w, RRB_REASON_TIMEOUT, "timed out after %.1f s waiting for the trainer", waited);
+                return fail(w, RRB_REASON_TIMEOUT,
+                            "timed out after %.1f s waiting for the trainer (no answer and no keep-alive)", waited);
             double left_ms = (w->timeout_s - waited) * 1000.0 + 1.0;
             if (left_ms < slice) slice = (int)left_ms;
         }
@@ -728,9 +741,10 @@ rrb_world *rrb_open(const char *header_path, double timeout_s, int *reason, char
         goto local;
     }
     struct stat st;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size < HEADER_SIZE) {
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size != HEADER_SIZE) {
         close(fd);
-        set_err(w, "corrupt bridge header %s: not a regular file of %d bytes", w->path, HEADER_SIZE);
+        set_err(w, "corrupt bridge header %s: not a regular file of %d bytes (pass the --memory-path the trainer gave)",
+                w->path, HEADER_SIZE);
         goto protocol;
     }
     void *h = mmap(NULL, HEADER_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -741,28 +755,55 @@ rrb_world *rrb_open(const char *header_path, double timeout_s, int *reason, char
     }
     w->hdr = h;
 
-    /* 2. validate (§2). A bad magic means this is not a bridge header: never write to it. */
+    /* 2. (§5) A bad magic means this is not a bridge header: never write to it. */
     if (memcmp(w->hdr + H_MAGIC, MAGIC, 8) != 0) {
-        set_err(w, "corrupt bridge header %s: bad magic (expected RLRLBRDG)", w->path);
+        set_err(w, "corrupt bridge header %s: bad magic (expected RLRLBRDG; pass the --memory-path the trainer gave)",
+                w->path);
+        goto protocol;
+    }
+    /* 3. another simulator's channel, or a trainer that has stopped: leave it alone */
+    if (rd16(w->hdr + H_SMAJOR) != 0 || atomic_load_explicit(turn_ptr(w), memory_order_acquire) != 0) {
+        set_err(w, "bridge channel %s is already attached (simulator pid %d, turn %llu): one simulator per channel; "
+                "start another trainer for this simulator", w->path, (int)rdi32(w->hdr + H_SPID),
+                (unsigned long long)atomic_load_explicit(turn_ptr(w), memory_order_relaxed));
         goto protocol;
     }
     uint8_t tc = trainer_closed(w);
     if (tc) {
-        set_err(w, "the trainer already closed the channel %s: %s (reason %u)", w->path, reason_name(tc), (unsigned)tc);
+        set_err(w, "the trainer of %s already closed the channel (%s, reason %u): start the trainer again", w->path,
+                reason_name(tc), (unsigned)tc);
         w->peer_reason = tc;
         open_error(w, RRB_REASON_PEER_CLOSED, reason, err, errlen);
         free_world(w);
         return NULL;
     }
-    if (rd16(w->hdr + H_SMAJOR) != 0 || atomic_load_explicit(turn_ptr(w), memory_order_acquire) != 0) {
-        set_err(w, "bridge channel %s is already attached (simulator pid %d, turn %llu)", w->path,
-                (int)rdi32(w->hdr + H_SPID), (unsigned long long)atomic_load_explicit(turn_ptr(w), memory_order_relaxed));
-        goto protocol; /* not ours: leave it alone */
-    }
     w->turn = 0;
+
+    /* 4. our version, pid and timeout, then compare majors before reading anything else (§5): the rest of
+     * the header is laid out by the trainer's major version */
+    uint16_t tmaj = rd16(w->hdr + H_TMAJOR), tmin = rd16(w->hdr + H_TMINOR);
+    wr16(w->hdr + H_SMAJOR, RRB_PROTOCOL_MAJOR);
+    wr16(w->hdr + H_SMINOR, RRB_PROTOCOL_MINOR);
+    int32_t pid = (int32_t)getpid();
+    memcpy(w->hdr + H_SPID, &pid, 4);
+    double ms = timeout_s > 0 ? timeout_s * 1000.0 : 0.0; /* rounded up; 0: no timeout */
+    uint32_t ms32 = ms >= 4294967295.0 ? UINT32_MAX : (uint32_t)ms;
+    if ((double)ms32 < ms) ms32 += 1;
+    wr32(w->hdr + H_STIMEOUT, ms32);
+    if (tmaj != RRB_PROTOCOL_MAJOR) {
+        set_err(w, "bridge protocol version mismatch: the trainer speaks %u.%u, this simulator speaks %u.%u: use "
+                "relayrl and a simulator SDK of the same major version", (unsigned)tmaj, (unsigned)tmin,
+                (unsigned)RRB_PROTOCOL_MAJOR, (unsigned)RRB_PROTOCOL_MINOR);
+        close_at_handshake(w, RRB_REASON_VERSION, 1);
+        open_error(w, RRB_REASON_VERSION, reason, err, errlen);
+        free_world(w);
+        return NULL;
+    }
+
+    /* 5. the rest of the header and the body (§2): corrupt means close with reason 4, no hand-over */
     int corrupt = 0;
     uint8_t *body = NULL;
-    if (check_header_fields(w) < 0) { /* corrupt header: close with reason 4 */
+    if (check_header_fields(w) < 0) {
         close_at_handshake(w, RRB_REASON_PROTOCOL, 0);
         goto protocol;
     }
@@ -777,22 +818,7 @@ rrb_world *rrb_open(const char *header_path, double timeout_s, int *reason, char
     w->body = body;
     w->body_size = (size_t)w->S + w->R;
 
-    /* 3. our version and pid, then compare majors (§5) */
-    uint16_t tmaj = rd16(w->hdr + H_TMAJOR), tmin = rd16(w->hdr + H_TMINOR);
-    wr16(w->hdr + H_SMAJOR, RRB_PROTOCOL_MAJOR);
-    wr16(w->hdr + H_SMINOR, RRB_PROTOCOL_MINOR);
-    int32_t pid = (int32_t)getpid();
-    memcpy(w->hdr + H_SPID, &pid, 4);
-    if (tmaj != RRB_PROTOCOL_MAJOR) {
-        set_err(w, "bridge protocol version mismatch: the trainer speaks %u.%u, this simulator speaks %u.%u",
-                (unsigned)tmaj, (unsigned)tmin, (unsigned)RRB_PROTOCOL_MAJOR, (unsigned)RRB_PROTOCOL_MINOR);
-        close_at_handshake(w, RRB_REASON_VERSION, 1);
-        open_error(w, RRB_REASON_VERSION, reason, err, errlen);
-        free_world(w);
-        return NULL;
-    }
-
-    /* 4. FIFOs: our read end first, then the trainer's (§4) */
+    /* 6. FIFOs: our read end first, then the trainer's (§4) */
     const char *p = derived(w, ".ts");
     if (!p || (w->ts_fd = open(p, O_RDONLY | O_NONBLOCK | O_CLOEXEC)) < 0) {
         set_err(w, "cannot open doorbell %s: %s", p ? p : "", strerror(errno));
@@ -1034,9 +1060,13 @@ int rrb_step(rrb_world *w) {
         if (rd32(w->hdr + H_GEN) != w->G && follow_generation(w) < 0) break;
         int reset = w->hdr[H_RESET] != 0;
         int query = w->hdr[H_QUERY] != 0;
+        if (reset && query) {
+            fail(w, RRB_REASON_PROTOCOL, "protocol error: the trainer set both reset and query in one turn (§5 forbids it)");
+            break;
+        }
         uint32_t L = 0;
         if (take_inbox(w, &L) < 0) break;
-        if (query && !reset) {
+        if (query) {
             /* answer the side channel only; the blocks stay as they are */
             w->hdr[H_QUERY] = 0;
             dispatch_inbox(w, L);
@@ -1099,6 +1129,11 @@ int rrb_send(rrb_world *w, const uint8_t id[16], const void *payload, uint32_t l
     if (len) memcpy(p + 20, payload, len);
     w->L_out += 20 + len;
     return 0;
+}
+
+void rrb_keep_alive(rrb_world *w) {
+    if (!w || w->failure || !w->hdr) return;
+    atomic_fetch_add_explicit(u32_ptr(w, H_SALIVE), 1u, memory_order_relaxed);
 }
 
 const char *rrb_error(const rrb_world *w) { return w ? w->err : "no world"; }

@@ -1,5 +1,5 @@
 /*
- * relayrl_bridge.h - simulator side of the relayrl bridge protocol 1.0 (C11 + POSIX).
+ * relayrl_bridge.h - simulator side of the relayrl bridge protocol 1.1 (C11 + POSIX).
  *
  * The protocol is specified in docs/bridge-protocol.md. A trainer (relayrl, Python) creates a
  * channel and launches the simulator with `--memory-path PATH`; this library attaches to it,
@@ -25,9 +25,13 @@
  *     rrb_close(w);
  *
  * Rules of use:
- *  - Every call except rrb_close, rrb_error, rrb_failure, rrb_peer_reason and
+ *  - Every call except rrb_close, rrb_error, rrb_failure, rrb_peer_reason, rrb_keep_alive and
  *    rrb_memory_path_from_args must be made while the simulator owns the memory, i.e. outside
  *    rrb_step (or, for rrb_send only, from inside the message handler).
+ *  - The trainer may hold its turn for as long as it likes (learning, evaluating on another
+ *    simulator): it proves it is alive with a keep-alive counter, which rrb_step honours (protocol
+ *    §4.1). A simulator busy in its own turn for longer than the trainer's timeout (loading a level)
+ *    calls rrb_keep_alive now and then.
  *  - A world is not thread-safe; use it from one thread.
  *  - Pointers returned by rrb_observation_ptr, rrb_final_observation_ptr, rrb_continuous_actions
  *    and rrb_discrete_actions point into the shared memory. They stay valid until the next call
@@ -47,7 +51,7 @@ extern "C" {
 
 /* Protocol version implemented by this library. */
 #define RRB_PROTOCOL_MAJOR 1
-#define RRB_PROTOCOL_MINOR 0
+#define RRB_PROTOCOL_MINOR 1
 
 /* Results of rrb_step. */
 #define RRB_OK 0     /* the trainer answered: actions are available                       */
@@ -109,15 +113,18 @@ double rrb_double_from_args(int argc, char **argv, const char *name, double fall
  * Waits up to `timeout_s` seconds for the header to appear (attach mode), maps and validates it,
  * writes the simulator's protocol version and process id, compares major versions, opens the
  * FIFOs and maps the current body. `timeout_s` is also the limit of every later wait for the
- * trainer; <= 0 means wait forever.
+ * trainer without an answer or a keep-alive from it (it is published in the header, §2); <= 0 means
+ * wait forever.
  *
  * Returns NULL on failure with a message in `err` (if non-NULL, truncated to `errlen`) and the
  * close reason in `*reason` (if non-NULL): RRB_REASON_VERSION when the majors differ (the message
  * names both versions; the library has set simulator_closed = 2 and handed over),
- * RRB_REASON_PROTOCOL for a corrupt or already attached channel, RRB_REASON_TIMEOUT when the
- * header never appeared, RRB_REASON_PEER_DIED when the trainer has exited (nobody reads its
- * doorbell; the channel's files are removed), RRB_REASON_LOCAL for a system error. A header with a bad magic number is
- * never written to.
+ * RRB_REASON_PROTOCOL for a corrupt (simulator_closed = 4 is set, no hand-over) or already
+ * attached channel, RRB_REASON_PEER_CLOSED when the trainer had already closed it,
+ * RRB_REASON_TIMEOUT when the header never appeared, RRB_REASON_PEER_DIED when the trainer has
+ * exited (nobody reads its doorbell; the channel's files are removed), RRB_REASON_LOCAL for a
+ * system error. A header with a bad magic number or size, of an attached channel or of a closed
+ * one is never written to.
  *
  * The simulator owns the memory after a successful open: register behaviours and request the first
  * decisions, then call rrb_step.
@@ -168,7 +175,8 @@ void *rrb_observation_ptr(rrb_world *world, int behaviour, int row, int k);
 
 /*
  * Copies decision row `row`'s action mask: M = sum of branch sizes bytes, branch b's options at
- * M_b..M_b+size_b-1, 1 = forbidden, 0 = allowed. Returns 0, or -1 on a bad argument
+ * M_b..M_b+size_b-1 where M_b = size_0 + ... + size_(b-1) (M_0 = 0), 1 = forbidden, 0 = allowed.
+ * The trainer never answers with a forbidden option. Returns 0, or -1 on a bad argument
  * (including a behaviour without discrete branches).
  */
 int rrb_set_action_mask(rrb_world *world, int behaviour, int row, const uint8_t *mask);
@@ -208,12 +216,15 @@ int rrb_step(rrb_world *world);
 /* Number of decisions the last RRB_OK answered for `behaviour` (0 after RRB_RESET), or 0. */
 uint32_t rrb_decision_count(const rrb_world *world, int behaviour);
 
-/* Continuous actions of `behaviour` after RRB_OK: row-major [n, C] floats, row i answering the
- * i-th decision requested before the step; NULL when C == 0 or on a bad argument. */
+/* Continuous actions of `behaviour` after RRB_OK: row-major [n, C] floats (action j of row i at
+ * [i * C + j]), row i answering the i-th decision requested before the step; NULL when C == 0 or on
+ * a bad argument. The protocol does not clip: relayrl's training sends values in [-1, 1], a
+ * trainer used directly any finite value; clip to the range your simulator accepts. */
 const float *rrb_continuous_actions(const rrb_world *world, int behaviour);
 
-/* Discrete actions of `behaviour` after RRB_OK: row-major [n, B] int32 option indices; NULL when
- * B == 0 or on a bad argument. */
+/* Discrete actions of `behaviour` after RRB_OK: row-major [n, B] int32 option indices (branch b of
+ * row i at [i * B + b]), never an option the row's action mask forbids (masks are binding on the
+ * trainer); NULL when B == 0 or on a bad argument. */
 const int32_t *rrb_discrete_actions(const rrb_world *world, int behaviour);
 
 /* Installs the side-channel message handler (NULL removes it). */
@@ -224,6 +235,14 @@ void rrb_set_message_handler(rrb_world *world, rrb_message_handler handler, void
  * region when needed. Returns 0, or -1 on failure (see rrb_error).
  */
 int rrb_send(rrb_world *world, const uint8_t id[16], const void *payload, uint32_t len);
+
+/*
+ * Tells the trainer, if it is waiting for this simulator's turn, that the simulator is alive and
+ * busy on purpose (protocol §4.1): the trainer restarts its timeout. One atomic add on the header;
+ * call it at least every (trainer timeout) / 4 while a turn takes longer than that (every frame of a
+ * level load is fine). Any time, from the world's thread; does nothing on a NULL or failed world.
+ */
+void rrb_keep_alive(rrb_world *world);
 
 /* Last error message ("" if none). Valid until the next call on the world. */
 const char *rrb_error(const rrb_world *world);

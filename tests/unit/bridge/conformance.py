@@ -65,7 +65,7 @@ def act(env: BridgeEnv, t: int, cont: np.ndarray, disc: np.ndarray) -> None:
     decisions, _ = env.get_steps("echo")
     rows = decisions.agent_id - 100
     continuous = np.stack([rows * 0.25, np.full(len(rows), t * 0.5)], axis=1)
-    discrete = np.stack([(rows + t) % 3, rows % 2], axis=1)
+    discrete = np.stack([(rows + 1 + t % 2) % 3, rows % 2], axis=1)  # never option i % 3: the mask forbids it
     env.set_actions("echo", continuous=continuous, discrete=discrete)
     cont[rows] = continuous.astype(np.float32).sum(axis=1)
     disc[rows] = discrete

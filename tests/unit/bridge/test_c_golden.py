@@ -15,7 +15,8 @@ from relayrl.bridge import BridgeEnv
 from relayrl.bridge.cbuild import CFLAGS, C_DIR, build, compiler, have_compiler
 from relayrl.bridge.channel import Channel
 from test_channel_handshake import SPIN_CASES
-from test_golden_blocks import BIG_ID, GOLDEN_ACTIONS, GOLDEN_DECISIONS, GOLDEN_TERMINATIONS, blocks
+from test_golden_blocks import (ACTION_AT, BIG_ID, CONTINUOUS, DISCRETE, GOLDEN_ACTIONS, GOLDEN_DECISIONS,
+                                GOLDEN_SECTION, GOLDEN_TERMINATIONS, blocks, section_bytes)
 
 
 pytestmark = pytest.mark.skipif(not have_compiler(), reason="no C compiler ($CC or cc)")
@@ -54,6 +55,41 @@ int main(int argc, char **argv) {
 }
 """
 
+ODD_SIM = r"""
+#include <stdio.h>
+#include "relayrl_bridge.h"
+#define CHECK(c) do { if (!(c)) { fprintf(stderr, "line %d: %s (%s)\n", __LINE__, #c, rrb_error(w)); return 10; } } while (0)
+int main(int argc, char **argv) {
+    char err[256]; int reason;
+    rrb_world *w = rrb_open(rrb_memory_path_from_args(argc, argv), 20.0, &reason, err, sizeof err);
+    if (!w) { fprintf(stderr, "%s\n", err); return 11; }
+    rrb_obs_spec obs[2] = {{RRB_UINT8, 1, {3, 0, 0}}, {RRB_UINT8, 1, {5, 0, 0}}};
+    uint32_t branches[3] = {2, 1, 3};
+    int p = rrb_register(w, "p", 3, 2, obs, 3, 3, branches);
+    CHECK(p == 0);
+    uint8_t a0[3] = {1, 2, 3}, a1[5] = {10, 11, 12, 13, 14}, b0[3] = {4, 5, 6}, b1[5] = {20, 21, 22, 23, 24};
+    uint8_t f0[3] = {7, 8, 9}, f1[5] = {30, 31, 32, 33, 34};
+    uint8_t ma[6] = {1, 0, 0, 0, 1, 0}, mb[6] = {0, 0, 0, 1, 0, 1}; /* branch b at M_b = 0, 2, 3 */
+    int r = rrb_request_decision(w, p, 5, 1.0f);
+    CHECK(r == 0 && !rrb_set_observation(w, p, r, 0, a0) && !rrb_set_observation(w, p, r, 1, a1));
+    CHECK(!rrb_set_action_mask(w, p, r, ma));
+    r = rrb_request_decision(w, p, 6, 2.0f);
+    CHECK(r == 1 && !rrb_set_observation(w, p, r, 0, b0) && !rrb_set_observation(w, p, r, 1, b1));
+    CHECK(!rrb_set_action_mask(w, p, r, mb));
+    r = rrb_end_episode(w, p, 9, -1.0f, 0);
+    CHECK(r == 0 && !rrb_set_final_observation(w, p, r, 0, f0) && !rrb_set_final_observation(w, p, r, 1, f1));
+    CHECK(rrb_step(w) == RRB_OK && rrb_decision_count(w, p) == 2);
+    const float *c = rrb_continuous_actions(w, p);
+    const int32_t *d = rrb_discrete_actions(w, p);
+    for (int i = 0; i < 2; i++) /* row-major: action j of row i at [i * C + j], branch b at [i * B + b] */
+        printf("%g %g %g %d %d %d\n", c[i * 3], c[i * 3 + 1], c[i * 3 + 2], d[i * 3], d[i * 3 + 1], d[i * 3 + 2]);
+    while (rrb_step(w) == RRB_OK) {
+    }
+    rrb_close(w);
+    return 0;
+}
+"""
+
 SPIN_PROBE = r"""
 #include "relayrl_bridge.c"
 int main(int argc, char **argv) {
@@ -83,14 +119,31 @@ def test_the_c_sdk_writes_the_golden_decision_and_termination_blocks(tmp_path):
         decisions, terminations, actions = blocks(env.channel)
         assert decisions.hex() == GOLDEN_DECISIONS.hex()
         assert terminations.hex() == GOLDEN_TERMINATIONS.hex()
-        env.set_actions("g", continuous=[[0.5], [-1.0]], discrete=[[1, 2], [0, 1]])
+        env.set_actions("g", continuous=[[0.5], [-1.0]], discrete=[[0, 2], [0, 1]])
         env.step()
         assert blocks(env.channel)[2].hex() == GOLDEN_ACTIONS.hex()
     finally:
         env.close()
     log = (tmp_path / "sim.log").read_text()
     assert env.returncode == 0, log
-    assert log.split() == ["0.5", "-1", "1", "2", "0", "1"]
+    assert log.split() == ["0.5", "-1", "0", "2", "0", "1"]
+
+
+def test_the_c_sdk_writes_the_golden_section_and_reads_row_major_actions(tmp_path):
+    """Section size, pad8 after each observation block, masks at M_b, [N, C] and [N, B] row-major."""
+    exe = compile_program(ODD_SIM, tmp_path, "odd_sim")
+    env = BridgeEnv([str(exe)], timeout_s=20, directory=tmp_path / "bridge", log_path=tmp_path / "sim.log")
+    try:
+        assert section_bytes(env.channel).hex() == (GOLDEN_SECTION[:ACTION_AT] + bytes(80)).hex()
+        env.set_actions("p", continuous=CONTINUOUS, discrete=DISCRETE)
+        env.step()
+        assert section_bytes(env.channel)[ACTION_AT:].hex() == GOLDEN_SECTION[ACTION_AT:].hex()
+    finally:
+        env.close()
+    log = (tmp_path / "sim.log").read_text()
+    assert env.returncode == 0, log
+    assert [[float(v) for v in line.split()] for line in log.splitlines()] == \
+        [[*c, *d] for c, d in zip(CONTINUOUS, DISCRETE)]
 
 
 def test_the_c_spin_budget_follows_the_python_rule_and_0_never_spins(tmp_path):

@@ -12,8 +12,14 @@ import pytest
 from relayrl.bridge import layout as L
 
 GOLDEN_HEADER = bytes.fromhex(
-    "524c524c42524447" "0100000000000000" "0000000000000000" "0000000001000000"
-    "4000000008000000" "0403020100000000" "0000000000000000" "0000000000000000")
+    "524c524c42524447"                  # magic
+    "01000100" "00000000"               # trainer protocol 1.1, simulator 0.0 (not attached)
+    "0000000000000000"                  # turn 0
+    "00000000" "01000000"               # reset, query, trainer_closed, simulator_closed; generation 1
+    "40000000" "08000000"               # S = 64, R = 8
+    "04030201" "00000000"               # trainer pid 0x01020304, simulator pid
+    "60ea0000" "00000000"               # trainer timeout 60000 ms (1.1), simulator timeout (written at attach)
+    "00000000" "00000000")              # keep-alive counters, trainer and simulator (1.1)
 
 SPEC = L.BehaviourSpec("ab", 2, (L.ObsSpec((3,)), L.ObsSpec((2, 2), np.dtype("u1"))), continuous=1, branches=(2,))
 GOLDEN_SPEC = bytes.fromhex(
@@ -22,8 +28,15 @@ GOLDEN_SPEC = bytes.fromhex(
 
 
 def test_header_at_creation():
-    assert L.new_header(0x01020304) == GOLDEN_HEADER
+    assert L.new_header(0x01020304, 60.0) == GOLDEN_HEADER
     assert len(GOLDEN_HEADER) == L.HEADER_SIZE
+    assert (L.OFF_TRAINER_TIMEOUT, L.OFF_SIM_TIMEOUT, L.OFF_TRAINER_ALIVE, L.OFF_SIM_ALIVE) == (48, 52, 56, 60)
+
+
+@pytest.mark.parametrize("seconds, ms", [(60.0, 60000), (1.5, 1500), (0.0001, 1), (1e-3 + 1e-9, 2), (0, 0), (-1, 0),
+                                         (None, 0), (float("inf"), 0), (1e10, 0xFFFFFFFF)])
+def test_a_timeout_is_published_in_whole_milliseconds_rounded_up_and_0_means_none(seconds, ms):
+    assert L.timeout_ms(seconds) == ms
 
 
 def test_behaviour_spec_bytes():
@@ -107,3 +120,28 @@ def test_side_channel_growth_keeps_the_body_aligned():
     for length in (0, 1, 60, 61, 1 << 20):
         side = L.grown_side(length)
         assert side % 8 == 0 and side >= length + 4
+
+
+GOLDEN_RECORDS = bytes.fromhex("".join([
+    "2c3451e97e4fea11b238784f4387d1f7", "0c000000",  # engine configuration, 12 bytes:
+    "00000000", "00050000", "d0020000",               #   type 0, screen resolution 1280 x 720
+    "2c3451e97e4fea11b238784f4387d1f7", "08000000",  # engine configuration, 8 bytes (a record per setting):
+    "02000000", "0000a041",                           #   type 2, time scale 20.0
+    "1e894c530f81ea11a9d0822485860400", "0d000000",  # environment parameters, 13 bytes:
+    "01000000", "67", "00000000", "000040c0",         #   key length 1, "g", value type 0 (float), -3.0
+]))
+
+
+def test_side_channel_settings_are_one_record_each_back_to_back():
+    """§3.1: one engine setting or one parameter per record, records without padding."""
+    from relayrl.bridge.sidechannel import EngineConfigurationChannel, EnvironmentParametersChannel, SideChannels
+
+    engine, params = EngineConfigurationChannel(), EnvironmentParametersChannel()
+    engine.set_configuration(width=1280, height=720, time_scale=20.0)
+    params.set_float_parameter("g", -3.0)
+    raw = SideChannels([engine, params]).outgoing()
+    assert raw.hex() == GOLDEN_RECORDS.hex()
+    records = L.decode_records(raw)
+    assert [EngineConfigurationChannel.decode(p) for _, p in records[:2]] == \
+        [("screen_resolution", (1280, 720)), ("time_scale", (20.0,))]
+    assert EnvironmentParametersChannel.decode(records[2][1]) == ("g", -3.0)

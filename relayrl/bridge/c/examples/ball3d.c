@@ -109,7 +109,7 @@ int main(int argc, char **argv) {
     rrb_world *w = rrb_open(path, timeout, &reason, err, sizeof err);
     if (!w) {
         fprintf(stderr, "ball3d: %s\n", err);
-        return reason == RRB_REASON_VERSION ? 2 : reason == RRB_REASON_TIMEOUT ? 3 : 4;
+        return reason == RRB_REASON_VERSION ? 2 : reason == RRB_REASON_TIMEOUT || reason == RRB_REASON_PEER_DIED ? 3 : 4;
     }
     rrb_set_message_handler(w, on_message, NULL);
     platform *pl = calloc((size_t)n, sizeof *pl);
