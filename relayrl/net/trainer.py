@@ -27,7 +27,8 @@ import gymnasium as gym
 import numpy as np
 
 from relayrl.config import RunConfig
-from relayrl.errors import RelayRLError
+from relayrl.data.dtypes import stored_dtype
+from relayrl.errors import EnvError, RelayRLError
 from relayrl.net import wire
 from relayrl.net.client import RelayClient
 from relayrl.net.hooks import load_hook
@@ -69,16 +70,17 @@ class RelaySource:
         self.crc_debug = net.crc_debug
         self.obs_shape = tuple(observation_space.shape)
         self.action_shape = tuple(action_space.shape)
-        obs_dtype = getattr(observation_space, "dtype", None)
-        # what a relayrl worker on this env sends: obs in the space's dtype, actions as the policies
-        # emit them (integers for discrete spaces, float32 otherwise; SAC's are scaled to [-1, 1])
+        # what a relayrl worker on this env sends: observations in their stored dtype (data/dtypes.py:
+        # float64 as float32, integers kept; earlier releases sent the env's own dtype, which replay
+        # converts just as well), actions as the policies emit them (integers for discrete spaces,
+        # float32 otherwise; SAC's are scaled to [-1, 1])
+        obs_dtypes = _obs_dtypes(getattr(observation_space, "dtype", None))
         action_dtype = np.dtype(np.int64 if isinstance(action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete,
                                                                        gym.spaces.MultiBinary)) else np.float32)
-        self.schema: dict[str, tuple[tuple, np.dtype | None]] = {
-            "obs": (self.obs_shape, None if obs_dtype is None else np.dtype(obs_dtype)),
-            "next_obs": (self.obs_shape, None if obs_dtype is None else np.dtype(obs_dtype)),
-            "action": (self.action_shape, action_dtype), "reward": ((), np.dtype(np.float32)),
-            "terminated": ((), np.dtype(bool)), "discount": ((), np.dtype(np.float32))}
+        self.schema: dict[str, tuple[tuple, tuple[np.dtype, ...]]] = {
+            "obs": (self.obs_shape, obs_dtypes), "next_obs": (self.obs_shape, obs_dtypes),
+            "action": (self.action_shape, (action_dtype,)), "reward": ((), (np.dtype(np.float32),)),
+            "terminated": ((), (np.dtype(bool),)), "discount": ((), (np.dtype(np.float32),))}
         self.env_name = f"{config.env.id}, {config.algo}"
         self.decompressor = net.decompressor
         self.seen = Senders()  # per worker name, its newest process's seqs
@@ -240,7 +242,20 @@ def _check_crc(batch: Batch, expected: Any) -> None:
             raise CrcMismatch(f"field {key!r} differs from the original after decompression")
 
 
-def _check_schema(batch: Batch, schema: dict[str, tuple[tuple, np.dtype | None]], env: str) -> None:
+def _obs_dtypes(space_dtype: Any) -> tuple[np.dtype, ...]:
+    """The observation dtypes a relayrl worker sends for a space of ``space_dtype``: the stored one
+    first (what this release sends), then the space's own (earlier releases); () for no check."""
+    if space_dtype is None:
+        return ()
+    space_dtype = np.dtype(space_dtype)
+    try:
+        stored = stored_dtype(space_dtype)
+    except EnvError:  # a dtype no algorithm learns from: the trainer's algorithm refuses the env itself
+        return (space_dtype,)
+    return (stored,) if stored == space_dtype else (stored, space_dtype)
+
+
+def _check_schema(batch: Batch, schema: dict[str, tuple[tuple, tuple[np.dtype, ...]]], env: str) -> None:
     """Raise Refusal unless ``batch`` holds exactly the arrays of ``schema``, each with one row per
     transition (at least one), rows of the expected shape and the expected dtype, finite rewards
     and discounts."""
@@ -259,15 +274,16 @@ def _check_schema(batch: Batch, schema: dict[str, tuple[tuple, np.dtype | None]]
     if batch["reward"].shape[0] == 0:
         raise Refusal("empty", "its arrays hold 0 rows (a chunk with no transitions carries no arrays, only "
                       "meta.env_steps)", _SENDER_BUG)
-    for key, (shape, dtype) in schema.items():
+    for key, (shape, _) in schema.items():
         got = batch[key].shape[1:]
         if got != shape:
             what = (f"observation width {got[0]}, expected {shape[0]}" if key == "obs" and len(got) == len(shape) == 1
                     else f"{key} rows have shape {got}, expected {shape}")
             raise Refusal("shape", f"{what} ({env})", _SAME_RUN)
-    for key, (shape, dtype) in schema.items():
-        if dtype is not None and batch[key].dtype != dtype:
-            raise Refusal("dtype", f"{key} has dtype {batch[key].dtype}, expected {dtype} ({env})", _SAME_RUN)
+    for key, (shape, dtypes) in schema.items():
+        if dtypes and batch[key].dtype not in dtypes:
+            expected = " or ".join(str(d) for d in dtypes)
+            raise Refusal("dtype", f"{key} has dtype {batch[key].dtype}, expected {expected} ({env})", _SAME_RUN)
     for key in ("reward", "discount"):
         bad = int(np.count_nonzero(~np.isfinite(batch[key])))
         if bad:

@@ -235,6 +235,32 @@ def test_a_chunk_with_no_arrays_carries_env_steps_and_is_not_refused(setup):
     assert source.pop_episodes() == ([-5.0], [200])
 
 
+def test_observations_come_in_their_stored_dtype_or_the_envs_own():
+    """A float64 env (MuJoCo's): this release's workers send float32 (data/dtypes.py), earlier ones
+    float64, and replay stores both as float32; uint8 is another env's."""
+    with relay_with_log() as (relay, _):
+        config = build_config("sac", None, ["net.heartbeat_s=0.1"], {"net.server": relay.address,
+                                                                     "env.id": "InvertedPendulum-v5"})
+        source = RelaySource(config, gym.spaces.Box(-1, 1, (3,), np.float64), ACT)
+        worker = RelayClient(relay.address, "worker", name="mujoco", heartbeat_s=0.1)
+        try:
+            source.reset(0)
+            assert worker.wait_connected(DEADLINE)
+            for dtype in (np.float32, np.float64, np.uint8):
+                chunk = transitions(2)
+                chunk["obs"], chunk["next_obs"] = chunk["obs"].astype(dtype), chunk["next_obs"].astype(dtype)
+                worker.send_samples(chunk, version=0, meta={"env_steps": 2})
+            deadline = time.monotonic() + DEADLINE
+            while source.counts["chunks"] + source.counts["rejected"] < 3 and time.monotonic() < deadline:
+                source.pull()
+            wait_until(lambda: worker.stats["chunks_refused"] == 1 and worker.stats["acked"] == 3, "the acks")
+        finally:
+            worker.close(timeout=0.5)
+            source.close()
+    assert source.counts["chunks"] == 2 and source.rejected == {"dtype": 1} and source.env_steps == 4
+    assert worker.chunk_refusals == {"dtype": 1}
+
+
 def test_refusals_cover_every_cause_the_trainer_names():
     assert {c[2] for c in CASES} == set(net_trainer.CAUSES) - {"decompress"}  # (decompress: tests/unit/net/test_trainer.py)
 
