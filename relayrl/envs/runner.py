@@ -26,7 +26,31 @@ EnvFactory = Callable[[], gym.Env]
 
 
 class EnvFailure(EnvError):
-    """An env kept failing after ``max_restarts`` rebuilds."""
+    """An env kept failing after ``max_restarts`` rebuilds: the run failed while running (exit code 1).
+
+    The message names the last error and where the env raised it, on one line; ``details`` holds the
+    whole traceback.
+    """
+
+    exit_code = 1
+
+    def __init__(self, message: str, details: str = ""):
+        super().__init__(message)
+        self.details = details
+
+
+def last_error(tb: str) -> str:
+    """``RuntimeError: boom (envs.py:53 in step)`` from a formatted traceback: its last line and innermost frame."""
+    lines = [line for line in tb.strip().splitlines() if line.strip()]
+    frames = [line.strip() for line in lines if line.strip().startswith('File "')]
+    where = ""
+    if frames:
+        parts = frames[-1].split('"')
+        rest = parts[2].split(",") if len(parts) > 2 else []
+        line_no = rest[1].strip().removeprefix("line ") if len(rest) > 1 else "?"
+        func = rest[2].strip().removeprefix("in ") if len(rest) > 2 else "?"
+        where = f" (at {parts[1]}:{line_no} in {func})"
+    return (lines[-1].strip() if lines else "unknown error") + where
 
 
 @dataclass
@@ -118,8 +142,8 @@ class EnvRunner:
         self.failures[k] += 1
         if self.failures[k] > self.max_restarts:
             raise EnvFailure(f"env {self.offset + k} failed {self.failures[k]} times in a row "
-                             f"(max_restarts={self.max_restarts}); fix the env or raise max_restarts. "
-                             f"Last error:\n{tb}")
+                             f"(env.max_restarts={self.max_restarts}), last with {last_error(tb)}: fix the env or "
+                             "raise env.max_restarts", details=tb)
         try:
             self.envs[k].close()
         except Exception:

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from relayrl.envs import spaces
-from relayrl.envs.runner import EnvFailure, EnvRunner, StepArrays
+from relayrl.envs.runner import EnvFailure, EnvRunner, StepArrays, last_error
 from relayrl.envs.shm import AttachedArrays, Layout, SharedArrays
 from relayrl.envs.vector import EnvFactory, VectorEnv, result_from
 from relayrl.errors import EnvError
@@ -323,7 +323,9 @@ class SubprocVectorEnv(VectorEnv):
             return "ok", infos
         text = payload.decode(errors="replace")
         self.close()
-        raise EnvFailure(f"env worker {w.index} (envs {w.offset}-{w.offset + w.count - 1}) failed: {text}")
+        summary = last_error(text) if text.lstrip().startswith("Traceback") else text  # (an EnvFailure's own line)
+        raise EnvFailure(f"env worker {w.index} (envs {w.offset}-{w.offset + w.count - 1}) failed: {summary}",
+                         details=text)
 
     def _recover(self, w: _Worker, reason: str) -> dict[int, dict]:
         """Replace a dead or hung worker; its envs' episodes end as truncated."""

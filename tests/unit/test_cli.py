@@ -22,6 +22,8 @@ def relayrl(*args, cwd=None, timeout=120):
 @pytest.mark.parametrize("args, expected", [
     (["train", "ppo", "--env", "CartPole-v1", "--set", "ppo.lerning_rate=3"], "did you mean 'ppo.actor_lr' or 'ppo.critic_lr'"),
     (["train", "ppo", "--env", "CartPole-v1", "--set", "ppo.epochs=many"], "ppo.epochs"),
+    (["train", "ppo", "--set", "learning_rate=3e-4"], "did you mean 'ppo.actor_lr' or 'ppo.critic_lr'"),
+    (["train", "sac", "--set", "batch_size=64"], "did you mean 'sac.batch_size'"),
     (["train", "ppo", "--env", "CartPole-v1", "--set", "env.num_envs=0"], "greater than or equal to 1"),
     (["train", "ppo", "--env", "CartPol-v1", "--quiet"], "did you mean 'CartPole-v1'"),
     (["train", "ppx", "--env", "CartPole-v1"], "unknown algorithm 'ppx'"),
@@ -61,8 +63,11 @@ def test_train_eval_plot_end_to_end(tmp_path):
     record = (run_dir / "experiment.txt").read_text()  # the human-readable experiment record
     assert "command: relayrl train ppo --env CartPole-v1 --total-steps 256 --seed 3" in record
     assert "seed: 0 -> 3" in record and "total_steps:" in record
-    ev = relayrl("eval", run_dir, "--episodes", 3, "--render", tmp_path / "ep.gif")
+    headless = {k: v for k, v in os.environ.items() if k not in ("XDG_RUNTIME_DIR", "SDL_VIDEODRIVER", "DISPLAY")}
+    ev = subprocess.run([sys.executable, "-m", "relayrl", "eval", str(run_dir), "--episodes", "3", "--render",
+                         str(tmp_path / "ep.gif")], capture_output=True, text=True, timeout=120, env=headless)
     assert ev.returncode == 0, ev.stderr
+    assert ev.stderr == ""  # no "XDG_RUNTIME_DIR is invalid" from SDL on a machine without a display
     assert "return" in ev.stdout and "±" in ev.stdout and "over 3 episodes" in ev.stdout
     assert (tmp_path / "ep.gif").read_bytes()[:6] in (b"GIF87a", b"GIF89a")
     plot = relayrl("plot", run_dir, "-o", tmp_path / "curve.png")
@@ -136,3 +141,40 @@ def test_corrupt_checkpoint_is_reported_not_crashed(tmp_path):
     bad.write_bytes(os.urandom(64))
     result = relayrl("eval", bad)
     assert result.returncode == 2 and "unreadable" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_version_and_help_speak_to_users():
+    from relayrl import __version__
+
+    version = relayrl("--version")
+    assert version.returncode == 0 and version.stdout.strip() == f"relayrl {__version__}"
+    top = relayrl("--help")
+    assert top.returncode == 0 and "DESIGN.md" not in top.stdout and "exit codes: 0 done" in top.stdout
+    train_help = relayrl("train", "--help").stdout
+    assert all(name in train_help for name in ("ppo", "appo", "dqn", "sac"))
+
+
+def test_eval_on_an_env_of_other_spaces_names_the_shapes_that_differ(tmp_path):
+    run = relayrl("train", "ppo", "--total-steps", 64, "--run-dir", tmp_path / "run", *TINY)
+    assert run.returncode == 0, run.stderr
+    result = relayrl("eval", tmp_path / "run", "--env", "Acrobot-v1", "--episodes", 1)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    line = result.stderr.strip()
+    assert len(line.splitlines()) == 1
+    assert "(trained on CartPole-v1) does not fit Acrobot-v1's spaces" in line
+    assert "actor.0.weight: [64, 4] in the checkpoint, [64, 6] here" in line  # 4 observations there, 6 here
+
+
+def test_the_tensorboard_viewer_the_docs_name_is_an_extra():
+    import re
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(dep.startswith("tensorboard") for dep in extras["tensorboard"])
+    usage = (root / "docs" / "usage.md").read_text()
+    for mention in re.findall(r".*tensorboard --logdir.*", usage):
+        assert "[tensorboard]" in mention  # every "tensorboard --logdir" says how to install the viewer
+    pins = (root / "constraints.txt").read_text()
+    assert re.search(r"^tensorboard==", pins, re.M)

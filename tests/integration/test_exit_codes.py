@@ -1,0 +1,91 @@
+"""Every way `relayrl train` can fail exits non-zero with one `relayrl: error:` line (docs/usage.md, exit
+codes), and a run that fails while running still writes its summary with the reason."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+# A simulator that plays a few turns of a one-agent world, then misbehaves as told by its first argument.
+SIMULATOR = textwrap.dedent("""
+    import os, sys, time
+    import numpy as np
+    from relayrl.bridge.world import CLOSED, World
+
+    how = sys.argv[1]
+    with World(behaviours=[dict(name="b", max_agents=1, observations=[(2,)], branches=(2,))]) as world:
+        for t in range(40):
+            world.request_decision("b", 0).set_observation(0, [0.0, t]).set_reward(1.0)
+            if world.step() == CLOSED:
+                sys.exit(0)
+        if how == "close":  # stops normally in the middle of training: closes with reason 1
+            sys.exit(0)
+        if how == "die":
+            os._exit(9)
+        if how == "hang":
+            time.sleep(600)
+""")
+
+TINY = ["--set", "env.num_envs=2", "--set", "eval.episodes=1", "--set", "eval.num_envs=1", "--quiet",
+        "--no-tensorboard"]
+
+
+def relayrl_train(tmp_path, *args, timeout=180):
+    run = subprocess.run([sys.executable, "-m", "relayrl", "train", *map(str, args), "--run-dir",
+                          str(tmp_path / "run"), *TINY], capture_output=True, text=True, timeout=timeout)
+    summary_file = tmp_path / "run" / "summary.json"
+    return run, json.loads(summary_file.read_text()) if summary_file.is_file() else None
+
+
+def assert_one_error_line(run, code, text):
+    assert run.returncode == code, (run.returncode, run.stderr[-2000:])
+    errors = [line for line in run.stderr.splitlines() if line.startswith("relayrl: error:")]
+    assert len(errors) == 1 and text in errors[0], run.stderr[-2000:]
+    assert "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize("how, code, text", [
+    ("close", 1, "the simulator closed the channel"),
+    ("die", 3, "died"),
+    ("hang", 3, "did not answer within 3 s"),
+])
+def test_a_simulator_that_stops_mid_run_fails_the_run(tmp_path, how, code, text):
+    script = tmp_path / "sim.py"
+    script.write_text(SIMULATOR)
+    env = f"bridge:{shlex.quote(sys.executable)} {shlex.quote(str(script))} {how}"
+    run, summary = relayrl_train(tmp_path, "ppo", "--env", env, "--total-steps", 100_000,
+                                 "--set", "ppo.num_steps=16", "--set", "env.kwargs={timeout_s: 3}")
+    assert_one_error_line(run, code, text)
+    assert summary["stop_reason"] == "error"
+
+
+def test_an_env_that_keeps_failing_fails_the_run(tmp_path):
+    run, summary = relayrl_train(tmp_path, "ppo", "--env", "relayrl.testing.envs:relayrl-test/Faulty-v0",
+                                 "--set", "env.kwargs={raise_at: 5}", "--set", "env.max_restarts=0",
+                                 "--set", "env.manager=sync", "--set", "ppo.num_steps=16", "--total-steps", 512)
+    assert_one_error_line(run, 1, "injected failure at step 5")
+    assert summary["stop_reason"] == "error"
+
+
+def test_a_non_finite_loss_fails_the_run(tmp_path):
+    run, summary = relayrl_train(tmp_path, "ppo", "--env", "relayrl.testing.envs:relayrl-test/NanReward-v0",
+                                 "--set", "ppo.num_steps=16", "--set", "ppo.batch_size=16", "--total-steps", 640)
+    assert_one_error_line(run, 1, "loss became nan")
+    assert summary["stop_reason"] == "nonfinite"
+
+
+def test_a_run_directory_in_use_is_bad_input(tmp_path):
+    from relayrl.io.rundir import RunLock
+
+    first, _ = relayrl_train(tmp_path, "ppo", "--env", "CartPole-v1", "--total-steps", 64,
+                             "--set", "ppo.num_steps=16")
+    assert first.returncode == 0, first.stderr
+    with RunLock(tmp_path / "run"):
+        run = subprocess.run([sys.executable, "-m", "relayrl", "train", "ppo", "--resume", str(tmp_path / "run"),
+                              "--total-steps", "128", "--quiet"], capture_output=True, text=True, timeout=120)
+    assert_one_error_line(run, 2, "is in use by another relayrl process")
