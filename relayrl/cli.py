@@ -296,7 +296,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         worker.close(flush_timeout=5.0 if interrupted or stop.is_set() else 30.0)
     stats = worker.stats()
     print(f"worker done: {stats['env_steps']} env steps, {stats.get('sent', 0)} chunks sent, "
-          f"{stats.get('acked', 0)} acknowledged, {stats.get('backlog_drops', 0)} dropped from the backlog, "
+          f"{stats.get('acked', 0)} acknowledged, {stats.get('chunks_refused', 0)} refused by the trainer, "
+          f"{stats.get('backlog_drops', 0)} dropped from the backlog, "
           f"{stats.get('relay_drops', 0)} dropped by the relay, {stats.get('reconnects', 0)} reconnects, "
           f"policy version {stats['version']}")
     return EXIT_INTERRUPTED if interrupted else 0

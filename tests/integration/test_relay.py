@@ -20,10 +20,10 @@ from relay_procs import SLOW_PENDULUM, finish, free_port, relayrl, stop, tails, 
 
 
 def worker_totals(output: str) -> dict[str, int]:
-    match = re.search(r"worker done: (\d+) env steps, (\d+) chunks sent, (\d+) acknowledged, (\d+) dropped from the "
-                      r"backlog, (\d+) dropped by the relay, (\d+) reconnects", output)
+    match = re.search(r"worker done: (\d+) env steps, (\d+) chunks sent, (\d+) acknowledged, (\d+) refused by the "
+                      r"trainer, (\d+) dropped from the backlog, (\d+) dropped by the relay, (\d+) reconnects", output)
     assert match, output[-2000:]
-    keys = ("env_steps", "sent", "acked", "backlog_drops", "relay_drops", "reconnects")
+    keys = ("env_steps", "sent", "acked", "refused", "backlog_drops", "relay_drops", "reconnects")
     return dict(zip(keys, map(int, match.groups())))
 
 
@@ -68,7 +68,7 @@ def test_nothing_lost_or_duplicated_across_a_relay_restart(tmp_path):
         for k, output in enumerate(outputs):
             totals = worker_totals(output)
             assert totals["env_steps"] == steps
-            assert totals["backlog_drops"] == 0 and totals["relay_drops"] == 0
+            assert totals["backlog_drops"] == 0 and totals["relay_drops"] == 0 and totals["refused"] == 0
             assert totals["reconnects"] >= 1, output[-1500:]
             seen = source.seen.get(f"w{k}", source.seen.newest(f"w{k}"))
             assert seen.floor == totals["acked"] and len(seen) == 0  # seqs 0..n-1, each once
