@@ -1,6 +1,10 @@
 """The bridge's errors. Each names what happened and what to do; ``reason`` is the close reason
-(docs/bridge-protocol.md §6) the side that raises it writes into its closed byte, and ``exit_code`` is
-what the CLI and the example simulators exit with."""
+(docs/bridge-protocol.md §6) the side that raises it writes into its closed byte (``BridgeClosed``: the
+peer's reason; the side that raises it wrote 1), and ``exit_code`` is what the example simulators exit
+with: 2 version mismatch, 3 the peer died or timed out, 4 any other error. ``BridgeClosed`` has
+``exit_code`` 0, meaning no code of its own: whoever catches it chooses (the example simulators exit 4,
+``relayrl train`` a non-zero failure code). A trainer's normal close is not an exception for a
+simulator (``World.step`` returns "closed" and the examples exit 0)."""
 
 from __future__ import annotations
 
@@ -16,9 +20,11 @@ class BridgeError(RelayRLError):
 
 
 class BridgeClosed(BridgeError):
-    """The peer closed the channel (its reason is in the message and ``reason``)."""
+    """The peer closed the channel (its reason is in the message and ``reason``). For a trainer this is
+    always an error (the simulator quit before the trainer did); a simulator sees one only when the
+    trainer closed with an error reason or had already closed at attach."""
 
-    exit_code = 0
+    exit_code = 0  # none of its own (module docstring): never the exit status of a trainer
 
     def __init__(self, message: str, reason: int):
         super().__init__(message)

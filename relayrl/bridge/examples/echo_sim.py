@@ -13,7 +13,8 @@ and the last actions, so a trainer-side test can check each byte it receives. It
 - behaviour "late" (registered at the first t == 5): 4 agents, ids 0..3, obs float32 (2,) = [id, t],
   one continuous action, reward 0, deciding every turn.
 - side channel: every record is answered on its channel with its payload reversed.
-Exit codes: 0 trainer closed, 2 version mismatch, 3 trainer died or timed out, 4 protocol error.
+Exit codes: 0 trainer closed normally, 2 version mismatch (found by either side), 3 trainer died or timed out,
+4 anything else (a corrupt channel, a trainer that closed with reason 3, 4 or 5).
 """
 
 from __future__ import annotations

@@ -153,10 +153,11 @@ def test_a_header_file_that_is_not_64_bytes_is_left_alone(echo, trainer):
 
 # ---- §6: a side that stops because its peer closed writes reason 1
 
-@pytest.mark.parametrize("reason, code", [(L.NORMAL, 0), (L.TIMEOUT, 4)])
+@pytest.mark.parametrize("reason, code", [(L.NORMAL, 0), (L.VERSION_MISMATCH, 2), (L.TIMEOUT, 4)])
 def test_a_simulator_whose_trainer_closed_writes_reason_1(echo, trainer, reason, code):
     """The trainer's 1 is the end of the session (exit 0); any other reason is an error for the
-    simulator (exit 4). Either way the simulator did nothing wrong: it writes 1."""
+    simulator (the examples exit 2 for a mismatch whichever side found it, else 4). Either way the
+    simulator did nothing wrong: it writes 1."""
     with open(trainer.header_path, "r+b") as f:
         header = mmap.mmap(f.fileno(), L.HEADER_SIZE)  # still readable after the trainer removed the files
     try:

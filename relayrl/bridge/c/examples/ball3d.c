@@ -131,7 +131,8 @@ int main(int argc, char **argv) {
         if (r == RRB_ERROR) {
             fprintf(stderr, "ball3d: %s\n", rrb_error(w));
             int f = rrb_failure(w);
-            code = (f == RRB_REASON_TIMEOUT || f == RRB_REASON_PEER_DIED) ? 3 : f == RRB_REASON_VERSION ? 2 : 4;
+            int version = f == RRB_REASON_VERSION || (f == RRB_REASON_PEER_CLOSED && rrb_peer_reason(w) == RRB_REASON_VERSION);
+            code = (f == RRB_REASON_TIMEOUT || f == RRB_REASON_PEER_DIED) ? 3 : version ? 2 : 4;
             break;
         }
         if (r == RRB_RESET) {

@@ -16,8 +16,8 @@
  * B = 0; agents 0..3 decide every turn from then on with obs [id, t] and reward 0.
  * Every side-channel record is answered on the same channel with its payload reversed.
  *
- * Exit codes: 0 trainer closed normally; 2 protocol version mismatch; 3 trainer died or timed
- * out; 4 any other protocol error.
+ * Exit codes: 0 trainer closed normally; 2 protocol version mismatch (found by either side); 3
+ * trainer died or timed out; 4 any other error (including a trainer that closed with reason 3, 4 or 5).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,7 +98,8 @@ static int produce(rrb_world *w, state *st) {
 static int exit_code(rrb_world *w) {
     int f = rrb_failure(w);
     if (f == RRB_REASON_TIMEOUT || f == RRB_REASON_PEER_DIED) return 3;
-    if (f == RRB_REASON_VERSION) return 2;
+    if (f == RRB_REASON_VERSION || (f == RRB_REASON_PEER_CLOSED && rrb_peer_reason(w) == RRB_REASON_VERSION))
+        return 2; /* either side found the mismatch */
     return 4;
 }
 
