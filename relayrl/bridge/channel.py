@@ -165,7 +165,9 @@ class Channel:
         finally:
             os.close(fd)
         self._turn = np.frombuffer(self.header, dtype="<u8", count=1, offset=L.OFF_TURN)
-        ours, theirs = (L.OFF_TRAINER_ALIVE, L.OFF_SIM_ALIVE) if self.trainer else (L.OFF_SIM_ALIVE, L.OFF_TRAINER_ALIVE)
+        ours, theirs = (L.OFF_TRAINER_ALIVE, L.OFF_SIM_ALIVE)
+        if not self.trainer:
+            ours, theirs = theirs, ours
         self._alive_out = np.frombuffer(self.header, dtype="<u4", count=1, offset=ours)
         self._alive_in = np.frombuffer(self.header, dtype="<u4", count=1, offset=theirs)
 
@@ -495,5 +497,5 @@ class KeepAlive:
             self._thread.join()
 
 
-__all__ = ["Channel", "KeepAlive", "BridgeError", "BridgeClosed", "BridgeTimeout", "PeerDied", "VersionMismatch", "bridge_dir",
-           "remove_stale", "spin_budget"]
+__all__ = ["Channel", "KeepAlive", "BridgeError", "BridgeClosed", "BridgeTimeout", "PeerDied", "VersionMismatch",
+           "bridge_dir", "remove_stale", "spin_budget"]
