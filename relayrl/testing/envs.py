@@ -3,6 +3,7 @@
 Registered ids (``import relayrl.testing.envs`` registers them):
 - ``relayrl-test/Faulty-v0``: counts steps; ``raise_at``, ``exit_at`` (os._exit), ``hang_at`` (sleep)
   make step number k misbehave; ``fail_reset`` makes every reset raise.
+- ``relayrl-test/NanReward-v0``: rewards turn NaN after three steps (the non-finite guard).
 - ``relayrl-test/DictObs-v0``: Dict/Tuple observation of Box, Discrete, MultiBinary, MultiDiscrete.
 - ``relayrl-test/SlowCartPole-v0``: CartPole-v1 with ``busy_us`` microseconds of busy-waiting per step
   (a costly env whose cost is CPU, like a physics simulator) and ``sleep_us`` of sleeping (a step
@@ -143,7 +144,24 @@ class DtypeObsEnv(gym.Env):
         return self.obs, reward, terminated, self.t >= self.length, {}
 
 
-for _id, _entry in (("relayrl-test/Faulty-v0", FaultyEnv), ("relayrl-test/DictObs-v0", DictObsEnv),
+class NanRewardEnv(gym.Env):
+    """Returns a NaN reward after a few steps: drives the non-finite guard."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        reward = float("nan") if self.t > 3 else 1.0
+        return np.full(3, 0.1 * self.t, np.float32), reward, False, self.t >= 20, {}
+
+
+for _id, _entry in (("relayrl-test/Faulty-v0", FaultyEnv), ("relayrl-test/NanReward-v0", NanRewardEnv), ("relayrl-test/DictObs-v0", DictObsEnv),
                     ("relayrl-test/SlowCartPole-v0", SlowCartPole), ("relayrl-test/SlowPendulum-v0", SlowPendulum),
                     ("relayrl-test/DtypeObs-v0", DtypeObsEnv)):
     if _id not in gym.registry:

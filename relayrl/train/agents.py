@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from relayrl.data.dtypes import to_stored
 from relayrl.errors import ConfigError, EnvError
 from relayrl.train.evaluator import EvalResult
 from relayrl.types import Batch
@@ -221,7 +222,7 @@ class AgentTransitionCollector:
             turn = self._turn
             if len(turn.ids):
                 out = self.policy.act(turn.obs, "collect")
-                self._pending.update(zip(turn.ids.tolist(), zip(np.asarray(turn.obs, np.float32), out.action)))
+                self._pending.update(zip(turn.ids.tolist(), zip(to_stored(np.asarray(turn.obs)), out.action)))
                 env_action = out.env_action
             else:
                 env_action = np.zeros((0, *self.policy.action_shape), np.float32)
@@ -240,9 +241,9 @@ class AgentTransitionCollector:
         n = len(rows["reward"])
         if not n:
             return {}, 0
-        batch = {"obs": np.stack(rows["obs"]).astype(np.float32), "action": np.stack(rows["action"]),
+        batch = {"obs": np.stack(rows["obs"]), "action": np.stack(rows["action"]),  # (stored dtypes: data/dtypes.py)
                  "reward": np.array(rows["reward"], np.float32),
-                 "next_obs": np.stack(rows["next_obs"]).astype(np.float32),
+                 "next_obs": to_stored(np.stack(rows["next_obs"])),
                  "terminated": np.array(rows["terminated"], bool),
                  "discount": np.full(n, self.gamma, np.float32)}
         return batch, n
