@@ -79,12 +79,11 @@ def test_a_non_finite_loss_fails_the_run(tmp_path):
     assert summary["stop_reason"] == "nonfinite"
 
 
-def test_a_run_directory_in_use_is_bad_input(tmp_path):
+def test_a_run_directory_in_use_is_bad_input(tmp_path, tiny_config):
     from relayrl.io.rundir import RunLock
+    from relayrl.runtime import train
 
-    first, _ = relayrl_train(tmp_path, "ppo", "--env", "CartPole-v1", "--total-steps", 64,
-                             "--set", "ppo.num_steps=16")
-    assert first.returncode == 0, first.stderr
+    train(tiny_config(total_steps=64), run_dir=tmp_path / "run", tensorboard=False)
     with RunLock(tmp_path / "run"):
         run = subprocess.run([sys.executable, "-m", "relayrl", "train", "ppo", "--resume", str(tmp_path / "run"),
                               "--total-steps", "128", "--quiet"], capture_output=True, text=True, timeout=120)
