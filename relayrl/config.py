@@ -28,6 +28,48 @@ class Section(BaseModel):
     aliases: ClassVar[dict[str, str]] = {}
 
 
+class AlgoConfig(Section):
+    """Base of an algorithm's section (``ppo:``, ``sac:``); ``check`` refuses combinations of options that would
+    silently do nothing, before a run starts."""
+
+    def check(self, name: str) -> None:
+        """Raise a ConfigError naming the options and the fix (default: every combination is fine)."""
+
+
+class ReplayLoopConfig(AlgoConfig):
+    """Options of the replay loop, shared by every off-policy algorithm's config (which extends it)."""
+
+    buffer_size: int = Field(1_000_000, ge=1)
+    """Replay capacity in transitions."""
+    batch_size: int = Field(256, ge=1)
+    """Minibatch size per update."""
+    start_training: int = Field(1000, ge=0)
+    """Transitions in the buffer before the first update."""
+    steps_per_iteration: int = Field(16, ge=1)
+    """Vector steps collected between two rounds of updates."""
+    updates_per_step: float = Field(1.0, gt=0)
+    """Updates per env step (0.5: one update every two env steps)."""
+    max_training_steps_per_env_step: float | None = Field(None, gt=0)
+    """Pause updates when updates / env steps exceeds this (null: no cap)."""
+    gamma: float = Field(0.99, ge=0.0, le=1.0)
+    """Discount factor."""
+    n_step: int = Field(1, ge=1)
+    """Steps summed into each return before bootstrapping."""
+    prioritized: bool = False
+    """Prioritized replay (proportional, with importance weights) on the TD errors."""
+    priority_alpha: float = Field(0.6, ge=0)
+    """Prioritization exponent (with prioritized)."""
+    priority_beta: float = Field(0.4, ge=0, le=1)
+    """Initial importance-weight exponent, annealed to 1 (with prioritized)."""
+    update_model_interval: int = Field(1, ge=1)
+    """Publish the learner's weights every this many updates (matters with an external sample source;
+    the local collector acts with the learner's own policy)."""
+    update_buffer_interval: int | None = Field(None, ge=1)
+    """Within a round of updates, move what an external sample source has received into the buffer
+    every this many updates (TMRL's update_buffer_interval; null: only between rounds). Needs a
+    source with a non-blocking ``poll()``; the local collector has none and ignores it."""
+
+
 class EnvConfig(Section):
     id: str = "CartPole-v1"
     """Gymnasium environment id."""

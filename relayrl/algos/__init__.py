@@ -1,10 +1,16 @@
-"""Algorithm registry: each algorithm file ends with ``register(name, ConfigClass, AlgoClass)``."""
+"""Algorithm registry: each algorithm file ends with ``register(name, ConfigClass, AlgoClass, PolicyClass)``.
+
+The policy class is built apart from its algorithm (``entry.build_policy(cfg, obs_space, act_space)``):
+rollout workers, evaluators, remote workers and deployment need the policy only, never the
+optimisers and target networks of the algorithm.
+"""
 
 from __future__ import annotations
 
 import difflib
 import importlib
 from dataclasses import dataclass, field
+from typing import Any
 
 from relayrl.errors import ConfigError
 
@@ -16,9 +22,14 @@ class AlgoEntry:
     name: str
     config_cls: type
     algo_cls: type
+    policy_cls: type
     on_policy: bool
     defaults: dict = field(default_factory=dict)  # overrides of the common options, e.g. {"env": {"num_envs": 1}}
     asynchronous: bool = False  # on-policy learning from chunks of older versions (APPO): workers never wait
+
+    def build_policy(self, cfg: Any, obs_space: Any, act_space: Any) -> Any:
+        """The policy alone, as the algorithm would build it from ``cfg`` and the env's spaces."""
+        return self.policy_cls(obs_space, act_space, cfg)
 
     @property
     def collect_on_request(self) -> bool:
@@ -29,9 +40,9 @@ class AlgoEntry:
 _REGISTRY: dict[str, AlgoEntry] = {}
 
 
-def register(name: str, config_cls: type, algo_cls: type, *, on_policy: bool, defaults: dict | None = None,
-             asynchronous: bool = False) -> None:
-    _REGISTRY[name] = AlgoEntry(name, config_cls, algo_cls, on_policy, defaults or {}, asynchronous)
+def register(name: str, config_cls: type, algo_cls: type, policy_cls: type, *, on_policy: bool,
+             defaults: dict | None = None, asynchronous: bool = False) -> None:
+    _REGISTRY[name] = AlgoEntry(name, config_cls, algo_cls, policy_cls, on_policy, defaults or {}, asynchronous)
 
 
 def available() -> list[str]:

@@ -15,7 +15,7 @@ import torch
 from pydantic import Field
 
 from relayrl.algos import register
-from relayrl.algos.ppo import PPO, PPOConfig
+from relayrl.algos.ppo import PPO, PPOConfig, PPOPolicy
 from relayrl.data.dtypes import to_tensor
 from relayrl.data.vtrace import compute_vtrace
 from relayrl.types import Batch
@@ -76,4 +76,4 @@ class APPO(PPO):
                               cfg.gamma, cfg.gae_lambda, cfg.vtrace_rho_clip, cfg.vtrace_c_clip)
 
 
-register("appo", APPOConfig, APPO, on_policy=True, asynchronous=True)
+register("appo", APPOConfig, APPO, PPOPolicy, on_policy=True, asynchronous=True)

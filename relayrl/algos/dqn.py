@@ -16,10 +16,11 @@ from pydantic import Field
 from torch import nn
 
 from relayrl.algos import register
+from relayrl.config import ReplayLoopConfig
+from relayrl.core import Algorithm, Policy
 from relayrl.data.dtypes import stored_dtype, to_tensor
 from relayrl.errors import EnvError, NonFiniteError
 from relayrl.policy.networks import mlp
-from relayrl.train.offpolicy import ReplayLoopConfig
 from relayrl.types import Batch, Mode, PolicyOutput
 
 
@@ -86,21 +87,23 @@ class QNetwork(nn.Module):
 # ---------------------------------------------------------------- policy
 
 
-class DQNPolicy:
-    """Epsilon-greedy in "collect" mode (``epsilon`` is set by the algorithm), greedy in "eval"."""
+class DQNPolicy(Policy):
+    """Epsilon-greedy in "collect" mode (epsilon decays linearly over ``epsilon_decay_steps`` env steps as
+    ``set_progress`` reports them), greedy in "eval"."""
 
     def __init__(self, obs_space: gym.Space, act_space: gym.Space, cfg: DQNConfig):
         if not isinstance(act_space, gym.spaces.Discrete):
             raise EnvError(f"DQN needs a Discrete action space, got {act_space}: use SAC or PPO for continuous actions")
         if not isinstance(obs_space, gym.spaces.Box):
             raise EnvError(f"DQN needs a Box observation space, got {obs_space}")
+        self.observation_space, self.action_space = obs_space, act_space
         self.obs_dtype = stored_dtype(obs_space.dtype)  # (refuses dtypes no network can read)
+        self.cfg = cfg
         self.n_actions = int(act_space.n)
         self.model = QNetwork(int(np.prod(obs_space.shape)), self.n_actions, cfg)
         self.action_shape: tuple[int, ...] = ()
         self.action_dtype = np.dtype(np.int64)
         self.epsilon = cfg.epsilon_start
-        self.update_norm = False
         self.version = 0
         self.rng = np.random.default_rng(int(torch.randint(2**31, ()).item()))  # follows torch.manual_seed
 
@@ -112,6 +115,12 @@ class DQNPolicy:
             explore = self.rng.random(len(greedy)) < self.epsilon
             greedy = np.where(explore, self.rng.integers(0, self.n_actions, len(greedy)), greedy)
         return PolicyOutput(action=greedy, env_action=greedy)
+
+    def set_progress(self, env_steps: int, total_steps: int) -> None:
+        """Linear epsilon decay over ``epsilon_decay_steps`` env steps."""
+        cfg = self.cfg
+        frac = min(1.0, env_steps / cfg.epsilon_decay_steps)
+        self.epsilon = cfg.epsilon_start + frac * (cfg.epsilon_end - cfg.epsilon_start)
 
     def get_weights(self) -> dict[str, Any]:
         return {"model": self.model.state_dict()}
@@ -125,7 +134,7 @@ class DQNPolicy:
 # ---------------------------------------------------------------- algorithm
 
 
-class DQN:
+class DQN(Algorithm):
     """``learn(batch)`` takes a replay minibatch (obs, action, reward, next_obs, terminated, discount,
     weight) and writes ``batch["priority"]`` (|TD error|) for prioritized replay."""
 
@@ -137,12 +146,6 @@ class DQN:
         self.target.requires_grad_(False)
         self.optim = torch.optim.Adam(self.policy.model.parameters(), lr=cfg.lr, fused=True)
         self.updates = 0
-
-    def set_progress(self, env_steps: int, total_steps: int) -> None:
-        """Linear epsilon decay over ``epsilon_decay_steps`` env steps."""
-        cfg = self.cfg
-        frac = min(1.0, env_steps / cfg.epsilon_decay_steps)
-        self.policy.epsilon = cfg.epsilon_start + frac * (cfg.epsilon_end - cfg.epsilon_start)
 
     def learn(self, batch: Batch, progress: float = 0.0) -> dict[str, float]:
         cfg, model = self.cfg, self.policy.model
@@ -197,4 +200,4 @@ class DQN:
         self.policy.rng.bit_generator.state = state["rng"]
 
 
-register("dqn", DQNConfig, DQN, on_policy=False)
+register("dqn", DQNConfig, DQN, DQNPolicy, on_policy=False)

@@ -21,7 +21,8 @@ from pydantic import Field
 from torch import nn
 
 from relayrl.algos import register
-from relayrl.config import Section
+from relayrl.config import AlgoConfig
+from relayrl.core import Algorithm, Policy
 from relayrl.data.dtypes import stored_dtype, to_stored, to_tensor
 from relayrl.data.gae import compute_gae
 from relayrl.data.sequences import chunk, minibatches, pad, split_trajectories
@@ -34,7 +35,7 @@ from relayrl.policy.recurrent import RecurrentActorCritic
 from relayrl.types import Batch, Mode, PolicyOutput
 
 
-class PPOConfig(Section):
+class PPOConfig(AlgoConfig):
     aliases: ClassVar[dict[str, str]] = {
         "learning_rate": "actor_lr,critic_lr", "lr": "actor_lr,critic_lr", "n_epochs": "epochs",
         "n_steps": "num_steps", "ent_coef": "entropy_coef", "clip_range": "clip", "clip_range_vf": "value_clip",
@@ -170,7 +171,7 @@ def build_model(obs_dim: int, act_dim: int, discrete: bool, cfg: PPOConfig) -> n
 # ---------------------------------------------------------------- policy
 
 
-class PPOPolicy:
+class PPOPolicy(Policy):
     """``act(obs, mode)`` samples in "collect" mode and is deterministic in "eval" mode.
 
     A recurrent policy (``recurrent`` True) carries one hidden state per env and per mode, so an
@@ -192,6 +193,7 @@ class PPOPolicy:
         if not self.discrete and not isinstance(act_space, gym.spaces.Box):
             raise EnvError(f"PPO handles Discrete and Box action spaces, got {act_space}")
         self.cfg = cfg
+        self.observation_space, self.action_space = obs_space, act_space
         self.obs_shape = obs_space.shape
         self.obs_dim = int(np.prod(obs_space.shape))
         self.act_dim = int(act_space.n) if self.discrete else int(np.prod(act_space.shape))
@@ -202,8 +204,8 @@ class PPOPolicy:
             self.high = act_space.high.astype(np.float32)
         self.model = build_model(self.obs_dim, self.act_dim, self.discrete, cfg)
         self.recurrent = cfg.recurrent is not None
-        self.hidden_size = self.model.state_size if self.recurrent else 0
-        self._hidden: dict[str, torch.Tensor] = {}  # mode -> [n, hidden_size]
+        self.state_size = self.model.state_size if self.recurrent else 0
+        self._hidden: dict[str, torch.Tensor] = {}  # mode -> [n, state_size]
         self.obs_rms = RunningMeanStd(obs_space.shape) if cfg.obs_norm else None
         # the dtype of ``PolicyOutput.obs``, which rollouts store: normalised (float32) or as stored (data/dtypes.py)
         self.obs_dtype = np.dtype(np.float32) if cfg.obs_norm else stored_dtype(obs_space.dtype)
@@ -258,8 +260,11 @@ class PPOPolicy:
             state = state[torch.from_numpy(rows)]
         return self.model(xt[:, None], state)[1][:, 0].numpy()
 
+    def observe_only(self) -> None:
+        self.update_norm = False  # statistics belong to the learner; workers use the copy it publishes
+
     def hidden(self, mode: Mode, n: int) -> torch.Tensor:
-        """The [n, hidden_size] state the next ``act(obs, mode)`` continues from (zeros for new envs)."""
+        """The [n, state_size] state the next ``act(obs, mode)`` continues from (zeros for new envs)."""
         state = self._hidden.get(mode)
         if state is None or len(state) != n:
             state = self._hidden[mode] = self.model.initial_state(n)
@@ -291,7 +296,7 @@ class PPOPolicy:
 # ---------------------------------------------------------------- algorithm
 
 
-class PPO:
+class PPO(Algorithm):
     """Learns from [T, N] rollouts: ``learn(rollout, progress)`` returns metrics."""
 
     def __init__(self, cfg: PPOConfig, obs_space: gym.Space, act_space: gym.Space, num_envs: int):
@@ -405,7 +410,7 @@ class PPO:
                              ) -> Callable[[], Iterator[dict[str, torch.Tensor]]]:
         """Recurrent: trajectories (cut into ``seq_len`` chunks), ``batch_trajectories`` at a time, padded.
 
-        "obs" is [B, L, obs_dim] with padding, "hidden" [B, hidden_size] the state stored at each
+        "obs" is [B, L, obs_dim] with padding, "hidden" [B, state_size] the state stored at each
         sequence's first step, "mask" [B, L] marks the real steps; every other key holds the real
         steps only, in the order ``out[mask]`` lists them.
         """
@@ -550,7 +555,7 @@ class PPO:
             return np.zeros((*shape, *rest), dtype=dtype)
         rollout = {"terminated": zeros(dtype=bool), "truncated": zeros(dtype=bool)}
         if policy.recurrent:
-            rollout["hidden"] = zeros(policy.hidden_size)
+            rollout["hidden"] = zeros(policy.state_size)
         steps = {"obs": zeros(*policy.obs_shape, dtype=policy.obs_dtype),
                  "action": zeros(*policy.action_shape, dtype=policy.action_dtype),
                  **{key: zeros() for key in ("logp", "value", "advantage", "return")}}
@@ -559,4 +564,4 @@ class PPO:
         return lambda: clone.update(mb, self.cfg.clip, reflect)
 
 
-register("ppo", PPOConfig, PPO, on_policy=True)
+register("ppo", PPOConfig, PPO, PPOPolicy, on_policy=True)

@@ -18,10 +18,11 @@ from pydantic import Field
 from torch import nn
 
 from relayrl.algos import register
+from relayrl.config import ReplayLoopConfig
+from relayrl.core import Algorithm, Policy
 from relayrl.data.dtypes import stored_dtype, to_tensor
 from relayrl.errors import EnvError, NonFiniteError
 from relayrl.policy.networks import mlp
-from relayrl.train.offpolicy import ReplayLoopConfig
 from relayrl.types import Batch, Mode, PolicyOutput
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
@@ -107,9 +108,9 @@ class Actor(nn.Module):
 # ---------------------------------------------------------------- policy
 
 
-class SACPolicy:
+class SACPolicy(Policy):
     """Samples in "collect" mode, tanh(mean) in "eval"; actions are learned in [-1, 1] and scaled to
-    the env's bounds for ``env_action``."""
+    the env's bounds for ``env_action``. Uniform random actions until ``start_training`` env steps."""
 
     def __init__(self, obs_space: gym.Space, act_space: gym.Space, cfg: SACConfig):
         if not isinstance(act_space, gym.spaces.Box):
@@ -118,6 +119,7 @@ class SACPolicy:
             raise EnvError(f"SAC needs a Box observation space, got {obs_space}")
         if not (np.all(np.isfinite(act_space.low)) and np.all(np.isfinite(act_space.high))):
             raise EnvError(f"SAC squashes actions into the action bounds, which must be finite: {act_space}")
+        self.observation_space, self.action_space = obs_space, act_space
         self.obs_dtype = stored_dtype(obs_space.dtype)  # (refuses dtypes no network can read)
         self.act_dim = int(np.prod(act_space.shape))
         self.action_shape = tuple(act_space.shape)
@@ -125,8 +127,8 @@ class SACPolicy:
         self.low = act_space.low.astype(np.float32)
         self.scale = ((act_space.high - act_space.low) / 2).astype(np.float32)
         self.actor = Actor(int(np.prod(obs_space.shape)), self.act_dim, cfg.hidden_sizes)
-        self.random_actions = False  # uniform actions before learning starts
-        self.update_norm = False
+        self.start_training = cfg.start_training
+        self.random_actions = cfg.start_training > 0  # uniform actions before learning starts
         self.version = 0
         self.rng = np.random.default_rng(int(torch.randint(2**31, ()).item()))
 
@@ -144,6 +146,9 @@ class SACPolicy:
         action = action.reshape(n, *self.action_shape)
         return PolicyOutput(action=action, env_action=self.low + (action + 1) * self.scale)
 
+    def set_progress(self, env_steps: int, total_steps: int) -> None:
+        self.random_actions = env_steps < self.start_training
+
     def get_weights(self) -> dict[str, Any]:
         return {"actor": self.actor.state_dict()}
 
@@ -156,7 +161,7 @@ class SACPolicy:
 # ---------------------------------------------------------------- algorithm
 
 
-class SAC:
+class SAC(Algorithm):
     def __init__(self, cfg: SACConfig, obs_space: gym.Space, act_space: gym.Space, num_envs: int):
         self.cfg = cfg
         self.policy = SACPolicy(obs_space, act_space, cfg)
@@ -170,11 +175,7 @@ class SAC:
         self.actor_optim = torch.optim.Adam(self.policy.actor.parameters(), lr=cfg.actor_lr, fused=True)
         self.critic_optim = torch.optim.Adam(self.critic.parameters(), lr=cfg.critic_lr, fused=True)
         self.alpha_optim = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr)
-        self.policy.random_actions = cfg.start_training > 0
         self.updates = 0
-
-    def set_progress(self, env_steps: int, total_steps: int) -> None:
-        self.policy.random_actions = env_steps < self.cfg.start_training
 
     def learn(self, batch: Batch, progress: float = 0.0) -> dict[str, float]:
         cfg, actor = self.cfg, self.policy.actor
@@ -240,4 +241,4 @@ class SAC:
         self.policy.rng.bit_generator.state = state["rng"]
 
 
-register("sac", SACConfig, SAC, on_policy=False, defaults={"env": {"id": "Pendulum-v1", "num_envs": 1}})
+register("sac", SACConfig, SAC, SACPolicy, on_policy=False, defaults={"env": {"id": "Pendulum-v1", "num_envs": 1}})

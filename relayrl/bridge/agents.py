@@ -130,19 +130,20 @@ def evaluate_bridge_checkpoint(ckpt: Any, config: Any, episodes: int, seed: int)
     ``episodes`` deterministic episodes with the quota evaluator."""
     from relayrl.algos import get_algo
     from relayrl.errors import CheckpointError
+    from relayrl.io.checkpoint import explain_load_error
     from relayrl.train.agents import AgentEvaluator
 
     options = {k: v for k, v in config.env.kwargs.items() if k in KWARGS}
     env = BridgeAgents(config.env.id[len(PREFIX):].strip(), **options)
     try:
-        algo = get_algo(config.algo).algo_cls(getattr(config, config.algo), env.single_observation_space,
-                                              env.single_action_space, 1)
+        policy = get_algo(config.algo).build_policy(getattr(config, config.algo), env.single_observation_space,
+                                                    env.single_action_space)
         try:
-            algo.policy.set_weights(ckpt.state["algo"])
+            policy.set_weights(ckpt.state["algo"])
         except (RuntimeError, ValueError, KeyError) as exc:
             raise CheckpointError(f"checkpoint {str(ckpt.path)!r} does not fit this simulator's behaviour "
-                                  f"{env.behaviour!r}: {str(exc).splitlines()[0]}") from None
-        result = AgentEvaluator(env, episodes, seed=seed).evaluate(algo.policy)
+                                  f"{env.behaviour!r}: {explain_load_error(exc)}") from None
+        result = AgentEvaluator(env, episodes, seed=seed).evaluate(policy)
     finally:
         env.close()
     return {"env": config.env.id, "checkpoint": str(ckpt.path), "episodes": len(result.returns),

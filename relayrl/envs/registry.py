@@ -11,17 +11,31 @@ import gymnasium as gym
 from relayrl.errors import EnvError
 
 
+FACTORY_NAMESPACE = "relayrl-factory"
+
+
 def _check_id(env_id: str) -> str:
-    """The registered id for ``env_id``; ``"package.module:EnvId"`` imports the module first."""
+    """The registered id for ``env_id``.
+
+    ``"package.module:EnvId"`` imports the module first (it registers EnvId); ``"package.module:name"``,
+    where ``name`` is no registered id but a callable of the module (a function returning a
+    ``gymnasium.Env``, or an Env class), registers that factory under ``relayrl-factory/...`` in this
+    process, so every process that imports the module can build the env.
+    """
     if env_id.startswith("bridge:"):
         raise EnvError(f"{env_id!r} is an external simulator, not a Gymnasium env: it works with relayrl train "
                        "(which launches it); here give a Gymnasium env id")
     if ":" in env_id:
         module, _, env_id = env_id.partition(":")
         try:
-            importlib.import_module(module)
+            loaded = importlib.import_module(module)
         except ImportError as exc:
             raise EnvError(f"cannot import {module!r} to register {env_id!r}: {exc}") from None
+        if env_id not in gym.registry and callable(getattr(loaded, env_id, None)):
+            factory_id = f"{FACTORY_NAMESPACE}/{module}.{env_id}-v0"
+            if factory_id not in gym.registry:
+                gym.register(factory_id, entry_point=getattr(loaded, env_id), disable_env_checker=True)
+            return factory_id
     if env_id in gym.registry:
         return env_id
     close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.6)

@@ -27,6 +27,7 @@ import gymnasium as gym
 import numpy as np
 
 from relayrl.config import RunConfig
+from relayrl.core import SampleSource
 from relayrl.data.dtypes import stored_dtype
 from relayrl.errors import EnvError, RelayRLError
 from relayrl.net import wire
@@ -58,7 +59,9 @@ class Refusal(Exception):
         self.cause, self.problem, self.fix = cause, problem, fix
 
 
-class RelaySource:
+class RelaySource(SampleSource):
+    can_poll = True
+
     def __init__(self, config: RunConfig, observation_space, action_space):
         net = config.net
         if net.server is None:

@@ -28,6 +28,7 @@ from relayrl.config import RunConfig
 from relayrl.envs.registry import make
 from relayrl.errors import CheckpointError, RelayRLError
 from relayrl.io.atomic import atomic_write_bytes
+from relayrl.io.checkpoint import explain_load_error
 from relayrl.net import wire
 from relayrl.net.client import RelayClient
 from relayrl.net.hooks import load_hook
@@ -103,7 +104,7 @@ class RemoteWorker:
             self.worker.load(LoadParams(version, tree), self.env_steps)
         except (RuntimeError, KeyError, ValueError) as exc:
             raise RelayRLError(f"weights from {source} do not fit this worker's {self.config.algo} policy "
-                               f"({str(exc).splitlines()[0]}): give the worker the same --config/--set options "
+                               f"({explain_load_error(exc)}): give the worker the same --config/--set options "
                                "as the trainer") from None
 
     def _take_weights(self) -> None:
@@ -166,8 +167,8 @@ class RemoteWorker:
     def _paced(self, stop: threading.Event) -> bool:
         """False while this version has had its ``max_steps_per_update`` env steps (waits a little)."""
         limit = self.config.net.max_steps_per_update
-        algo = getattr(self.config, self.config.algo)
-        warmup = max(getattr(algo, "start_training", 0), getattr(algo, "batch_size", 0))
+        algo_cfg = getattr(self.config, self.config.algo)
+        warmup = max(getattr(algo_cfg, "start_training", 0), getattr(algo_cfg, "batch_size", 0))
         if limit is None or self.expert or self._steps_this_version < limit or self.env_steps < warmup:
             self._paced_since = None
             return True  # (no pacing before the trainer's warm-up: it publishes nothing new till then)

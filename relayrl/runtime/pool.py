@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from relayrl.core import SampleSource
 from relayrl.errors import RelayRLError
 from relayrl.runtime.messages import InsertTransitions, LoadParams
 from relayrl.types import Batch
@@ -34,7 +35,7 @@ from relayrl.types import Batch
 RECEIVE_TIMEOUT_S = 120.0  # no chunk at all for this long: the workers are stuck
 
 
-class WorkerPool:
+class WorkerPool(SampleSource):
     """``max_lag``: drop (and count in ``rejected``) chunks collected more than this many versions
     behind the learner (null: keep all); their env steps still count, their data is not learned from."""
 
@@ -110,6 +111,8 @@ class WorkerPool:
 
 
 class OffPolicyPool(WorkerPool):
+    can_poll = True
+
     def pull(self) -> tuple[Batch, int]:
         return self._combine(self._receive())
 

@@ -26,11 +26,8 @@ class RolloutWorker:
         self.venv = make_vec(env.id, env.num_envs, env_kwargs=env.kwargs, max_episode_steps=env.max_episode_steps,
                              manager="sync", max_restarts=env.max_restarts)
         try:
-            self.algo = entry.algo_cls(cfg, self.venv.single_observation_space, self.venv.single_action_space,
-                                       env.num_envs)
-            self.policy = self.algo.policy
-            if getattr(self.policy, "update_norm", False) and getattr(self.policy, "obs_rms", None) is not None:
-                self.policy.update_norm = False  # statistics belong to the learner; workers use its copy
+            self.policy = entry.build_policy(cfg, self.venv.single_observation_space, self.venv.single_action_space)
+            self.policy.observe_only()  # statistics belong to the learner; workers use the copy it publishes
             if self.on_policy:
                 self.collector: Any = OnPolicyCollector(self.venv, self.policy, cfg.num_steps)
             else:
@@ -48,8 +45,7 @@ class RolloutWorker:
 
     def load(self, params: LoadParams, env_steps: int = 0) -> None:
         self.policy.set_weights(params.weights, version=params.version)
-        if hasattr(self.algo, "set_progress"):  # e.g. DQN's epsilon schedule follows the run's env steps
-            self.algo.set_progress(env_steps, self.total_steps)
+        self.policy.set_progress(env_steps, self.total_steps)  # e.g. DQN's epsilon follows the run's env steps
 
     def collect(self) -> InsertTransitions:
         if self.on_policy:

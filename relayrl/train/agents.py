@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from relayrl.core import SampleSource
 from relayrl.data.dtypes import to_stored
 from relayrl.errors import ConfigError, EnvError
 from relayrl.train.evaluator import EvalResult
@@ -103,7 +104,7 @@ class _Steps:
         return keys, {f: np.concatenate(c) for f, c in self.cols.items() if c}
 
 
-class AgentRolloutCollector:
+class AgentRolloutCollector(SampleSource):
     """On-policy rollouts from an agent env: ``num_steps`` turns per ``collect()`` (module docstring)."""
 
     def __init__(self, env, policy, num_steps: int):
@@ -116,6 +117,10 @@ class AgentRolloutCollector:
         self._turn = self.env.reset(seed)
         self.episodes.reset()
         self._pending = {}
+
+    def pull(self) -> tuple[Batch, int]:
+        rollout = self.collect()
+        return rollout, rollout["reward"].size
 
     def collect(self) -> Batch:
         steps, pending = _Steps(), {}
@@ -193,7 +198,7 @@ class AgentRolloutCollector:
         return self.episodes.pop()
 
 
-class AgentTransitionCollector:
+class AgentTransitionCollector(SampleSource):
     """Off-policy sample source (``reset``/``pull``/``pop_episodes``) on an agent env: one-step
     transitions, complete as soon as an agent reports back after acting."""
 
@@ -274,7 +279,7 @@ class AgentEvaluator:
         for _ in range(MAX_EVAL_TURNS):
             acted = set(turn.ids.tolist())
             action = policy.act(turn.obs, "eval").env_action if len(turn.ids) else \
-                np.zeros((0, *policy.action_shape), getattr(policy, "action_dtype", np.float32))
+                np.zeros((0, *policy.action_shape), policy.action_dtype)
             turn = self.env.step(action)
             tracker.track(turn, acted)
             for agent, ret, length in zip(turn.end_ids.tolist(), tracker.returns, tracker.lengths):

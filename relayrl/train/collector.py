@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from relayrl.core import Policy, SampleSource
 from relayrl.data.rollout import RolloutStore
 from relayrl.envs.vector import VectorEnv
 from relayrl.types import Batch
@@ -39,7 +40,7 @@ class EpisodeStats:
         return returns, lengths
 
 
-class OnPolicyCollector:
+class OnPolicyCollector(SampleSource):
     """``collect()`` steps every env ``num_steps`` times with ``policy.act(obs, "collect")``.
 
     A recurrent policy (``policy.recurrent``) carries a hidden state per env: the rollout stores the
@@ -47,13 +48,13 @@ class OnPolicyCollector:
     observation starts the next episode), and unfinished episodes carry theirs into the next rollout.
     """
 
-    def __init__(self, venv: VectorEnv, policy, num_steps: int):
+    def __init__(self, venv: VectorEnv, policy: Policy, num_steps: int):
         self.venv, self.policy, self.num_steps = venv, policy, num_steps
-        self.recurrent = getattr(policy, "recurrent", False)
+        self.recurrent = policy.recurrent
         self.store = RolloutStore(num_steps, venv.num_envs, venv.single_observation_space.shape,
                                   policy.action_shape, policy.action_dtype,
-                                  hidden_size=policy.hidden_size if self.recurrent else 0,
-                                  obs_dtype=getattr(policy, "obs_dtype", np.float32))  # the dtype of out.obs
+                                  hidden_size=policy.state_size if self.recurrent else 0,
+                                  obs_dtype=policy.obs_dtype)  # the dtype of out.obs
         self._obs: np.ndarray | None = None
         self.episodes = EpisodeStats(venv.num_envs)
 
@@ -87,6 +88,10 @@ class OnPolicyCollector:
                 store.bootstrap(t, truncated, self._value(result.final_obs[truncated], truncated))
             self._obs = self._track(result)
         return store.finish(self._value(self._obs, None))
+
+    def pull(self) -> tuple[Batch, int]:
+        rollout = self.collect()
+        return rollout, rollout["reward"].size
 
     def _value(self, obs: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
         # a recurrent critic continues the state of the envs these observations belong to

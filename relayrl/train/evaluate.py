@@ -25,16 +25,15 @@ def load_policy(ckpt: Checkpoint, env_id: str | None = None):
     env_id = env_id or config.env.id
     env = make(env_id, **config.env.kwargs)
     try:
-        algo = get_algo(algo_name).algo_cls(getattr(config, algo_name), env.observation_space,
-                                            env.action_space, 1)
-        algo.policy.set_weights(ckpt.state["algo"])
+        policy = get_algo(algo_name).build_policy(getattr(config, algo_name), env.observation_space, env.action_space)
+        policy.set_weights(ckpt.state["algo"])
     except (RuntimeError, ValueError) as exc:
         raise CheckpointError(f"checkpoint {str(ckpt.path)!r} (trained on {config.env.id}) does not fit {env_id}'s "
                               f"spaces: {explain_load_error(exc)}; evaluate on an env with the same observation "
                               "and action spaces") from None
     finally:
         env.close()
-    return algo.policy, config, env_id
+    return policy, config, env_id
 
 
 def evaluate_checkpoint(path: Path | Checkpoint, episodes: int = 10, env_id: str | None = None, seed: int = 0,
@@ -76,8 +75,7 @@ def record_episode(policy, env_id: str, config, path: Path, seed: int = 0, max_f
     except gym.error.DependencyNotInstalled as exc:
         env.close()
         raise EnvError(f"{env_id} cannot render here: {exc}") from None
-    if getattr(policy, "recurrent", False):
-        policy.reset_hidden("eval")
+    policy.reset_hidden("eval")
     done = False
     while not done and len(frames) < max_frames:
         action = policy.act(np.asarray(obs)[None], "eval").env_action[0]

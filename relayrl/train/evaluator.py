@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from relayrl.core import Policy
 from relayrl.envs.vector import VectorEnv
 
 
@@ -32,7 +33,7 @@ class Evaluator:
         self.venv, self.episodes, self.seed = venv, episodes, seed
         self.count = 0
 
-    def evaluate(self, policy) -> EvalResult:
+    def evaluate(self, policy: Policy) -> EvalResult:
         n = self.venv.num_envs
         quota = np.full(n, self.episodes // n)
         quota[: self.episodes % n] += 1
@@ -42,7 +43,7 @@ class Evaluator:
         ep_length = np.zeros(n, dtype=np.int64)
         obs = self.venv.reset(seed=self.seed + 100_003 * self.count)
         self.count += 1
-        recurrent = getattr(policy, "recurrent", False)  # a hidden state per env, reset with its episodes
+        recurrent = policy.recurrent  # a hidden state per env, reset with its episodes
         if recurrent:
             policy.reset_hidden("eval")
         while quota.any():

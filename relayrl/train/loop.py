@@ -117,11 +117,9 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
             if getattr(algo_cfg, "recurrent", None):
                 raise ConfigError(f"{config.algo}.recurrent: agent envs (a simulator bridge) do not carry a hidden "
                                   f"state per agent yet: set {config.algo}.recurrent=null")
-        if hasattr(algo_cfg, "check"):  # combinations of options that would silently do nothing, e.g. PPO's prenorm
-            algo_cfg.check(config.algo)
+        algo_cfg.check(config.algo)  # combinations of options that would silently do nothing, e.g. PPO's prenorm
         algo = entry.algo_cls(algo_cfg, venv.single_observation_space, venv.single_action_space, columns)
-        if hasattr(algo, "bind_env"):  # what depends on the env itself, e.g. PPO's built-in mirror specs
-            algo.bind_env(config.env.id)
+        algo.bind_env(config.env.id)  # what depends on the env itself, e.g. PPO's built-in mirror specs
         if config.threads == -1:  # before config.yaml is written, so it records the pick
             config = resolve_threads(config, algo)
             torch.set_num_threads(config.threads)
@@ -205,7 +203,7 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
         elapsed = timing["collect_s"] + timing["learn_s"]
         values: dict[str, Any] = {f"train/{k}": v for k, v in ctx.metrics.items()}
         values.update({f"env/{k}": v for k, v in venv.stats.items()})
-        if hasattr(samples, "stats"):
+        if samples is not None:
             values.update(samples.stats())
         values.update({"updates": ctx.updates, "iteration": ctx.iteration,
                        "time/collect_s": timing["collect_s"], "time/learn_s": timing["learn_s"],
@@ -234,7 +232,7 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
     work = None
     try:
         learner.call_hooks("before_run")
-        if getattr(algo_cfg, "prenorm", False) and not resume and getattr(algo.policy, "obs_rms", None) is not None:
+        if getattr(algo_cfg, "prenorm", False) and not resume and algo.policy.obs_rms is not None:
             ctx.env_steps += source.collector.warmup(algo_cfg.prenormalize_steps)
         next_eval = _next_multiple(ctx.env_steps, config.eval.freq)
         while ctx.env_steps < config.total_steps:
@@ -357,14 +355,11 @@ class _OnPolicySource:
         return 0
 
     def gather(self, env_steps: int, updates: int) -> tuple[dict, int]:
-        if self.samples is None:
-            rollout = self.collector.collect()
-            return rollout, rollout["reward"].size
         policy = self.algo.policy
-        if policy.version != self._published:
+        if self.publish is not None and policy.version != self._published:
             self.publish(policy.get_weights(), policy.version)
             self._published = policy.version
-        return self.samples.pull()
+        return self.collector.pull()
 
     def pop_episodes(self) -> tuple[list[float], list[int]]:
         return self.collector.pop_episodes()

@@ -19,9 +19,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from pydantic import Field
 
-from relayrl.config import Section
+from relayrl.config import ReplayLoopConfig
+from relayrl.core import Algorithm, Policy, SampleSource
 from relayrl.data.dtypes import store_transitions
 from relayrl.data.nstep import NStepAccumulator
 from relayrl.data.replay import ReplayBuffer
@@ -32,50 +32,15 @@ from relayrl.types import Batch
 REPLAY_FILE = "replay.safetensors"
 
 
-class ReplayLoopConfig(Section):
-    """Options of the replay loop, shared by every off-policy algorithm's config (which extends it)."""
-
-    buffer_size: int = Field(1_000_000, ge=1)
-    """Replay capacity in transitions."""
-    batch_size: int = Field(256, ge=1)
-    """Minibatch size per update."""
-    start_training: int = Field(1000, ge=0)
-    """Transitions in the buffer before the first update."""
-    steps_per_iteration: int = Field(16, ge=1)
-    """Vector steps collected between two rounds of updates."""
-    updates_per_step: float = Field(1.0, gt=0)
-    """Updates per env step (0.5: one update every two env steps)."""
-    max_training_steps_per_env_step: float | None = Field(None, gt=0)
-    """Pause updates when updates / env steps exceeds this (null: no cap)."""
-    gamma: float = Field(0.99, ge=0.0, le=1.0)
-    """Discount factor."""
-    n_step: int = Field(1, ge=1)
-    """Steps summed into each return before bootstrapping."""
-    prioritized: bool = False
-    """Prioritized replay (proportional, with importance weights) on the TD errors."""
-    priority_alpha: float = Field(0.6, ge=0)
-    """Prioritization exponent (with prioritized)."""
-    priority_beta: float = Field(0.4, ge=0, le=1)
-    """Initial importance-weight exponent, annealed to 1 (with prioritized)."""
-    update_model_interval: int = Field(1, ge=1)
-    """Publish the learner's weights every this many updates (matters with an external sample source;
-    the local collector acts with the learner's own policy)."""
-    update_buffer_interval: int | None = Field(None, ge=1)
-    """Within a round of updates, move what an external sample source has received into the buffer
-    every this many updates (TMRL's update_buffer_interval; null: only between rounds). Needs a
-    source with a non-blocking ``poll()``; the local collector has none and ignores it."""
-
-
-class OffPolicyCollector:
+class OffPolicyCollector(SampleSource):
     """Steps a VectorEnv with ``policy.act(obs, "collect")`` and emits (n-step) transitions.
 
-    It is the local *sample source*: anything with ``reset(seed)``, ``pull() -> (transitions, env
-    steps)`` and ``pop_episodes()`` can take its place (the distributed runtime plugs queues in).
-    A source may also offer ``poll() -> (transitions, env steps)``, returning at once with whatever
-    has arrived: the learner then drains it mid-round (``update_buffer_interval``).
+    It is the local sample source (relayrl/core.py); any other ``SampleSource`` can take its place
+    (worker pools, the relay). A source with ``can_poll`` returns at once from ``poll()`` with
+    whatever has arrived: the learner then drains it mid-round (``update_buffer_interval``).
     """
 
-    def __init__(self, venv: VectorEnv, policy, n_step: int, gamma: float, steps_per_pull: int = 1):
+    def __init__(self, venv: VectorEnv, policy: Policy, n_step: int, gamma: float, steps_per_pull: int = 1):
         self.venv, self.policy, self.steps_per_pull = venv, policy, steps_per_pull
         self.nstep = NStepAccumulator(n_step, gamma, venv.num_envs)
         self.episodes = EpisodeStats(venv.num_envs)
@@ -111,7 +76,8 @@ class OffPolicyCollector:
 class OffPolicySource:
     """Collection into replay plus the update schedule; ``gather`` returns (updates due, env steps)."""
 
-    def __init__(self, algo, venv: VectorEnv, cfg, seed: int, total_steps: int, samples=None,
+    def __init__(self, algo: Algorithm, venv: VectorEnv, cfg: ReplayLoopConfig, seed: int, total_steps: int,
+                 samples: SampleSource | None = None,
                  publish: Callable[[dict, int], None] | None = None):
         """``samples``: where transitions come from (default: a local collector on ``venv``);
         ``publish(weights, version)``: where weights go every ``update_model_interval`` updates."""
@@ -122,7 +88,7 @@ class OffPolicySource:
                                    seed=seed, **options)
         self.samples = samples or OffPolicyCollector(venv, algo.policy, cfg.n_step, cfg.gamma, cfg.steps_per_iteration)
         self.learning = ReplayLearning(algo, self.buffer, cfg.batch_size, publish, cfg.update_model_interval)
-        if cfg.update_buffer_interval is not None and hasattr(self.samples, "poll"):
+        if cfg.update_buffer_interval is not None and self.samples.can_poll:
             self.learning.refill, self.learning.refill_every = self._poll, cfg.update_buffer_interval
         self.polled_steps = 0  # env steps received mid-round
         self.steps_at_start: int | None = None  # env steps when the buffer first reached start_training
@@ -141,8 +107,7 @@ class OffPolicySource:
         self.samples.reset(seed)
 
     def gather(self, env_steps: int, updates: int) -> tuple[int, int]:
-        if hasattr(self.algo, "set_progress"):
-            self.algo.set_progress(env_steps, self.total_steps)
+        self.algo.set_progress(env_steps, self.total_steps)
         batch, steps = self.samples.pull()
         self._store(batch)
         env_steps += steps

@@ -71,8 +71,9 @@ def resolve_threads(config: RunConfig, algo: Any) -> RunConfig:
         return config
     rng = torch.get_rng_state()
     try:
-        if hasattr(algo, "timing_step"):
-            best, timings = time_threads(algo.timing_step())
+        step = algo.timing_step()
+        if step is not None:
+            best, timings = time_threads(step)
         else:
             algo_cfg = getattr(config, config.algo)
             best, timings = pick_threads(list(getattr(algo_cfg, "hidden_sizes", [256, 256])),

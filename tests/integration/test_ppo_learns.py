@@ -201,14 +201,21 @@ def _remote_collector():
     """Random CartPole transitions from a collector of its own: what remote workers would send."""
     from relayrl.envs import make_vec
     from relayrl.train.offpolicy import OffPolicyCollector
+    from relayrl.core import Policy
     from relayrl.types import PolicyOutput
 
-    class RandomPolicy:
-        action_shape, action_dtype, update_norm = (), np.dtype(np.int64), False
+    class RandomPolicy(Policy):
+        action_shape, action_dtype = (), np.dtype(np.int64)
 
         def act(self, obs, mode="collect"):
             a = np.random.default_rng(len(obs)).integers(0, 2, len(obs))
             return PolicyOutput(action=a, env_action=a)
+
+        def get_weights(self):
+            return {}
+
+        def set_weights(self, weights, version=None):
+            pass
 
     return OffPolicyCollector(make_vec("CartPole-v1", 2), RandomPolicy(), n_step=1, gamma=0.99, steps_per_pull=16)
 
@@ -218,7 +225,9 @@ def test_off_policy_loop_takes_an_external_sample_source_and_weight_sink(tmp_pat
     remote = _remote_collector()
     pulls, published = [], []
 
-    class QueueSource:  # stands in for a queue fed by remote workers
+    from relayrl.core import SampleSource
+
+    class QueueSource(SampleSource):  # stands in for a queue fed by remote workers
         def reset(self, seed):
             remote.reset(seed)
 
@@ -246,7 +255,11 @@ def test_update_buffer_interval_drains_a_polling_source_mid_round(tmp_path):
     remote = _remote_collector()
     calls = {"pull": 0, "poll": 0}
 
-    class PollingSource:
+    from relayrl.core import SampleSource
+
+    class PollingSource(SampleSource):
+        can_poll = True
+
         def reset(self, seed):
             remote.reset(seed)
 

@@ -49,7 +49,7 @@ def fake_rollout(algo, T=10, N=3, obs_dim=3, seed=0):
     rollout["terminated"][[2, 6], 0] = True
     rollout["truncated"][4, 2] = True
     if policy.recurrent:
-        rollout["hidden"] = rng.normal(0, 0.3, (T, N, policy.hidden_size)).astype(np.float32)
+        rollout["hidden"] = rng.normal(0, 0.3, (T, N, policy.state_size)).astype(np.float32)
     return rollout
 
 

@@ -88,7 +88,7 @@ def make_policy(*sets, obs_dim=3):
 
 def test_policy_keeps_a_state_per_env_and_per_mode_and_resets_rows():
     policy = make_policy()
-    assert policy.recurrent and policy.hidden_size == 16
+    assert policy.recurrent and policy.state_size == 16
     obs = np.random.default_rng(0).normal(size=(3, 3)).astype(np.float32)
     assert not policy.hidden("collect", 3).any()
     policy.act(obs, "collect")

@@ -10,6 +10,7 @@ from relayrl.data.gae import compute_gae
 from relayrl.errors import ConfigError
 from relayrl.train.agents import AgentEpisodes, AgentEvaluator, AgentRolloutCollector, AgentTransitionCollector, \
     AgentTurn
+from relayrl.core import Policy
 from relayrl.types import PolicyOutput
 
 
@@ -55,7 +56,7 @@ class ScriptedAgents:
         return self.turn()
 
 
-class ValuePolicy:
+class ValuePolicy(Policy):
     """value(obs) = obs[:, 0]; actions are the observation too, so rows can be traced."""
 
     action_shape, action_dtype = (1,), np.dtype(np.float32)
@@ -65,8 +66,14 @@ class ValuePolicy:
         return PolicyOutput(action=obs.copy(), env_action=obs.copy(), logp=np.zeros(len(obs), np.float32),
                             value=obs[:, 0].copy(), obs=obs)
 
-    def value(self, obs):
+    def value(self, obs, rows=None):
         return np.asarray(obs, np.float32)[:, 0].copy()
+
+    def get_weights(self):
+        return {}
+
+    def set_weights(self, weights, version=None):
+        pass
 
 
 def rows_of(batch, agent: int) -> dict:

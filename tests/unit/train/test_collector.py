@@ -7,6 +7,7 @@ import pytest
 
 from relayrl.envs import make, make_vec
 from relayrl.envs.vector import SyncVectorEnv
+from relayrl.core import Policy
 from relayrl.train.collector import OnPolicyCollector
 from relayrl.types import PolicyOutput
 
@@ -14,11 +15,12 @@ BOOTSTRAP = 7.0
 LOGP = -0.69
 
 
-class FakePolicy:
+class FakePolicy(Policy):
     """Alternating pushes (CartPole stays up for > 5 steps); act's value encodes (call, env)."""
 
     action_shape = ()
     action_dtype = np.int64
+    obs_dtype = np.dtype(np.float32)
 
     def __init__(self):
         self.update_norm = False
@@ -38,9 +40,15 @@ class FakePolicy:
         return PolicyOutput(action=action.astype(np.int64), env_action=action.astype(np.int64),
                             logp=np.full(n, LOGP, np.float32), value=value.astype(np.float32), obs=obs.copy())
 
-    def value(self, obs):
+    def value(self, obs, rows=None):
         self.value_obs.append(obs.copy())
         return np.full(len(obs), BOOTSTRAP, np.float32)
+
+    def get_weights(self):
+        return {}
+
+    def set_weights(self, weights, version=None):
+        pass
 
 
 def make_collector(num_envs=2, num_steps=12, horizon=5, seed=3):

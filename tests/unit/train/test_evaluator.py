@@ -8,6 +8,7 @@ import pytest
 
 from relayrl.envs.vector import SyncVectorEnv
 from relayrl.train.evaluator import EvalResult, Evaluator
+from relayrl.core import Policy
 from relayrl.types import PolicyOutput, StepResult
 
 
@@ -38,7 +39,7 @@ class FakeVectorEnv:
                           env_ids=np.arange(self.num_envs))
 
 
-class FakePolicy:
+class FakePolicy(Policy):
     def __init__(self):
         self.modes = []
 
@@ -46,6 +47,12 @@ class FakePolicy:
         self.modes.append(mode)
         action = np.zeros(len(obs), np.int64)
         return PolicyOutput(action=action, env_action=action)
+
+    def get_weights(self):
+        return {}
+
+    def set_weights(self, weights, version=None):
+        pass
 
 
 def expected_quota(episodes, n):

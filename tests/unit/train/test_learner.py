@@ -5,10 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from relayrl.core import Algorithm, SampleSource
 from relayrl.train.learner import POSITIONS, HookContext, Learner
 
 
-class FakeAlgo:
+class FakeAlgo(Algorithm):
+    """Records its calls; no policy to drive (set_progress does nothing)."""
+
     def __init__(self, updates_per_learn=None):
         self.calls = []
         self.updates_per_learn = updates_per_learn
@@ -19,6 +22,15 @@ class FakeAlgo:
         if self.updates_per_learn is not None:
             metrics["updates"] = self.updates_per_learn
         return metrics
+
+    def set_progress(self, env_steps, total_steps):
+        pass
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        pass
 
 
 def recorder(log, name):
@@ -170,7 +182,7 @@ def test_hook_can_request_stop_through_context():
     assert learner.ctx.stop_reason == "stop_value"
 
 
-class TrickleSource:
+class TrickleSource(SampleSource):
     """An external sample source (e.g. remote workers) that delivers few env steps per pull, some
     pulls none at all."""
 
@@ -193,7 +205,8 @@ class TrickleSource:
 def test_max_training_steps_per_env_step_keeps_the_learner_behind_collection(cap):
     """Like the loop: gather (updates due, env steps), then learn; with a cap, updates never exceed
     cap x env steps delivered, even though updates_per_step asks for 4 per step."""
-    from relayrl.train.offpolicy import OffPolicySource, ReplayLoopConfig
+    from relayrl.config import ReplayLoopConfig
+    from relayrl.train.offpolicy import OffPolicySource
 
     cfg = ReplayLoopConfig(buffer_size=1000, batch_size=4, start_training=8, updates_per_step=4.0,
                            max_training_steps_per_env_step=cap)

@@ -12,6 +12,7 @@ from relayrl.config import build_config
 from relayrl.envs import make_vec
 from relayrl.train.collector import OnPolicyCollector
 from relayrl.train.evaluator import Evaluator
+from relayrl.core import Policy
 from relayrl.types import PolicyOutput
 
 
@@ -34,7 +35,7 @@ def test_states_reset_at_episode_starts_and_carry_across_rollouts():
     obs = np.concatenate([first["obs"], second["obs"]])
     hidden = np.concatenate([first["hidden"], second["hidden"]])
     done = np.concatenate([first["terminated"] | first["truncated"], second["terminated"] | second["truncated"]])
-    assert hidden.shape == (24, 2, policy.hidden_size) and done[:12].sum() >= 4
+    assert hidden.shape == (24, 2, policy.state_size) and done[:12].sum() >= 4
 
     # replay the model step by step from zeros, resetting where episodes end: the states must match
     model, state = policy.model, policy.model.initial_state(2)
@@ -73,7 +74,7 @@ def test_feed_forward_rollouts_have_no_hidden_array():
         assert "hidden" not in collector.collect()
 
 
-class RecordingPolicy:
+class RecordingPolicy(Policy):
     """A recurrent policy's interface, recording what the evaluator asks of it."""
 
     recurrent = True
@@ -88,6 +89,12 @@ class RecordingPolicy:
 
     def reset_hidden(self, mode, done=None):
         self.calls.append(("reset", mode, None if done is None else done.tolist()))
+
+    def get_weights(self):
+        return {}
+
+    def set_weights(self, weights, version=None):
+        pass
 
 
 def test_evaluation_resets_states_at_its_start_and_where_episodes_end():

@@ -7,6 +7,7 @@ import os
 import torch
 
 from relayrl.config import build_config
+from relayrl.core import Algorithm
 from relayrl.train.threads import pick_threads, resolve_threads
 
 
@@ -19,9 +20,22 @@ def test_pick_threads_times_each_count_and_restores_torch():
     assert torch.get_num_threads() == before
 
 
+class NoTimingStep(Algorithm):
+    """An algorithm that offers no timing step (the default): threads=-1 times an MLP of its size."""
+
+    def learn(self, batch, progress=0.0):
+        return {}
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        pass
+
+
 def test_threads_minus_one_resolves_to_a_count_and_others_stay(capsys):
     config = build_config("ppo", None, ["threads=-1", "ppo.hidden_sizes=[16]"])
-    resolved = resolve_threads(config, object())  # an algorithm without timing_step: an MLP of its size
+    resolved = resolve_threads(config, NoTimingStep())
     assert resolved.threads >= 1 and "threads=-1 picked" in capsys.readouterr().err
     same = build_config("ppo", None, ["threads=2"])
-    assert resolve_threads(same, object()) is same
+    assert resolve_threads(same, NoTimingStep()) is same

@@ -1,0 +1,203 @@
+"""The contracts between relayrl's parts: ``Policy``, ``Algorithm`` and ``SampleSource``.
+
+Everything that trains, collects or deploys talks to these types and to nothing else of an
+algorithm: the training loop, rollout workers on every backend, the relay's remote workers, the
+simulator bridge, the evaluator, ``relayrl eval`` and ``relayrl.load``. An object's abilities are
+what its type says, never discovered with ``hasattr``; the base classes give the optional parts a
+default that does nothing.
+
+A policy acts; an algorithm owns a policy and learns::
+
+    policy = algo.policy                                    # built apart: build_policy(cfg, obs_space, act_space)
+    obs = venv.reset(seed=0)
+    while training:
+        out = policy.act(obs, "collect")                    # PolicyOutput: action, env_action, logp, value, obs
+        result = venv.step(out.env_action)
+        policy.reset_hidden("collect", result.done)         # (a no-op for feed-forward policies)
+        ...                                                 # store out.obs, out.action, result.reward, ...
+        metrics = algo.learn(batch, progress=steps / total)  # on-policy: a [T, N] rollout; off-policy: a minibatch
+        publish(policy.get_weights(), policy.version)       # workers: policy.set_weights(weights, version)
+
+A sample source is where the loop's experience comes from: local envs, a pool of rollout workers,
+remote workers through a relay, or a simulator's agents::
+
+    source.reset(seed)
+    while training:
+        batch, env_steps = source.pull()                    # waits for the next chunk of experience
+        more, steps = source.poll()                         # whatever has arrived, without waiting
+        returns, lengths = source.pop_episodes()            # episodes finished since the last call
+        log(source.stats())
+    source.close()
+
+Deployment needs the policy only (``relayrl.load``)::
+
+    policy = relayrl.load("runs/CartPole-v1_ppo_...")
+    action = policy.predict(obs)                            # one observation or a batch; deterministic
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from relayrl.errors import EnvError
+from relayrl.types import Batch, Mode, PolicyOutput
+
+if TYPE_CHECKING:
+    from relayrl.policy.normalizer import RunningMeanStd
+
+__all__ = ["Policy", "Algorithm", "SampleSource"]
+
+
+class Policy(ABC):
+    """Maps observations to actions; everything ``act`` depends on travels in ``get_weights``.
+
+    Attributes every policy sets:
+        observation_space, action_space: the spaces it was built for.
+        action_shape, action_dtype: one row of ``PolicyOutput.action`` (what is stored and learned from).
+        obs_dtype: the dtype of ``PolicyOutput.obs`` (what rollouts store: data/dtypes.py).
+        version: the weights' version, set by ``set_weights(..., version)`` and by the algorithm's updates.
+
+    Recurrent policies set ``recurrent = True`` and ``state_size``, keep one state per env and per
+    mode, and implement ``hidden`` and ``reset_hidden``; whoever steps the envs calls
+    ``reset_hidden(mode)`` after a reset and ``reset_hidden(mode, done)`` after every step.
+    """
+
+    recurrent: bool = False
+    state_size: int = 0
+    obs_rms: RunningMeanStd | None = None  # observation statistics, for policies that normalise (PPO's obs_norm)
+
+    observation_space: gym.Space
+    action_space: gym.Space
+    action_shape: tuple[int, ...]
+    action_dtype: np.dtype
+    obs_dtype: np.dtype
+    version: int = 0
+
+    @abstractmethod
+    def act(self, obs: np.ndarray, mode: Mode = "collect") -> PolicyOutput:
+        """Actions for a batch ``obs`` ([n, *obs_shape]): sampled in "collect" mode, deterministic in "eval"."""
+
+    @abstractmethod
+    def get_weights(self) -> dict[str, Any]:
+        """Everything ``act`` depends on (parameters, observation statistics), as nested tensors."""
+
+    @abstractmethod
+    def set_weights(self, weights: dict[str, Any], version: int | None = None) -> None:
+        """Load ``get_weights()`` of a policy built from the same config and spaces."""
+
+    def value(self, obs: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """V(obs) for policies with a critic (on-policy collection bootstraps from it)."""
+        raise TypeError(f"{type(self).__name__} has no value function: on-policy collection needs an actor-critic")
+
+    def set_progress(self, env_steps: int, total_steps: int) -> None:
+        """Where the run is, for exploration schedules (DQN's epsilon, SAC's random warm-up). Default: none."""
+
+    def observe_only(self) -> None:
+        """Freeze what ``act`` learns from observations (running statistics): workers use the learner's copy."""
+
+    # ---- recurrent policies (feed-forward: nothing to carry)
+    def hidden(self, mode: Mode, n: int) -> torch.Tensor:
+        """The [n, state_size] state the next ``act(obs, mode)`` continues from."""
+        return torch.zeros(n, 0)
+
+    def reset_hidden(self, mode: Mode, done: np.ndarray | None = None) -> None:
+        """New episodes begin: zero the state of the envs in ``done`` ([n] bool; None: every env)."""
+
+    # ---- deployment
+    def predict(self, obs: Any, deterministic: bool = True) -> np.ndarray:
+        """The action for one observation, or for a batch of them (a leading batch axis), as the env takes it.
+
+        Recurrent policies carry their state between calls: call ``reset_hidden("eval")`` when an
+        episode starts (``predict_step`` takes and returns the state explicitly).
+        """
+        batch, single = self.check_observation(obs)
+        out = self.act(batch, "eval" if deterministic else "collect")
+        return out.env_action[0] if single else out.env_action
+
+    def check_observation(self, obs: Any) -> tuple[np.ndarray, bool]:
+        """``obs`` as a batch, and whether it was one observation; a wrong shape or dtype is an EnvError."""
+        space = self.observation_space
+        array = np.asarray(obs)
+        shape = tuple(space.shape or ())
+        if array.shape == shape:
+            array, single = array[None], True
+        elif array.shape[1:] == shape and array.ndim == len(shape) + 1:
+            single = False
+        else:
+            raise EnvError(f"observation of shape {array.shape}, expected {shape} (one observation) or "
+                           f"(n, {', '.join(map(str, shape))}) (a batch) for {space}")
+        if array.dtype.kind not in "biuf":
+            raise EnvError(f"observation of dtype {array.dtype}, expected numbers ({space.dtype}) for {space}")
+        return array, single
+
+
+class Algorithm(ABC):
+    """Owns a policy, its optimisers and targets; ``learn`` is one iteration's learning.
+
+    ``on_policy`` algorithms learn from [T, N] rollouts the policy just collected (``learn`` gets the
+    rollout); off-policy ones from replay minibatches (``learn`` gets one sampled batch). Everything a
+    resume needs is in ``state_dict``.
+    """
+
+    policy: Policy
+
+    @abstractmethod
+    def learn(self, batch: Batch, progress: float = 0.0) -> dict[str, float]:
+        """One learning step on ``batch``; ``progress`` in [0, 1] drives schedules. Returns metrics."""
+
+    @abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """Policy, optimisers, targets, normalisers: nested tensors, arrays and numbers (safetensors-able)."""
+
+    @abstractmethod
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore ``state_dict()``."""
+
+    def bind_env(self, env_id: str) -> None:
+        """What depends on the env itself (e.g. PPO's built-in mirror specs), checked before training starts."""
+
+    def set_progress(self, env_steps: int, total_steps: int) -> None:
+        """Where the run is; the default hands it to the policy's exploration schedule."""
+        self.policy.set_progress(env_steps, total_steps)
+
+    def timing_step(self) -> Callable[[], None] | None:
+        """One representative gradient step on synthetic data (``threads=-1`` times it), or None."""
+        return None
+
+
+class SampleSource(ABC):
+    """Where the training loop's experience comes from (see the module docstring's loop).
+
+    ``pull`` returns a chunk and the env steps it took: for on-policy algorithms a [T, N] rollout
+    collected with the weights last published, for off-policy ones transitions for the replay buffer.
+    """
+
+    can_poll: ClassVar[bool] = False  # poll() returns what has arrived without waiting
+
+    @abstractmethod
+    def reset(self, seed: int | None) -> None:
+        """Start collecting (reset the envs, start the workers)."""
+
+    @abstractmethod
+    def pull(self) -> tuple[Batch, int]:
+        """The next chunk of experience and the env steps it took (waits for it)."""
+
+    def poll(self) -> tuple[Batch, int]:
+        """What has arrived since the last call, without waiting (sources with ``can_poll``)."""
+        return {}, 0
+
+    @abstractmethod
+    def pop_episodes(self) -> tuple[list[float], list[int]]:
+        """Returns and lengths of the episodes finished since the last call."""
+
+    def stats(self) -> dict[str, float]:
+        """Metrics to log with every iteration (e.g. ``net/rejected``)."""
+        return {}
+
+    def close(self) -> None:
+        """Stop collecting and release what the source holds."""

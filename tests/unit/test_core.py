@@ -1,0 +1,80 @@
+"""The contracts of relayrl/core.py are what the loop, the runtime and the relay rely on: every built-in
+algorithm, policy and sample source is one of them, and nothing discovers their abilities with hasattr."""
+
+import re
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from relayrl.algos import available, get_algo
+from relayrl.config import default_config
+from relayrl.core import Algorithm, Policy, SampleSource
+from relayrl.errors import EnvError
+
+ROOT = Path(__file__).resolve().parents[2] / "relayrl"
+SPACES = {"dqn": (gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(2)),
+          "sac": (gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Box(-2, 2, (1,), np.float32))}
+PROBE = re.compile(r"\b(?:has|get)attr\(\s*(?:self\.)?(\w+)")
+CONTRACT_OBJECTS = re.compile(r"policy|algo$|algorithm|source|samples|collector|learning|pool")
+
+
+def test_nothing_in_train_runtime_or_net_probes_a_policy_algorithm_or_source():
+    probes = []
+    for folder in ("train", "runtime", "net"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                for name in PROBE.findall(line):
+                    if CONTRACT_OBJECTS.search(name):
+                        probes.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert probes == []
+
+
+def test_the_probe_pattern_catches_the_probes_it_forbids():  # (so the test above can fail)
+    caught = [name for line in ('hasattr(self.algo, "set_progress")', 'getattr(policy, "recurrent", False)',
+                                'hasattr(self.samples, "poll")', 'getattr(config, config.algo)')
+              for name in PROBE.findall(line) if CONTRACT_OBJECTS.search(name)]
+    assert caught == ["algo", "policy", "samples"]
+
+
+@pytest.mark.parametrize("name", ["ppo", "appo", "dqn", "sac"])
+def test_each_builtin_algorithm_builds_its_policy_apart(name):
+    entry = get_algo(name)
+    cfg = getattr(default_config(name), name)
+    obs_space, act_space = SPACES.get(name, SPACES["dqn"])
+    policy = entry.build_policy(cfg, obs_space, act_space)
+    assert isinstance(policy, Policy) and issubclass(entry.algo_cls, Algorithm)
+    modules = [m for m in vars(policy).values() if isinstance(m, torch.nn.Module)]
+    assert modules and not any(isinstance(v, torch.optim.Optimizer) for v in vars(policy).values())
+    algo = entry.algo_cls(cfg, obs_space, act_space, 1)
+    policy.set_weights(algo.policy.get_weights(), version=3)  # the same weights fit the policy built alone
+    obs = obs_space.sample()
+    np.testing.assert_array_equal(policy.predict(obs), algo.policy.predict(obs))
+    assert policy.version == 3
+    assert sorted(available()) == sorted(["appo", "dqn", "ppo", "sac"])
+
+
+def test_predict_takes_one_observation_or_a_batch_and_refuses_other_shapes():
+    obs_space, act_space = SPACES["sac"]
+    policy = get_algo("sac").build_policy(getattr(default_config("sac"), "sac"), obs_space, act_space)
+    one = policy.predict(np.zeros(3, np.float32))
+    batch = policy.predict(np.zeros((5, 3), np.float32))
+    assert one.shape == (1,) and batch.shape == (5, 1)
+    assert act_space.contains(one.astype(np.float32))
+    with pytest.raises(EnvError, match=r"observation of shape \(2,\), expected \(3,\)"):
+        policy.predict(np.zeros(2, np.float32))
+
+
+def test_sample_sources_are_sample_sources():
+    from relayrl.net.trainer import RelaySource
+    from relayrl.runtime.pool import AsyncOnPolicyPool, OffPolicyPool, OnPolicyPool
+    from relayrl.train.agents import AgentRolloutCollector, AgentTransitionCollector
+    from relayrl.train.collector import OnPolicyCollector
+    from relayrl.train.offpolicy import OffPolicyCollector
+
+    for cls in (RelaySource, OffPolicyPool, OnPolicyPool, AsyncOnPolicyPool, AgentRolloutCollector,
+                AgentTransitionCollector, OnPolicyCollector, OffPolicyCollector):
+        assert issubclass(cls, SampleSource), cls
+    assert OffPolicyPool.can_poll and RelaySource.can_poll and not OffPolicyCollector.can_poll
