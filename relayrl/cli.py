@@ -221,7 +221,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from relayrl.config import validate
     from relayrl.io.checkpoint import load_checkpoint
     from relayrl.io.rundir import clean_stale_temps
-    from relayrl.train.evaluate import evaluate_checkpoint
+    from relayrl.training.evaluate import evaluate_checkpoint
 
     if args.path.is_dir():  # a run killed mid-write may have left temp files (none while it trains)
         clean_stale_temps(args.path)

@@ -260,6 +260,30 @@ class PPOPolicy(Policy):
             state = state[torch.from_numpy(rows)]
         return self.model(xt[:, None], state)[1][:, 0].numpy()
 
+    def predict(self, obs: Any, state: np.ndarray | None = None, deterministic: bool = True) -> Any:
+        """Feed-forward: the action(s) for one observation or a batch. Recurrent: ``(actions, state)``, the state
+        given explicitly ([n, state_size], or None at an episode's start) and returned for the next call.
+        Neither the observation statistics nor the collection and evaluation states change."""
+        if not self.recurrent and state is not None:
+            raise ConfigError("this PPO policy is feed-forward: predict(obs) takes no state")
+        batch, single = self.check_observation(obs)
+        mode: Mode = "eval" if deterministic else "collect"
+        saved, update_norm, self.update_norm = self._hidden.get(mode), self.update_norm, False
+        if self.recurrent:
+            self._hidden[mode] = (self.model.initial_state(len(batch)) if state is None
+                                  else torch.as_tensor(np.asarray(state, np.float32)).reshape(len(batch), -1))
+        try:
+            out = self.act(batch, mode)
+            new_state = self._hidden.get(mode)
+        finally:
+            self.update_norm = update_norm
+            if saved is None:
+                self._hidden.pop(mode, None)
+            else:
+                self._hidden[mode] = saved
+        actions = out.env_action[0] if single else out.env_action
+        return (actions, new_state.numpy()) if self.recurrent else actions
+
     def observe_only(self) -> None:
         self.update_norm = False  # statistics belong to the learner; workers use the copy it publishes
 
@@ -543,7 +567,7 @@ class PPO(Algorithm):
         if len(state["ret"]) == len(self._ret):
             self._ret = np.asarray(state["ret"], dtype=np.float64).copy()
 
-    # ---- threads=-1 (train/threads.py) times this rather than a stand-in network
+    # ---- threads=-1 (training/threads.py) times this rather than a stand-in network
     def timing_step(self) -> Callable[[], None]:
         """A gradient step of this configuration's real shape on a throwaway copy: its network (a
         recurrent layer's seq_len small products gain less from threads than an MLP's one wide product),

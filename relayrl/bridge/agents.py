@@ -1,4 +1,4 @@
-"""A simulator's behaviour as an *agent env* for training (``relayrl/train/agents.py``).
+"""A simulator's behaviour as an *agent env* for training (``relayrl/training/agents.py``).
 
 ``relayrl train ppo --env "bridge:COMMAND"`` launches COMMAND (split like a shell would; the memory
 path is appended) and trains on one behaviour. ``env.kwargs`` may set ``behaviour`` (required when
@@ -20,7 +20,7 @@ import numpy as np
 from relayrl.bridge.sidechannel import EngineConfigurationChannel, EnvironmentParametersChannel
 from relayrl.bridge.trainer import BridgeEnv
 from relayrl.errors import ConfigError, EnvError
-from relayrl.train.agents import AgentTurn
+from relayrl.training.agents import AgentTurn
 
 PREFIX = "bridge:"
 KWARGS = {"behaviour", "timeout_s", "args", "spin_us", "parameters", "engine"}
@@ -131,7 +131,7 @@ def evaluate_bridge_checkpoint(ckpt: Any, config: Any, episodes: int, seed: int)
     from relayrl.algos import get_algo
     from relayrl.errors import CheckpointError
     from relayrl.io.checkpoint import explain_load_error
-    from relayrl.train.agents import AgentEvaluator
+    from relayrl.training.agents import AgentEvaluator
 
     options = {k: v for k, v in config.env.kwargs.items() if k in KWARGS}
     env = BridgeAgents(config.env.id[len(PREFIX):].strip(), **options)

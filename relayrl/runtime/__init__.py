@@ -1,6 +1,6 @@
 """The distributed runtime: rollout workers on a backend (inline, mp, ray) feeding one learner.
 
-``relayrl.runtime.train(config)`` is ``relayrl.train.loop.train`` with the experience coming from
+``relayrl.runtime.train(config)`` is ``relayrl.training.loop.train`` with the experience coming from
 ``config.workers`` rollout workers on ``config.backend``; one worker on the inline backend is the
 plain local loop. The learner, replay, evaluation, checkpoints and summary are the loop's own.
 """
@@ -12,7 +12,7 @@ from typing import Any
 from relayrl.algos import get_algo
 from relayrl.config import RunConfig
 from relayrl.errors import ConfigError
-from relayrl.train.loop import train as train_local
+from relayrl.training.loop import train as train_local
 
 
 def make_backend(config: RunConfig) -> Any:

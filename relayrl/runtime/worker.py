@@ -13,8 +13,8 @@ from relayrl.algos import get_algo
 from relayrl.config import RunConfig
 from relayrl.envs.vector import make_vec
 from relayrl.runtime.messages import InsertTransitions, LoadParams
-from relayrl.train.collector import OnPolicyCollector
-from relayrl.train.offpolicy import OffPolicyCollector
+from relayrl.training.collector import OnPolicyCollector
+from relayrl.training.offpolicy import OffPolicyCollector
 
 
 class RolloutWorker:

@@ -9,7 +9,7 @@ from relayrl.config import build_config
 from relayrl.errors import NonFiniteError
 from relayrl.io.checkpoint import load_checkpoint
 from relayrl.io.metrics import read_metrics
-from relayrl.train.loop import train
+from relayrl.training.loop import train
 
 TIME_KEYS = ("wall_time_s", "time/")
 
@@ -53,7 +53,7 @@ def test_resume_matches_the_counters_of_an_uninterrupted_run(tmp_path, tiny_conf
 
 
 def test_checkpoint_weights_round_trip_bit_identical(tmp_path, tiny_config):
-    from relayrl.train.evaluate import load_policy
+    from relayrl.training.evaluate import load_policy
 
     train(tiny_config(total_steps=128), run_dir=tmp_path / "r", tensorboard=False)
     ckpt = load_checkpoint(tmp_path / "r" / "checkpoints" / "last.safetensors")
@@ -200,7 +200,7 @@ def test_default_sac_reaches_minus_200_on_pendulum(tmp_path):
 def _remote_collector():
     """Random CartPole transitions from a collector of its own: what remote workers would send."""
     from relayrl.envs import make_vec
-    from relayrl.train.offpolicy import OffPolicyCollector
+    from relayrl.training.offpolicy import OffPolicyCollector
     from relayrl.core import Policy
     from relayrl.types import PolicyOutput
 

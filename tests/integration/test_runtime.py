@@ -10,7 +10,7 @@ from relayrl.config import build_config
 from relayrl.errors import RelayRLError
 from relayrl.io.metrics import read_metrics
 from relayrl.runtime import make_pool, train
-from relayrl.train.loop import train as train_local
+from relayrl.training.loop import train as train_local
 from runtime_checks import SameWeights  # same folder
 
 

@@ -21,9 +21,9 @@ PROBE = re.compile(r"\b(?:has|get)attr\(\s*(?:self\.)?(\w+)")
 CONTRACT_OBJECTS = re.compile(r"policy|algo$|algorithm|source|samples|collector|learning|pool")
 
 
-def test_nothing_in_train_runtime_or_net_probes_a_policy_algorithm_or_source():
+def test_nothing_in_training_runtime_or_net_probes_a_policy_algorithm_or_source():
     probes = []
-    for folder in ("train", "runtime", "net"):
+    for folder in ("training", "runtime", "net"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             for number, line in enumerate(path.read_text().splitlines(), 1):
                 for name in PROBE.findall(line):
@@ -70,11 +70,26 @@ def test_predict_takes_one_observation_or_a_batch_and_refuses_other_shapes():
 def test_sample_sources_are_sample_sources():
     from relayrl.net.trainer import RelaySource
     from relayrl.runtime.pool import AsyncOnPolicyPool, OffPolicyPool, OnPolicyPool
-    from relayrl.train.agents import AgentRolloutCollector, AgentTransitionCollector
-    from relayrl.train.collector import OnPolicyCollector
-    from relayrl.train.offpolicy import OffPolicyCollector
+    from relayrl.training.agents import AgentRolloutCollector, AgentTransitionCollector
+    from relayrl.training.collector import OnPolicyCollector
+    from relayrl.training.offpolicy import OffPolicyCollector
 
     for cls in (RelaySource, OffPolicyPool, OnPolicyPool, AsyncOnPolicyPool, AgentRolloutCollector,
                 AgentTransitionCollector, OnPolicyCollector, OffPolicyCollector):
         assert issubclass(cls, SampleSource), cls
     assert OffPolicyPool.can_poll and RelaySource.can_poll and not OffPolicyCollector.can_poll
+
+
+def test_a_recurrent_policy_takes_and_returns_its_state_explicitly():
+    from relayrl.config import build_config
+
+    obs_space, act_space = SPACES["dqn"]
+    policy = get_algo("ppo").build_policy(build_config("ppo", None, ["ppo.recurrent=gru"]).ppo, obs_space, act_space)
+    obs = np.full(4, 0.5, np.float32)
+    action, state = policy.predict(obs)  # None: an episode's start
+    assert act_space.contains(int(action)) and state.shape == (1, policy.state_size)
+    _, later = policy.predict(obs, state)
+    assert not np.allclose(later, state)  # the state moved on
+    again, same = policy.predict(obs, state)
+    np.testing.assert_array_equal(same, later)  # and is the caller's to carry: nothing kept inside
+    assert policy.predict(np.stack([obs, obs]))[1].shape == (2, policy.state_size)

@@ -19,7 +19,7 @@ from relayrl.data.replay import ReplayBuffer
 from relayrl.envs.vector import make_vec
 from relayrl.io.metrics import read_metrics
 from relayrl.runtime import train
-from relayrl.train.collector import OnPolicyCollector
+from relayrl.training.collector import OnPolicyCollector
 
 ENV = "relayrl.testing.envs:relayrl-test/DtypeObs-v0"
 SHAPES = {"float64": [5], "float32": [5], "uint8": [6, 6, 3]}  # uint8: a small image

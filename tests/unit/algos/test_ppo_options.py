@@ -12,8 +12,8 @@ from relayrl.algos.ppo import PPO
 from relayrl.config import build_config
 from relayrl.errors import ConfigError
 from relayrl.policy.recurrent import RecurrentActorCritic
-from relayrl.train import threads
-from relayrl.train.loop import train
+from relayrl.training import threads
+from relayrl.training.loop import train
 
 
 @pytest.mark.parametrize("sets, message", [

@@ -25,13 +25,13 @@ from relayrl.errors import CheckpointError, ConfigError, NonFiniteError
 from relayrl.io.checkpoint import explain_load_error, load_checkpoint, load_newest, save_checkpoint
 from relayrl.io.metrics import MetricsLogger
 from relayrl.io.rundir import RunLock, clean_stale_temps, new_run_dir, write_summary
-from relayrl.train.agents import AgentEvaluator, AgentRolloutCollector, AgentTransitionCollector
-from relayrl.train.collector import OnPolicyCollector
-from relayrl.train.evaluator import Evaluator
-from relayrl.train.learner import HookContext, Learner
-from relayrl.train.offpolicy import OffPolicySource
-from relayrl.train.progress import ProgressDisplay
-from relayrl.train.threads import resolve_threads
+from relayrl.training.agents import AgentEvaluator, AgentRolloutCollector, AgentTransitionCollector
+from relayrl.training.collector import OnPolicyCollector
+from relayrl.training.evaluator import Evaluator
+from relayrl.training.learner import HookContext, Learner
+from relayrl.training.offpolicy import OffPolicySource
+from relayrl.training.progress import ProgressDisplay
+from relayrl.training.threads import resolve_threads
 
 log = logging.getLogger("relayrl")
 
@@ -79,7 +79,7 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
         publish: called with ``(weights, version)`` at the start, then every
             ``update_model_interval`` updates (off-policy) or before every rollout (on-policy).
         make_envs: builds (training env, evaluation env) instead of Gymnasium vector envs, e.g. the
-            agent envs of a simulator bridge (``relayrl/train/agents.py``).
+            agent envs of a simulator bridge (``relayrl/training/agents.py``).
     """
     entry = get_algo(config.algo)
     if entry.on_policy and (samples is None) != (publish is None):

@@ -4,7 +4,7 @@ import io
 
 from rich.console import Console
 
-from relayrl.train.progress import ProgressDisplay
+from relayrl.training.progress import ProgressDisplay
 
 
 def frames(stop_value, solved):

@@ -1,4 +1,4 @@
-"""relayrl.train.collector: on-policy rollouts on a real CartPole SyncVectorEnv."""
+"""relayrl.training.collector: on-policy rollouts on a real CartPole SyncVectorEnv."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from relayrl.envs import make, make_vec
 from relayrl.envs.vector import SyncVectorEnv
 from relayrl.core import Policy
-from relayrl.train.collector import OnPolicyCollector
+from relayrl.training.collector import OnPolicyCollector
 from relayrl.types import PolicyOutput
 
 BOOTSTRAP = 7.0

@@ -26,7 +26,7 @@ from relayrl.data.dtypes import store_transitions
 from relayrl.data.nstep import NStepAccumulator
 from relayrl.data.replay import ReplayBuffer
 from relayrl.envs.vector import VectorEnv
-from relayrl.train.collector import EpisodeStats
+from relayrl.training.collector import EpisodeStats
 from relayrl.types import Batch
 
 REPLAY_FILE = "replay.safetensors"

@@ -1,4 +1,4 @@
-"""relayrl.train.learner: hook ordering, frequency gating, train() and its counters."""
+"""relayrl.training.learner: hook ordering, frequency gating, train() and its counters."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from relayrl.core import Algorithm, SampleSource
-from relayrl.train.learner import POSITIONS, HookContext, Learner
+from relayrl.training.learner import POSITIONS, HookContext, Learner
 
 
 class FakeAlgo(Algorithm):
@@ -206,7 +206,7 @@ def test_max_training_steps_per_env_step_keeps_the_learner_behind_collection(cap
     """Like the loop: gather (updates due, env steps), then learn; with a cap, updates never exceed
     cap x env steps delivered, even though updates_per_step asks for 4 per step."""
     from relayrl.config import ReplayLoopConfig
-    from relayrl.train.offpolicy import OffPolicySource
+    from relayrl.training.offpolicy import OffPolicySource
 
     cfg = ReplayLoopConfig(buffer_size=1000, batch_size=4, start_training=8, updates_per_step=4.0,
                            max_training_steps_per_env_step=cap)

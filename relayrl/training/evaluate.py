@@ -15,7 +15,7 @@ from relayrl.envs.registry import make
 from relayrl.envs.vector import make_vec
 from relayrl.errors import CheckpointError, EnvError
 from relayrl.io.checkpoint import Checkpoint, explain_load_error, load_checkpoint
-from relayrl.train.evaluator import Evaluator
+from relayrl.training.evaluator import Evaluator
 
 
 def load_policy(ckpt: Checkpoint, env_id: str | None = None):

@@ -1,4 +1,4 @@
-"""relayrl.train.evaluator: deterministic evaluation with episodes balanced across envs."""
+"""relayrl.training.evaluator: deterministic evaluation with episodes balanced across envs."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from relayrl.envs.vector import SyncVectorEnv
-from relayrl.train.evaluator import EvalResult, Evaluator
+from relayrl.training.evaluator import EvalResult, Evaluator
 from relayrl.core import Policy
 from relayrl.types import PolicyOutput, StepResult
 

@@ -8,7 +8,7 @@ import pytest
 
 from relayrl.data.gae import compute_gae
 from relayrl.errors import ConfigError
-from relayrl.train.agents import AgentEpisodes, AgentEvaluator, AgentRolloutCollector, AgentTransitionCollector, \
+from relayrl.training.agents import AgentEpisodes, AgentEvaluator, AgentRolloutCollector, AgentTransitionCollector, \
     AgentTurn
 from relayrl.core import Policy
 from relayrl.types import PolicyOutput
@@ -173,6 +173,6 @@ def test_the_evaluator_keeps_a_quota_per_agent(monkeypatch):
     assert sorted(result.lengths.tolist()) == [2, 3, 4] and sorted(result.returns.tolist()) == [2, 3, 4]
     result = AgentEvaluator(Periodic(), episodes=4, seed=0).evaluate(policy)  # agent 0 gives two
     assert sorted(result.lengths.tolist()) == [2, 2, 3, 4]
-    monkeypatch.setattr("relayrl.train.agents.MAX_EVAL_TURNS", 50)
+    monkeypatch.setattr("relayrl.training.agents.MAX_EVAL_TURNS", 50)
     with pytest.raises(Exception, match="did not finish 1 episodes in 50 turns"):
         AgentEvaluator(ScriptedAgents(), episodes=1, seed=0).evaluate(policy)  # agent 0 never ends

@@ -10,8 +10,8 @@ import torch
 from relayrl.algos.ppo import PPOPolicy
 from relayrl.config import build_config
 from relayrl.envs import make_vec
-from relayrl.train.collector import OnPolicyCollector
-from relayrl.train.evaluator import Evaluator
+from relayrl.training.collector import OnPolicyCollector
+from relayrl.training.evaluator import Evaluator
 from relayrl.core import Policy
 from relayrl.types import PolicyOutput
 

@@ -8,7 +8,7 @@ import torch
 
 from relayrl.config import build_config
 from relayrl.core import Algorithm
-from relayrl.train.threads import pick_threads, resolve_threads
+from relayrl.training.threads import pick_threads, resolve_threads
 
 
 def test_pick_threads_times_each_count_and_restores_torch():

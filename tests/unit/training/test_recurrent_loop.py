@@ -11,8 +11,8 @@ import torch
 
 from relayrl.errors import ConfigError
 from relayrl.io.checkpoint import load_checkpoint
-from relayrl.train.evaluate import evaluate_checkpoint, load_policy
-from relayrl.train.loop import train
+from relayrl.training.evaluate import evaluate_checkpoint, load_policy
+from relayrl.training.loop import train
 
 RECURRENT = ("env.id=relayrl/CartPoleNoVel-v1", "ppo.recurrent=lstm", "ppo.recurrent_hidden=16", "ppo.seq_len=8",
              "ppo.batch_trajectories=4")
@@ -44,7 +44,7 @@ def test_memory_env_hides_the_velocities():
 
 
 class AgentEnvStub:
-    """Just enough of an agent env (train/agents.py) to reach the loop's checks."""
+    """Just enough of an agent env (training/agents.py) to reach the loop's checks."""
 
     agent_batches = True
     single_observation_space = gym.spaces.Box(-1, 1, (3,), np.float32)

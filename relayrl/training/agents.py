@@ -31,7 +31,7 @@ import numpy as np
 from relayrl.core import SampleSource
 from relayrl.data.dtypes import to_stored
 from relayrl.errors import ConfigError, EnvError
-from relayrl.train.evaluator import EvalResult
+from relayrl.training.evaluator import EvalResult
 from relayrl.types import Batch
 
 MAX_EVAL_TURNS = 1_000_000
