@@ -26,10 +26,6 @@ PREFIX = "bridge:"
 KWARGS = {"behaviour", "timeout_s", "args", "spin_us", "parameters", "engine"}
 
 
-def is_bridge(env_id: str) -> bool:
-    return env_id.startswith(PREFIX)
-
-
 class BridgeAgents:
     """One behaviour of a launched simulator: ``reset(seed) -> AgentTurn``, ``step(actions) -> AgentTurn``."""
 

@@ -1,12 +1,15 @@
 """The runtime's messages (DistributedReinforcementLearning.jl's vocabulary), typed and immutable.
 
+Only the messages something sends are defined; the replay service's (SampleBatch, BatchTrainingData,
+UpdatePriority) and the orchestrator's (Heartbeat, Stop) come with the roles that send them.
+
 Every array a message carries is made read-only when the message is built: a message that was sent
 cannot be changed under its receiver, and a receiver that wants to write copies first.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -53,53 +56,8 @@ class LoadParams:
 
 
 @dataclass(frozen=True)
-class SampleBatch:
-    """The learner asks the replay service for ``n`` transitions sampled at learner ``version``."""
-
-    n: int
-    version: int = 0
-
-
-@dataclass(frozen=True)
-class BatchTrainingData:
-    """The replay service's answer to SampleBatch (None batch: nothing to sample yet)."""
-
-    batch: Batch | None
-
-    def __post_init__(self) -> None:
-        if self.batch is not None:
-            object.__setattr__(self, "batch", _freeze(self.batch))
-
-
-@dataclass(frozen=True)
-class UpdatePriority:
-    """New priorities for sampled items (``index`` as returned in the sampled batch)."""
-
-    index: np.ndarray
-    priority: np.ndarray
-
-    def __post_init__(self) -> None:
-        frozen = _freeze({"index": np.asarray(self.index), "priority": np.asarray(self.priority)})
-        object.__setattr__(self, "index", frozen["index"])
-        object.__setattr__(self, "priority", frozen["priority"])
-
-
-@dataclass(frozen=True)
-class Heartbeat:
-    worker_id: int
-    time: float
-    env_steps: int = 0
-
-
-@dataclass(frozen=True)
 class WorkerFailed:
     """A worker died or raised; the orchestrator decides whether to restart it."""
 
     worker_id: int
     reason: str
-
-
-@dataclass(frozen=True)
-class Stop:
-    reason: str = "stop"
-    extra: dict[str, Any] = field(default_factory=dict)

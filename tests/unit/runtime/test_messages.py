@@ -3,7 +3,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from relayrl.runtime.messages import InsertTransitions, LoadParams, UpdatePriority
+from relayrl.runtime.messages import InsertTransitions, LoadParams
 
 
 def test_messages_are_immutable_once_built():
@@ -15,6 +15,3 @@ def test_messages_are_immutable_once_built():
     params = LoadParams(version=2, weights={"w": np.ones(3)})
     with pytest.raises(ValueError, match="read-only"):
         params.weights["w"][0] = 0.0
-    update = UpdatePriority(index=np.arange(3), priority=np.ones(3))
-    with pytest.raises(ValueError, match="read-only"):
-        update.priority[0] = 2.0
