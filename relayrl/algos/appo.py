@@ -64,7 +64,7 @@ class APPO(PPO):
         cfg, model = self.cfg, self.policy.model
         steps, width = rewards.shape
         n = steps * width
-        obs = to_tensor(rollout["obs"].reshape(n, -1))
+        obs = to_tensor(rollout["obs"].reshape(n, *self.policy.obs_view))
         actions = torch.from_numpy(rollout["action"].reshape(n, *rollout["action"].shape[2:]))
         logp, _ = model.logp_entropy(obs, actions)
         values = model.critic(obs).squeeze(-1).numpy().reshape(steps, width)

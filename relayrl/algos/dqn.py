@@ -6,6 +6,7 @@ algorithm (Huber TD loss on replay minibatches, target network), registration.
 
 from __future__ import annotations
 
+import copy
 from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
@@ -20,6 +21,7 @@ from relayrl.config import ReplayLoopConfig
 from relayrl.core import Algorithm, Policy
 from relayrl.data.dtypes import stored_dtype, to_tensor
 from relayrl.errors import EnvError, NonFiniteError
+from relayrl.policy.encoder import EncoderRef, build_encoder
 from relayrl.policy.networks import mlp
 from relayrl.types import Batch, Mode, PolicyOutput
 
@@ -28,7 +30,8 @@ class DQNConfig(ReplayLoopConfig):
     aliases: ClassVar[dict[str, str]] = {
         "learning_rate": "lr", "learning_starts": "start_training", "target_update_interval": "target_update_period",
         "exploration_final_eps": "epsilon_end", "exploration_fraction": "epsilon_decay_steps", "n_steps": "n_step",
-        "net_arch": "hidden_sizes", "max_grad_norm": "grad_clip", "alpha": "priority_alpha", "beta": "priority_beta"}
+        "net_arch": "hidden_sizes", "max_grad_norm": "grad_clip", "alpha": "priority_alpha", "beta": "priority_beta",
+        "features_extractor_class": "encoder"}
 
     buffer_size: int = Field(100_000, ge=1)
     """Replay capacity in transitions."""
@@ -60,6 +63,11 @@ class DQNConfig(ReplayLoopConfig):
     """Hidden layer sizes."""
     activation: Literal["tanh", "relu", "elu", "silu"] = "relu"
     """Hidden activation."""
+    encoder: EncoderRef = None
+    """Your own network: "package.module:function", a function (observation_space, action_space) returning a
+    torch.nn.Module that maps observations [n, *obs_shape] (float32) to features [n, F]; the Q head (hidden_sizes,
+    dueling) goes on top, and the target network is a copy (docs/library.md, "Your own network"). null: an MLP
+    on the flattened observation."""
 
 
 # ---------------------------------------------------------------- network
@@ -84,6 +92,17 @@ class QNetwork(nn.Module):
         return self.value(h) + advantage - advantage.mean(-1, keepdim=True)
 
 
+class EncodedQNetwork(QNetwork):
+    """The Q head (``hidden_sizes``, ``dueling``) on the features of your encoder (``encoder``)."""
+
+    def __init__(self, encoder: nn.Module, features: int, n_actions: int, cfg: DQNConfig):
+        super().__init__(features, n_actions, cfg)
+        self.encoder = encoder
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return super().forward(self.encoder(obs))
+
+
 # ---------------------------------------------------------------- policy
 
 
@@ -100,7 +119,13 @@ class DQNPolicy(Policy):
         self.obs_dtype = stored_dtype(obs_space.dtype)  # (refuses dtypes no network can read)
         self.cfg = cfg
         self.n_actions = int(act_space.n)
-        self.model = QNetwork(int(np.prod(obs_space.shape)), self.n_actions, cfg)
+        if cfg.encoder is None:
+            self.model: QNetwork = QNetwork(int(np.prod(obs_space.shape)), self.n_actions, cfg)
+        else:
+            self.model = EncodedQNetwork(*build_encoder(cfg.encoder, obs_space, act_space, "dqn.encoder"),
+                                         self.n_actions, cfg)
+        # what the network reads: flattened observations, or [n, *obs_shape] as an encoder takes them
+        self.obs_view: tuple[int, ...] = (-1,) if cfg.encoder is None else tuple(obs_space.shape)
         self.action_shape: tuple[int, ...] = ()
         self.action_dtype = np.dtype(np.int64)
         self.epsilon = cfg.epsilon_start
@@ -109,7 +134,7 @@ class DQNPolicy(Policy):
 
     @torch.inference_mode()
     def act(self, obs: np.ndarray, mode: Mode = "collect") -> PolicyOutput:
-        x = to_tensor(obs).reshape(len(obs), -1)
+        x = to_tensor(obs).reshape(len(obs), *self.obs_view)
         greedy = self.model(x).argmax(-1).numpy()
         if mode == "collect" and self.epsilon > 0:
             explore = self.rng.random(len(greedy)) < self.epsilon
@@ -141,16 +166,20 @@ class DQN(Algorithm):
     def __init__(self, cfg: DQNConfig, obs_space: gym.Space, act_space: gym.Space, num_envs: int):
         self.cfg = cfg
         self.policy = DQNPolicy(obs_space, act_space, cfg)
-        self.target = QNetwork(int(np.prod(obs_space.shape)), self.policy.n_actions, cfg)
-        self.target.load_state_dict(self.policy.model.state_dict())
+        if cfg.encoder is None:
+            self.target = QNetwork(int(np.prod(obs_space.shape)), self.policy.n_actions, cfg)
+            self.target.load_state_dict(self.policy.model.state_dict())
+        else:  # the encoder too (one factory call per network trained)
+            self.target = copy.deepcopy(self.policy.model)
         self.target.requires_grad_(False)
         self.optim = torch.optim.Adam(self.policy.model.parameters(), lr=cfg.lr, fused=True)
         self.updates = 0
 
     def learn(self, batch: Batch, progress: float = 0.0) -> dict[str, float]:
         cfg, model = self.cfg, self.policy.model
-        obs = to_tensor(batch["obs"]).reshape(len(batch["obs"]), -1)
-        next_obs = to_tensor(batch["next_obs"]).reshape(len(obs), -1)
+        view = self.policy.obs_view
+        obs = to_tensor(batch["obs"]).reshape(len(batch["obs"]), *view)
+        next_obs = to_tensor(batch["next_obs"]).reshape(len(obs), *view)
         actions = torch.from_numpy(batch["action"]).long()
         # ---- double-Q target: y = r + γ^m (1 - terminated) Q_target(s', argmax_a Q_online(s', a));
         # one online pass over [s; s'] serves both the prediction and the argmax (half the op overhead)

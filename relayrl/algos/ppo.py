@@ -28,6 +28,7 @@ from relayrl.data.gae import compute_gae
 from relayrl.data.sequences import chunk, minibatches, pad, split_trajectories
 from relayrl.errors import ConfigError, EnvError, NonFiniteError
 from relayrl.policy import distributions as D
+from relayrl.policy.encoder import EncoderRef, build_encoder
 from relayrl.policy.mirror import MirrorSpec, NormalizedMirror, TorchMirror
 from relayrl.policy.networks import mlp
 from relayrl.policy.normalizer import RunningMeanStd
@@ -41,7 +42,8 @@ class PPOConfig(AlgoConfig):
         "n_steps": "num_steps", "ent_coef": "entropy_coef", "clip_range": "clip", "clip_range_vf": "value_clip",
         "max_grad_norm": "grad_clip", "target_kl": "kl", "discount": "gamma", "lam": "gae_lambda",
         "minibatch_size": "batch_size", "normalize_advantages": "normalize_advantage", "norm_obs": "obs_norm",
-        "norm_reward": "normalize_reward", "net_arch": "hidden_sizes", "eps": "adam_eps"}
+        "norm_reward": "normalize_reward", "net_arch": "hidden_sizes", "eps": "adam_eps",
+        "features_extractor_class": "encoder"}
 
     num_steps: int = Field(64, ge=1)
     """Vector steps collected per iteration (the rollout holds num_steps x env.num_envs steps)."""
@@ -89,9 +91,14 @@ class PPOConfig(AlgoConfig):
     normalize_reward: bool = True
     """Divide rewards by the running std of the discounted return."""
     hidden_sizes: list[int] = Field(default_factory=lambda: [64, 64])
-    """Hidden layer sizes of the actor and of the critic."""
+    """Hidden layer sizes of the actor and of the critic (with an encoder: of their heads on its features)."""
     activation: Literal["tanh", "relu", "elu", "silu"] = "tanh"
     """Hidden activation."""
+    encoder: EncoderRef = None
+    """Your own network: "package.module:function", a function (observation_space, action_space) returning a
+    torch.nn.Module that maps observations [n, *obs_shape] (float32) to features [n, F]; the actor and the
+    critic each get one (two calls), with hidden_sizes MLP heads on top (docs/library.md, "Your own network").
+    null: MLPs on the flattened observation."""
     log_std_init: float = 0.0
     """Initial log standard deviation of the Gaussian policy (continuous actions)."""
     recurrent: Literal["lstm", "gru"] | None = None
@@ -161,6 +168,37 @@ def logp_entropy(out: torch.Tensor, actions: torch.Tensor, log_std: torch.Tensor
     return D.gaussian_logp(out, log_std, actions), D.gaussian_entropy(log_std)
 
 
+class EncodedActorCritic(nn.Module):
+    """PPO's heads on your encoders (``encoder``): the actor and the critic each have their own, as the built-in
+    MLPs are separate (each trained by its own optimiser and gradient clip), with an MLP head of ``hidden_sizes``
+    on its features. ``actor(obs)`` and ``critic(obs)`` are called as ActorCritic's are."""
+
+    def __init__(self, actor_encoder: nn.Module, actor_features: int, critic_encoder: nn.Module,
+                 critic_features: int, act_dim: int, discrete: bool, cfg: PPOConfig):
+        super().__init__()
+        self.discrete = discrete
+        self.actor_encoder, self.critic_encoder = actor_encoder, critic_encoder
+        self.actor_head = mlp(actor_features, cfg.hidden_sizes, act_dim, cfg.activation, out_gain=0.01)
+        self.critic_head = mlp(critic_features, cfg.hidden_sizes, 1, cfg.activation, out_gain=1.0)
+        self.log_std = nn.Parameter(torch.full((act_dim,), cfg.log_std_init)) if not discrete else None
+
+    def actor(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.actor_head(self.actor_encoder(obs))
+
+    def critic(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic_head(self.critic_encoder(obs))
+
+    def actor_parameters(self) -> list[nn.Parameter]:
+        extra = [self.log_std] if self.log_std is not None else []
+        return [*self.actor_encoder.parameters(), *self.actor_head.parameters(), *extra]
+
+    def critic_parameters(self) -> list[nn.Parameter]:
+        return [*self.critic_encoder.parameters(), *self.critic_head.parameters()]
+
+    def logp_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return logp_entropy(self.actor(obs), actions, self.log_std)
+
+
 def build_model(obs_dim: int, act_dim: int, discrete: bool, cfg: PPOConfig) -> nn.Module:
     if cfg.recurrent is None:
         return ActorCritic(obs_dim, act_dim, discrete, cfg)
@@ -202,7 +240,18 @@ class PPOPolicy(Policy):
         if not self.discrete:
             self.low = act_space.low.astype(np.float32)
             self.high = act_space.high.astype(np.float32)
-        self.model = build_model(self.obs_dim, self.act_dim, self.discrete, cfg)
+        if cfg.encoder is None:
+            self.model = build_model(self.obs_dim, self.act_dim, self.discrete, cfg)
+        else:
+            key = f"{type(cfg).__name__.removesuffix('Config').lower()}.encoder"  # ppo.encoder, appo.encoder
+            if cfg.recurrent is not None:
+                raise ConfigError(f"{key} with {key.split('.')[0]}.recurrent={cfg.recurrent}: a recurrent policy "
+                                  f"cannot take your own network yet: set one of them to null")
+            self.model = EncodedActorCritic(*build_encoder(cfg.encoder, obs_space, act_space, key),
+                                            *build_encoder(cfg.encoder, obs_space, act_space, key),
+                                            self.act_dim, self.discrete, cfg)
+        # what the network reads: flattened observations, or [n, *obs_shape] as an encoder takes them
+        self.obs_view: tuple[int, ...] = (-1,) if cfg.encoder is None else tuple(obs_space.shape)
         self.recurrent = cfg.recurrent is not None
         self.state_size = self.model.state_size if self.recurrent else 0
         self._hidden: dict[str, torch.Tensor] = {}  # mode -> [n, state_size]
@@ -224,7 +273,7 @@ class PPOPolicy(Policy):
     def act(self, obs: np.ndarray, mode: Mode = "collect") -> PolicyOutput:
         collect = mode == "collect"
         x = self.preprocess(obs, update=collect and self.update_norm)
-        xt = to_tensor(x).reshape(len(x), -1)
+        xt = to_tensor(x).reshape(len(x), *self.obs_view)
         if self.recurrent:
             out, value, self._hidden[mode] = self.model(xt[:, None], self.hidden(mode, len(x)), critic=collect)
             out, value = out[:, 0], None if value is None else value[:, 0]
@@ -250,7 +299,7 @@ class PPOPolicy(Policy):
         """V(obs). A recurrent policy continues the "collect" states of the envs ``rows`` ([n] bool;
         None: all) without advancing them: the value of a final or next observation."""
         x = self.preprocess(obs, update=False)
-        xt = to_tensor(x).reshape(len(x), -1)
+        xt = to_tensor(x).reshape(len(x), *self.obs_view)
         if not self.recurrent:
             return self.model.critic(xt).squeeze(-1).numpy()
         state = self._hidden.get("collect")
@@ -420,7 +469,7 @@ class PPO(Algorithm):
         n = steps["advantage"].size
         flat = {key: torch.from_numpy(value.reshape(n, *value.shape[2:])) for key, value in steps.items()
                 if key != "obs"}
-        flat["obs"] = to_tensor(steps["obs"]).reshape(n, -1)  # the rollout's stored dtype, cast once per update
+        flat["obs"] = to_tensor(steps["obs"]).reshape(n, *self.policy.obs_view)  # stored dtype, cast once per update
         size = min(self.cfg.batch_size, n)
 
         def epoch() -> Iterator[dict[str, torch.Tensor]]:

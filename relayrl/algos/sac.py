@@ -7,6 +7,7 @@ per layer instead of two MLPs), policy, the algorithm, registration.
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any, ClassVar
 
@@ -22,6 +23,7 @@ from relayrl.config import ReplayLoopConfig
 from relayrl.core import Algorithm, Policy
 from relayrl.data.dtypes import stored_dtype, to_tensor
 from relayrl.errors import EnvError, NonFiniteError
+from relayrl.policy.encoder import EncoderRef, build_encoder
 from relayrl.policy.networks import mlp
 from relayrl.types import Batch, Mode, PolicyOutput
 
@@ -31,7 +33,8 @@ LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 class SACConfig(ReplayLoopConfig):
     aliases: ClassVar[dict[str, str]] = {
         "learning_rate": "actor_lr,critic_lr", "learning_starts": "start_training", "ent_coef": "init_alpha",
-        "net_arch": "hidden_sizes", "train_freq": "steps_per_iteration", "gradient_steps": "updates_per_step"}
+        "net_arch": "hidden_sizes", "train_freq": "steps_per_iteration", "gradient_steps": "updates_per_step",
+        "features_extractor_class": "encoder"}
 
     start_training: int = Field(1000, ge=0)
     """Transitions in the buffer before the first update (random actions until then)."""
@@ -52,6 +55,11 @@ class SACConfig(ReplayLoopConfig):
     hidden_sizes: list[int] = Field(default_factory=lambda: [64, 64])
     """Hidden layer sizes of the actor and of each critic (64x64: per-op overhead, not FLOPs, bounds
     an update of this size on a CPU, and it learns Pendulum as fast as 256x256)."""
+    encoder: EncoderRef = None
+    """Your own network: "package.module:function", a function (observation_space, action_space) returning a
+    torch.nn.Module that maps observations [n, *obs_shape] (float32) to features [n, F]; the actor gets one, the
+    twin critics share another (their heads stay two), the target is a copy; hidden_sizes sizes the heads
+    (docs/library.md, "Your own network"). null: MLPs on the flattened observation."""
 
 # ---------------------------------------------------------------- networks
 
@@ -105,6 +113,34 @@ class Actor(nn.Module):
         return torch.tanh(u), logp
 
 
+class EncodedTwinQ(TwinQ):
+    """Both critics' heads on the features of one encoder of your own (``encoder``): the twins still differ in
+    their heads (as DrQ and SAC-AE share the critics' encoder), and the encoder costs one pass, not two."""
+
+    def __init__(self, encoder: nn.Module, features: int, act_dim: int, hidden: list[int]):
+        super().__init__(features + act_dim, hidden)
+        self.encoder = encoder
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor, frozen: bool = False) -> torch.Tensor:
+        if frozen:  # gradients reach the action only
+            with torch.no_grad():
+                features = self.encoder(obs)
+        else:
+            features = self.encoder(obs)
+        return super().forward(features, action, frozen)
+
+
+class EncodedActor(Actor):
+    """The actor's head on the features of its own encoder (``encoder``)."""
+
+    def __init__(self, encoder: nn.Module, features: int, act_dim: int, hidden: list[int]):
+        super().__init__(features, act_dim, hidden)
+        self.encoder = encoder
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return super().forward(self.encoder(obs))
+
+
 # ---------------------------------------------------------------- policy
 
 
@@ -126,7 +162,13 @@ class SACPolicy(Policy):
         self.action_dtype = np.dtype(np.float32)
         self.low = act_space.low.astype(np.float32)
         self.scale = ((act_space.high - act_space.low) / 2).astype(np.float32)
-        self.actor = Actor(int(np.prod(obs_space.shape)), self.act_dim, cfg.hidden_sizes)
+        if cfg.encoder is None:
+            self.actor: Actor = Actor(int(np.prod(obs_space.shape)), self.act_dim, cfg.hidden_sizes)
+        else:
+            self.actor = EncodedActor(*build_encoder(cfg.encoder, obs_space, act_space, "sac.encoder"), self.act_dim,
+                                      cfg.hidden_sizes)
+        # what the networks read: flattened observations, or [n, *obs_shape] as an encoder takes them
+        self.obs_view: tuple[int, ...] = (-1,) if cfg.encoder is None else tuple(obs_space.shape)
         self.start_training = cfg.start_training
         self.random_actions = cfg.start_training > 0  # uniform actions before learning starts
         self.version = 0
@@ -138,7 +180,7 @@ class SACPolicy(Policy):
         if mode == "collect" and self.random_actions:
             action = self.rng.uniform(-1, 1, (n, self.act_dim)).astype(np.float32)
         else:
-            x = to_tensor(obs).reshape(n, -1)
+            x = to_tensor(obs).reshape(n, *self.obs_view)
             if mode == "collect":
                 action = self.actor.sample(x)[0].numpy()
             else:
@@ -165,10 +207,15 @@ class SAC(Algorithm):
     def __init__(self, cfg: SACConfig, obs_space: gym.Space, act_space: gym.Space, num_envs: int):
         self.cfg = cfg
         self.policy = SACPolicy(obs_space, act_space, cfg)
-        in_dim = int(np.prod(obs_space.shape)) + self.policy.act_dim
-        self.critic = TwinQ(in_dim, cfg.hidden_sizes)
-        self.target = TwinQ(in_dim, cfg.hidden_sizes)
-        self.target.load_state_dict(self.critic.state_dict())
+        if cfg.encoder is None:
+            in_dim = int(np.prod(obs_space.shape)) + self.policy.act_dim
+            self.critic: TwinQ = TwinQ(in_dim, cfg.hidden_sizes)
+            self.target: TwinQ = TwinQ(in_dim, cfg.hidden_sizes)
+            self.target.load_state_dict(self.critic.state_dict())
+        else:  # one encoder for both critics; the target copies it too
+            self.critic = EncodedTwinQ(*build_encoder(cfg.encoder, obs_space, act_space, "sac.encoder"),
+                                       self.policy.act_dim, cfg.hidden_sizes)
+            self.target = copy.deepcopy(self.critic)
         self.target.requires_grad_(False)
         self.log_alpha = torch.tensor(math.log(cfg.init_alpha), requires_grad=True)
         self.target_entropy = -float(self.policy.act_dim) if cfg.target_entropy is None else cfg.target_entropy
@@ -180,8 +227,8 @@ class SAC(Algorithm):
     def learn(self, batch: Batch, progress: float = 0.0) -> dict[str, float]:
         cfg, actor = self.cfg, self.policy.actor
         n = len(batch["obs"])
-        obs = to_tensor(batch["obs"]).reshape(n, -1)
-        next_obs = to_tensor(batch["next_obs"]).reshape(n, -1)
+        obs = to_tensor(batch["obs"]).reshape(n, *self.policy.obs_view)
+        next_obs = to_tensor(batch["next_obs"]).reshape(n, *self.policy.obs_view)
         action = to_tensor(batch["action"]).reshape(n, -1)
         alpha = self.log_alpha.exp().detach()
         # one actor pass over [s; s'] serves the target (s', detached) and the actor loss (s)

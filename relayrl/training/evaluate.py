@@ -13,7 +13,7 @@ from relayrl.algos import get_algo
 from relayrl.config import validate
 from relayrl.envs.registry import make
 from relayrl.envs.vector import make_vec
-from relayrl.errors import CheckpointError, EnvError
+from relayrl.errors import CheckpointError, ConfigError, EnvError
 from relayrl.io.checkpoint import Checkpoint, explain_load_error, load_checkpoint
 from relayrl.training.evaluator import Evaluator
 
@@ -27,6 +27,8 @@ def load_policy(ckpt: Checkpoint, env_id: str | None = None):
     try:
         policy = get_algo(algo_name).build_policy(getattr(config, algo_name), env.observation_space, env.action_space)
         policy.set_weights(ckpt.state["algo"])
+    except ConfigError as exc:  # e.g. the network it records (ppo.encoder) no longer imports here
+        raise CheckpointError(f"checkpoint {str(ckpt.path)!r} cannot rebuild its policy here: {exc}") from None
     except (RuntimeError, ValueError) as exc:
         raise CheckpointError(f"checkpoint {str(ckpt.path)!r} (trained on {config.env.id}) does not fit {env_id}'s "
                               f"spaces: {explain_load_error(exc)}; evaluate on an env with the same observation "
