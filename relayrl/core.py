@@ -98,7 +98,16 @@ class Policy(ABC):
         """Where the run is, for exploration schedules (DQN's epsilon, SAC's random warm-up). Default: none."""
 
     def observe_only(self) -> None:
-        """Freeze what ``act`` learns from observations (running statistics): workers use the learner's copy."""
+        """Freeze what ``act`` learns from observations (running statistics): workers use the learner's copy,
+        and report what they saw through ``pop_observation_moments``."""
+
+    def pop_observation_moments(self) -> dict[str, np.ndarray] | None:
+        """Moments (count, mean, var) of the raw observations acted on since the last call, for a policy
+        that normalises and only observes (a rollout worker); None otherwise."""
+        return None
+
+    def merge_observation_moments(self, moments: dict[str, np.ndarray]) -> None:
+        """Fold a worker's ``pop_observation_moments()`` into the statistics (the learner's policy)."""
 
     # ---- recurrent policies (feed-forward: nothing to carry)
     def hidden(self, mode: Mode, n: int) -> torch.Tensor:
@@ -198,6 +207,10 @@ class SampleSource(ABC):
     def stats(self) -> dict[str, float]:
         """Metrics to log with every iteration (e.g. ``net/rejected``)."""
         return {}
+
+    def pop_observation_moments(self) -> dict[str, np.ndarray] | None:
+        """Moments of the raw observations the source's workers acted on since the last call (None: none)."""
+        return None
 
     def close(self) -> None:
         """Stop collecting and release what the source holds."""

@@ -256,23 +256,26 @@ class PPOPolicy(Policy):
         self.state_size = self.model.state_size if self.recurrent else 0
         self._hidden: dict[str, torch.Tensor] = {}  # mode -> [n, state_size]
         self.obs_rms = RunningMeanStd(obs_space.shape) if cfg.obs_norm else None
+        self._seen: RunningMeanStd | None = None  # a worker's raw observations since it last reported
         # the dtype of ``PolicyOutput.obs``, which rollouts store: normalised (float32) or as stored (data/dtypes.py)
         self.obs_dtype = np.dtype(np.float32) if cfg.obs_norm else stored_dtype(obs_space.dtype)
         self.update_norm = cfg.update_norm is not False  # (null: update, when there are statistics)
         self.version = 0
 
-    def preprocess(self, obs: np.ndarray, update: bool) -> np.ndarray:
+    def preprocess(self, obs: np.ndarray, update: bool, observe: bool = False) -> np.ndarray:
         """Observations as rollouts store them (``obs_dtype``); the network reads ``to_tensor`` of this."""
         if self.obs_rms is None:
             return to_stored(obs)
         if update:
             self.obs_rms.update(obs)
+        elif observe and self._seen is not None:  # a worker: count what it saw for the learner
+            self._seen.update(obs)
         return self.obs_rms.normalize(obs)
 
     @torch.inference_mode()
     def act(self, obs: np.ndarray, mode: Mode = "collect") -> PolicyOutput:
         collect = mode == "collect"
-        x = self.preprocess(obs, update=collect and self.update_norm)
+        x = self.preprocess(obs, update=collect and self.update_norm, observe=collect)
         xt = to_tensor(x).reshape(len(x), *self.obs_view)
         if self.recurrent:
             out, value, self._hidden[mode] = self.model(xt[:, None], self.hidden(mode, len(x)), critic=collect)
@@ -335,6 +338,18 @@ class PPOPolicy(Policy):
 
     def observe_only(self) -> None:
         self.update_norm = False  # statistics belong to the learner; workers use the copy it publishes
+        if self.obs_rms is not None:  # ... and count what they saw, for the learner to merge
+            self._seen = RunningMeanStd(self.obs_rms.mean.shape)
+
+    def pop_observation_moments(self) -> dict[str, np.ndarray] | None:
+        if self._seen is None or self._seen.count == 0:
+            return None
+        moments, self._seen = self._seen.state_dict(), RunningMeanStd(self._seen.mean.shape)
+        return moments
+
+    def merge_observation_moments(self, moments: dict[str, np.ndarray]) -> None:
+        if self.obs_rms is not None and self.update_norm:
+            self.obs_rms.merge_state(moments)
 
     def hidden(self, mode: Mode, n: int) -> torch.Tensor:
         """The [n, state_size] state the next ``act(obs, mode)`` continues from (zeros for new envs)."""

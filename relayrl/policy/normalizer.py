@@ -21,16 +21,24 @@ class RunningMeanStd:
 
     def update(self, x: np.ndarray) -> None:
         x = np.asarray(x, dtype=np.float64).reshape(-1, *self.mean.shape)
-        n = x.shape[0]
-        if n == 0:
+        if x.shape[0]:
+            self.merge(x.shape[0], x.mean(axis=0), x.var(axis=0))
+
+    def merge(self, n: float, batch_mean: np.ndarray, batch_var: np.ndarray) -> None:
+        """Fold in the moments (count, mean, population variance) of data seen elsewhere, e.g. by a
+        rollout worker: the result equals the statistics of both data sets pooled (Chan et al.)."""
+        if n <= 0:
             return
-        batch_mean = x.mean(axis=0)
-        batch_var = x.var(axis=0)
         total = self.count + n
         delta = batch_mean - self.mean
         new_mean = self.mean + delta * (n / total)
         m2 = self.var * self.count + batch_var * n + delta**2 * (self.count * n / total)
         self.mean, self.var, self.count = new_mean, m2 / total, total
+
+    def merge_state(self, state: dict[str, np.ndarray]) -> None:
+        """``merge`` of another RunningMeanStd's ``state_dict()``."""
+        self.merge(float(np.asarray(state["count"])), np.asarray(state["mean"], np.float64),
+                   np.asarray(state["var"], np.float64))
 
     @property
     def std(self) -> np.ndarray:

@@ -34,9 +34,10 @@ def make_pool(config: RunConfig) -> Any:
     from relayrl.runtime.pool import AsyncOnPolicyPool, OffPolicyPool, OnPolicyPool
 
     algo_cfg = getattr(config, config.algo)
-    if getattr(algo_cfg, "obs_norm", False) or getattr(algo_cfg, "prenorm", False):
-        raise ConfigError(f"{config.algo}.obs_norm needs the learner to see raw observations, which rollout "
-                          f"workers do not send yet: set {config.algo}.obs_norm=false or use one inline worker")
+    if getattr(algo_cfg, "prenorm", False):
+        raise ConfigError(f"{config.algo}.prenorm warms the statistics up on the learner's own envs, which "
+                          f"rollout workers replace: set {config.algo}.prenorm=false (workers report what they "
+                          "see, and the learner merges it), or use one inline worker")
     entry = get_algo(config.algo)
     if not entry.on_policy:
         pool_cls: Any = OffPolicyPool

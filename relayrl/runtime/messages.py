@@ -39,9 +39,12 @@ class InsertTransitions:
     env_steps: int
     episode_returns: tuple[float, ...] = ()
     episode_lengths: tuple[int, ...] = ()
+    obs_moments: dict[str, Any] | None = None  # count, mean, var of the raw observations acted on (obs_norm)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "batch", _freeze(self.batch))
+        if self.obs_moments is not None:
+            object.__setattr__(self, "obs_moments", _freeze(self.obs_moments))
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ import numpy as np
 
 from relayrl.core import SampleSource
 from relayrl.errors import RelayRLError
+from relayrl.policy.normalizer import RunningMeanStd
 from relayrl.runtime.messages import InsertTransitions, LoadParams
 from relayrl.types import Batch
 
@@ -51,6 +52,7 @@ class WorkerPool(SampleSource):
         self.worker_steps = np.zeros(backend.num_workers, dtype=np.int64)  # over the run
         self._broadcast_s = 0.0
         self._since = time.monotonic()
+        self._moments: RunningMeanStd | None = None  # what the workers saw since the learner last merged
 
     def reset(self, seed: int | None) -> None:
         self.backend.start(0 if seed is None else seed)
@@ -66,7 +68,15 @@ class WorkerPool(SampleSource):
         self.returns, self.lengths = [], []
         return out
 
+    def pop_observation_moments(self) -> dict[str, np.ndarray] | None:
+        moments, self._moments = self._moments, None
+        return None if moments is None else moments.state_dict()
+
     def _accept(self, msg: InsertTransitions) -> None:
+        if msg.obs_moments is not None:
+            if self._moments is None:
+                self._moments = RunningMeanStd(np.shape(msg.obs_moments["mean"]))
+            self._moments.merge_state(msg.obs_moments)
         self.env_steps += msg.env_steps
         self.returns.extend(msg.episode_returns)
         self.lengths.extend(msg.episode_lengths)

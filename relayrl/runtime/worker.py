@@ -55,7 +55,7 @@ class RolloutWorker:
             batch, steps = self.collector.pull()
         returns, lengths = self.collector.pop_episodes()
         msg = InsertTransitions(self.worker_id, self.seq, self.policy.version, batch, steps,
-                                tuple(returns), tuple(lengths))
+                                tuple(returns), tuple(lengths), self.policy.pop_observation_moments())
         self.seq += 1
         return msg
 

@@ -357,9 +357,13 @@ class _OnPolicySource:
     def gather(self, env_steps: int, updates: int) -> tuple[dict, int]:
         policy = self.algo.policy
         if self.publish is not None and policy.version != self._published:
-            self.publish(policy.get_weights(), policy.version)
+            self.publish(policy.get_weights(), policy.version)  # (observation statistics included)
             self._published = policy.version
-        return self.collector.pull()
+        rollout, steps = self.collector.pull()
+        moments = self.collector.pop_observation_moments()  # what rollout workers saw, for obs_norm
+        if moments is not None:
+            policy.merge_observation_moments(moments)
+        return rollout, steps
 
     def pop_episodes(self) -> tuple[list[float], list[int]]:
         return self.collector.pop_episodes()

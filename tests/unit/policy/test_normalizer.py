@@ -43,3 +43,19 @@ def test_state_round_trip_and_shape_check():
     assert other.count == rms.count
     with pytest.raises(ValueError, match="shape"):
         RunningMeanStd((2,)).load_state_dict(rms.state_dict())
+
+
+def test_merging_workers_moments_equals_the_statistics_of_the_pooled_data():
+    rng = np.random.default_rng(0)
+    parts = [rng.normal(loc, scale, (n, 3)) for loc, scale, n in ((0.0, 1.0, 50), (5.0, 0.1, 7), (-2.0, 3.0, 200))]
+    learner = RunningMeanStd((3,))
+    learner.update(parts[0])  # what the learner already had
+    for part in parts[1:]:  # each worker counts its own observations and reports their moments
+        seen = RunningMeanStd((3,))
+        seen.update(part[:4])
+        seen.update(part[4:])
+        learner.merge_state(seen.state_dict())
+    pooled = np.concatenate(parts)
+    np.testing.assert_allclose(learner.mean, pooled.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(learner.var, pooled.var(0), rtol=1e-12)
+    assert learner.count == len(pooled)
