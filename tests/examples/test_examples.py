@@ -87,3 +87,25 @@ def test_a_factory_defined_in_a_script_stays_in_process_and_says_so(tmp_path):
     run_ = relayrl.train("ppo", make, {"env": {"num_envs": 2}, "eval": {"episodes": 1}}, total_steps=64,
                          run_dir=tmp_path / "run", tensorboard=False)
     assert run_.summary["env_steps"] >= 64 and run_.summary["stop_reason"] == "total_steps"
+
+
+@pytest.mark.parametrize("backend, workers", [("inline", 2), ("mp", 2)])
+def test_your_own_network_trains_on_inline_and_mp_workers_and_loads_back(tmp_path, backend, workers):
+    out = run([ROOT / "examples" / "my_network.py", "--total-steps", 12_000, "--backend", backend, "--workers",
+               workers, "--run-dir", tmp_path / "run"], tmp_path)
+    best = float(re.search(r"best eval return ([-\d.]+)", out).group(1))
+    assert best > 30  # a random CartPole policy averages ~22
+    assert "encoder: 'examples.my_network:build'" in (tmp_path / "run" / "config.yaml").read_text()
+    assert "rebuilt network: LayerNormMLP" in out  # relayrl.load built the encoder from the checkpoint's reference
+    assert re.search(r"one deployed episode: return [\d.]+", out)
+
+
+def test_a_run_of_an_in_process_factory_says_why_another_process_cannot_load_it(tmp_path):
+    result = subprocess.run([sys.executable, "-c", "import relayrl; relayrl.load('x')"], capture_output=True,
+                            text=True, cwd=tmp_path, timeout=120)
+    assert result.returncode != 0  # (no such run: a plain CheckpointError)
+    from relayrl.envs.registry import make
+    from relayrl.errors import EnvError
+
+    with pytest.raises(EnvError, match="move the factory to the top of an importable module"):
+        make("relayrl-factory/local.make-v0")
