@@ -38,6 +38,10 @@ def _check_id(env_id: str) -> str:
             return factory_id
     if env_id in gym.registry:
         return env_id
+    if env_id.startswith(f"{FACTORY_NAMESPACE}/local."):
+        raise EnvError(f"{env_id!r} was an env factory defined in a script or a function, which only the process "
+                       "that trained with it knows: move the factory to the top of an importable module and train "
+                       "with relayrl.train(algo, module.function), so every process can build it by name")
     close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.6)
     hint = f"did you mean {' or '.join(repr(c) for c in close)}?" if close else (
         "check the spelling, or import the package that registers it")

@@ -100,10 +100,7 @@ def test_your_own_network_trains_on_inline_and_mp_workers_and_loads_back(tmp_pat
     assert re.search(r"one deployed episode: return [\d.]+", out)
 
 
-def test_a_run_of_an_in_process_factory_says_why_another_process_cannot_load_it(tmp_path):
-    result = subprocess.run([sys.executable, "-c", "import relayrl; relayrl.load('x')"], capture_output=True,
-                            text=True, cwd=tmp_path, timeout=120)
-    assert result.returncode != 0  # (no such run: a plain CheckpointError)
+def test_a_run_of_an_in_process_factory_says_why_another_process_cannot_build_its_env():
     from relayrl.envs.registry import make
     from relayrl.errors import EnvError
 
