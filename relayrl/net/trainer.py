@@ -93,7 +93,8 @@ class RelaySource(SampleSource):
         self.lengths: list[int] = []
         self.test_returns: list[float] = []
         self.timing: dict[str, dict[str, float]] = {}  # worker -> its real-time clock statistics
-        self.counts = {"duplicates": 0, "stale": 0, "rejected": 0, "chunks": 0}
+        self.max_lag = config.max_policy_lag  # older chunks count their env steps but are not learned from
+        self.counts = {"duplicates": 0, "stale": 0, "rejected": 0, "chunks": 0, "too_old": 0}
         self.rejected: dict[str, int] = {}  # cause -> chunks refused for it
         self._lags: list[int] = []
         self._reported: set[tuple[str, str]] = set()  # (worker, cause) already logged
@@ -180,7 +181,11 @@ class RelaySource(SampleSource):
                 self.timing[msg.sender] = {k: float(v) for k, v in timing.items()
                                            if k in ("late_steps", "jitter") and isinstance(v, (int, float)) and np.isfinite(v)}
             self.counts["chunks"] += 1
-            self._lags.append(self.version - msg.version)
+            lag = self.version - msg.version
+            self._lags.append(lag)
+            if self.max_lag is not None and lag > self.max_lag:
+                self.counts["too_old"] += 1  # (as on the mp and Ray backends: max_policy_lag)
+                continue
             if batch:
                 batches.append(batch)
         if acks:

@@ -210,3 +210,20 @@ def test_on_policy_algorithms_are_refused_with_a_server():
     config = build_config("ppo", None, [], {"net.server": "127.0.0.1:5555"})
     with pytest.raises(ConfigError, match="sac or dqn"):
         make_relay_source(config)
+
+
+def test_chunks_more_than_max_policy_lag_versions_old_are_counted_not_learned(relay):
+    source = RelaySource(source_config(relay.address, "max_policy_lag=2"), OBS, ACT)
+    try:
+        source.version = 5  # the learner has published version 5
+        old = wire.decode(wire.encode(wire.SAMPLES, sender="w0", incarnation=0, seq=0, version=2,
+                                      arrays=transitions(4), meta={"env_steps": 4}))
+        fresh = wire.decode(wire.encode(wire.SAMPLES, sender="w0", incarnation=0, seq=1, version=3,
+                                        arrays=transitions(4, 1), meta={"env_steps": 4}))
+        batch, steps = source._combine([old, fresh])
+        assert steps == 8  # the env steps of both count toward the run
+        np.testing.assert_array_equal(batch["obs"], fresh.arrays["obs"])  # only the fresh one is learned from
+        stats = source.stats()
+        assert stats["net/too_old"] == 1 and stats["net/lag_max"] == 3
+    finally:
+        source.close()
