@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"relayrl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    algos = ", ".join(BUILTIN)
+    algos = ", ".join(BUILTIN) + ", or your own as package.module:name"
     p = sub.add_parser("train", help="train an algorithm on an environment",
                        description=f"Train ALGO ({algos}) on an environment until the stop value or --total-steps.",
                        epilog=EPILOG)

@@ -153,7 +153,7 @@ class RunConfig(Section):
     """Options shared by every algorithm; each algorithm adds a section named after it."""
 
     algo: str
-    """Algorithm name (ppo, ...)."""
+    """Algorithm: a built-in name (ppo, appo, dqn, sac) or your own as package.module:name (docs/library.md)."""
     seed: int = 0
     """Seed for torch and the environments (env k gets seed + k)."""
     total_steps: int = Field(1_000_000, ge=1)
@@ -177,13 +177,21 @@ class RunConfig(Section):
     restarted (raise it for envs whose chunk takes longer to collect)."""
     max_policy_lag: int | None = Field(None, ge=0)
     """Drop chunks collected more than this many policy versions behind the learner (counted in
-    runtime/rejected; null: keep all). Bounds staleness for APPO, DQN and SAC with workers."""
+    runtime/rejected, or net/too_old through a relay; null: keep all). Bounds staleness for APPO, DQN and
+    SAC with workers, local or remote."""
     ray_address: str | None = None
     """backend ray: the cluster to join ("auto" or HOST:PORT); null starts a local Ray for the run."""
     env: EnvConfig = Field(default_factory=EnvConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     net: NetConfig = Field(default_factory=NetConfig)
 
+
+    def __getattr__(self, name: str) -> Any:
+        # ``getattr(config, config.algo)`` is the algorithm's section everywhere (loop, workers, evaluator),
+        # also when ``algo`` is a reference "package.module:name", whose section is ``name``
+        if ":" in name and name == self.__dict__.get("algo"):
+            return getattr(self, name.rpartition(":")[2])
+        return super().__getattr__(name)
 
     @property
     def resolved_backend(self) -> str:
@@ -198,15 +206,16 @@ _MODELS: dict[str, type[RunConfig]] = {}
 
 
 def config_model(algo: str) -> type[RunConfig]:
-    """The RunConfig subclass for ``algo``: the common options plus a section named ``algo``."""
+    """The RunConfig subclass for ``algo``: the common options plus the algorithm's section, named as it
+    registered (``ppo``; ``reinforce`` for your own ``"package.module:reinforce"``)."""
     from relayrl.algos import get_algo
 
     if algo not in _MODELS:
         entry = get_algo(algo)
         _MODELS[algo] = create_model(
-            f"{algo.upper()}RunConfig",
+            f"{entry.name.upper()}RunConfig",
             __base__=RunConfig,
-            **{algo: (entry.config_cls, Field(default_factory=entry.config_cls))},
+            **{entry.name: (entry.config_cls, Field(default_factory=entry.config_cls))},
         )
     return _MODELS[algo]
 
