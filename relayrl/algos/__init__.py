@@ -140,9 +140,9 @@ def _by_reference(ref: str) -> AlgoEntry:
         except Exception as exc:
             what = " ".join(f"{type(exc).__name__}: {exc}".split())
             raise ConfigError(f"algorithm {ref!r}: cannot import module {module!r} ({what}): fix the module, or make "
-                              f"it importable in every process (run from the directory that holds "
-                              f"{module.split('.')[0]!r}, add that directory to PYTHONPATH, or pip install its "
-                              "package)") from None
+                              f"it importable in every process (add the directory that holds "
+                              f"{module.split('.')[0]!r} to PYTHONPATH, run `python -m relayrl` from it, or pip "
+                              "install its package)") from None
     if ref not in _REGISTRY:
         theirs = [key.partition(":")[2] for key in _REGISTRY if key.partition(":")[0] == module]
         has = f"it registers {', '.join(map(repr, theirs))}" if theirs else "it registers no algorithm"
