@@ -186,12 +186,11 @@ class RunConfig(Section):
     net: NetConfig = Field(default_factory=NetConfig)
 
 
-    def __getattr__(self, name: str) -> Any:
-        # ``getattr(config, config.algo)`` is the algorithm's section everywhere (loop, workers, evaluator),
-        # also when ``algo`` is a reference "package.module:name", whose section is ``name``
-        if ":" in name and name == self.__dict__.get("algo"):
-            return getattr(self, name.rpartition(":")[2])
-        return super().__getattr__(name)
+    @property
+    def algo_config(self) -> AlgoConfig:
+        """The algorithm's section: ``config.ppo`` for ppo; ``config.reinforce`` for your own
+        ``"package.module:reinforce"`` (a section is named as the algorithm registered)."""
+        return getattr(self, self.algo.rpartition(":")[2])
 
     @property
     def resolved_backend(self) -> str:

@@ -132,7 +132,7 @@ def evaluate_bridge_checkpoint(ckpt: Any, config: Any, episodes: int, seed: int)
     options = {k: v for k, v in config.env.kwargs.items() if k in KWARGS}
     env = BridgeAgents(config.env.id[len(PREFIX):].strip(), **options)
     try:
-        policy = get_algo(config.algo).build_policy(getattr(config, config.algo), env.single_observation_space,
+        policy = get_algo(config.algo).build_policy(config.algo_config, env.single_observation_space,
                                                     env.single_action_space)
         try:
             policy.set_weights(ckpt.state["algo"])

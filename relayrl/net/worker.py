@@ -167,7 +167,7 @@ class RemoteWorker:
     def _paced(self, stop: threading.Event) -> bool:
         """False while this version has had its ``max_steps_per_update`` env steps (waits a little)."""
         limit = self.config.net.max_steps_per_update
-        algo_cfg = getattr(self.config, self.config.algo)
+        algo_cfg = self.config.algo_config
         warmup = max(getattr(algo_cfg, "start_training", 0), getattr(algo_cfg, "batch_size", 0))
         if limit is None or self.expert or self._steps_this_version < limit or self.env_steps < warmup:
             self._paced_since = None

@@ -33,7 +33,7 @@ def make_backend(config: RunConfig) -> Any:
 def make_pool(config: RunConfig) -> Any:
     from relayrl.runtime.pool import AsyncOnPolicyPool, OffPolicyPool, OnPolicyPool
 
-    algo_cfg = getattr(config, config.algo)
+    algo_cfg = config.algo_config
     if getattr(algo_cfg, "prenorm", False):
         raise ConfigError(f"{config.algo}.prenorm warms the statistics up on the learner's own envs, which "
                           f"rollout workers replace: set {config.algo}.prenorm=false (workers report what they "

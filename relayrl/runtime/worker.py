@@ -20,7 +20,7 @@ from relayrl.training.offpolicy import OffPolicyCollector
 class RolloutWorker:
     def __init__(self, worker_id: int, config: RunConfig, seed: int):
         entry = get_algo(config.algo)
-        cfg = getattr(config, config.algo)
+        cfg = config.algo_config
         self.worker_id, self.on_policy, self.total_steps = worker_id, entry.on_policy, config.total_steps
         env = config.env
         self.venv = make_vec(env.id, env.num_envs, env_kwargs=env.kwargs, max_episode_steps=env.max_episode_steps,

@@ -25,7 +25,7 @@ def load_policy(ckpt: Checkpoint, env_id: str | None = None):
     env_id = env_id or config.env.id
     env = make(env_id, **config.env.kwargs)
     try:
-        policy = get_algo(algo_name).build_policy(getattr(config, algo_name), env.observation_space, env.action_space)
+        policy = get_algo(algo_name).build_policy(config.algo_config, env.observation_space, env.action_space)
         policy.set_weights(ckpt.state["algo"])
     except ConfigError as exc:  # e.g. the network it records (ppo.encoder) no longer imports here
         raise CheckpointError(f"checkpoint {str(ckpt.path)!r} cannot rebuild its policy here: {exc}") from None

@@ -85,7 +85,7 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
     if entry.on_policy and (samples is None) != (publish is None):
         raise ConfigError(f"{config.algo} is on-policy: a sample source needs a weight sink (samples= and "
                           "publish= together), so every rollout is collected with the weights just published")
-    algo_cfg = getattr(config, config.algo)
+    algo_cfg = config.algo_config
     stop_value = config.stop_value if config.stop_value is not None or make_envs is not None \
         else spec_stop_value(config.env.id)
     if resume and run_dir is None:

@@ -75,7 +75,7 @@ def resolve_threads(config: RunConfig, algo: Any) -> RunConfig:
         if step is not None:
             best, timings = time_threads(step)
         else:
-            algo_cfg = getattr(config, config.algo)
+            algo_cfg = config.algo_config
             best, timings = pick_threads(list(getattr(algo_cfg, "hidden_sizes", [256, 256])),
                                          int(getattr(algo_cfg, "batch_size", 256)))
     finally:

@@ -20,7 +20,7 @@ class SameWeights:
 
         env = gym.make(config.env.id)
         make = get_algo(config.algo).algo_cls
-        self.current, self.previous = (make(getattr(config, config.algo), env.observation_space,
+        self.current, self.previous = (make(config.algo_config, env.observation_space,
                                             env.action_space, 1).policy for _ in range(2))
         env.close()
         self.diffs, self.stale_diffs, self.widths, self.published = [], [], [], 0

@@ -62,7 +62,7 @@ def test_a_reference_imports_the_module_and_finds_the_algorithm_it_registers():
 def test_its_config_section_is_the_registered_name_and_round_trips_through_yaml():
     config = build_config(REF, None, ["reinforce.lr=0.01", "env.num_envs=2"])
     assert config.algo == REF and config.reinforce.lr == 0.01
-    assert getattr(config, config.algo) is config.reinforce  # how the loop, workers and evaluator find it
+    assert config.algo_config is config.reinforce  # how the loop, workers and evaluator find it
     data = yaml.safe_load(to_yaml(config))
     assert data["algo"] == REF and data["reinforce"]["lr"] == 0.01 and "ppo" not in data
     assert build_config(REF, data) == config  # relayrl config -> --config
@@ -80,7 +80,7 @@ def test_the_policy_is_built_apart_and_acts(tmp_path):
 
     config = build_config(REF)
     env = gym.make("CartPole-v1")
-    policy = get_algo(config.algo).build_policy(getattr(config, config.algo), env.observation_space,
+    policy = get_algo(config.algo).build_policy(config.algo_config, env.observation_space,
                                                 env.action_space)
     assert policy.predict(np.zeros(4, np.float32)) in (0, 1)
     out = policy.act(np.zeros((3, 4), np.float32), "collect")
