@@ -20,16 +20,14 @@ import numpy as np
 from relayrl.bridge.sidechannel import EngineConfigurationChannel, EnvironmentParametersChannel
 from relayrl.bridge.trainer import BridgeEnv
 from relayrl.errors import ConfigError, EnvError
-from relayrl.training.agents import AgentTurn
+from relayrl.envs.agents import AgentEnv, AgentTurn
 
 PREFIX = "bridge:"
 KWARGS = {"behaviour", "timeout_s", "args", "spin_us", "parameters", "engine"}
 
 
-class BridgeAgents:
+class BridgeAgents(AgentEnv):
     """One behaviour of a launched simulator: ``reset(seed) -> AgentTurn``, ``step(actions) -> AgentTurn``."""
-
-    agent_batches = True
 
     def __init__(self, command: str | Sequence[str], behaviour: str | None = None, timeout_s: float = 60.0,
                  args: Sequence[str] = (), spin_us: float = 500.0, parameters: dict[str, float] | None = None,

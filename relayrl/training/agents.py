@@ -1,15 +1,4 @@
-"""Training on *agent envs*: any number of agents, each asking for a decision when it needs one.
-
-An agent env (e.g. ``relayrl.bridge.agents.BridgeAgents``: a simulator's behaviour) has
-``single_observation_space``, ``single_action_space``, ``num_envs`` (the most agents it can
-have), ``stats``, ``close()``, and::
-
-    reset(seed) -> AgentTurn        step(env_actions for turn.ids) -> AgentTurn
-
-An ``AgentTurn`` holds the agents that want a decision now (ids, obs, the reward each earned since
-its previous decision) and the agents whose episode ended since their last action (ids, final obs,
-last reward, interrupted = cut by a step limit). An agent may be in both: it ended an episode and
-began the next. Agents that skip turns simply keep their last action pending.
+"""Training on *agent envs* (``relayrl/envs/agents.py``: agents as rows, each deciding when it needs to).
 
 The collectors here turn that into what the algorithms already learn from:
 
@@ -24,28 +13,16 @@ The collectors here turn that into what the algorithms already learn from:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from relayrl.core import SampleSource
 from relayrl.data.dtypes import to_stored
+from relayrl.envs.agents import AgentEnv, AgentTurn
 from relayrl.errors import ConfigError, EnvError
 from relayrl.training.evaluator import EvalResult
 from relayrl.types import Batch
 
 MAX_EVAL_TURNS = 1_000_000
-
-
-@dataclass
-class AgentTurn:
-    ids: np.ndarray  # [n] int64, agents that want a decision
-    obs: np.ndarray  # [n, ...]
-    reward: np.ndarray  # [n] float32, earned since each agent's previous decision
-    end_ids: np.ndarray  # [m] int64, agents whose episode ended
-    end_obs: np.ndarray  # [m, ...] final observations
-    end_reward: np.ndarray  # [m]
-    interrupted: np.ndarray  # [m] bool: truncated (step limit), not terminal
 
 
 class AgentEpisodes:
@@ -107,7 +84,7 @@ class _Steps:
 class AgentRolloutCollector(SampleSource):
     """On-policy rollouts from an agent env: ``num_steps`` turns per ``collect()`` (module docstring)."""
 
-    def __init__(self, env, policy, num_steps: int):
+    def __init__(self, env: AgentEnv, policy, num_steps: int):
         self.env, self.policy, self.num_steps = env, policy, num_steps
         self.episodes = AgentEpisodes()
         self._turn: AgentTurn | None = None
@@ -202,7 +179,7 @@ class AgentTransitionCollector(SampleSource):
     """Off-policy sample source (``reset``/``pull``/``pop_episodes``) on an agent env: one-step
     transitions, complete as soon as an agent reports back after acting."""
 
-    def __init__(self, env, policy, gamma: float, turns_per_pull: int, n_step: int = 1):
+    def __init__(self, env: AgentEnv, policy, gamma: float, turns_per_pull: int, n_step: int = 1):
         if n_step != 1:
             raise ConfigError("agent envs (the simulator bridge) learn from one-step transitions: set n_step=1")
         self.env, self.policy, self.gamma, self.turns = env, policy, gamma, turns_per_pull
@@ -261,7 +238,7 @@ class AgentEvaluator:
     """Deterministic evaluation on an agent env: ``episodes`` episodes spread over the first agents
     (by id) with a fixed quota each, so quick failures cannot crowd out long episodes."""
 
-    def __init__(self, env, episodes: int, seed: int):
+    def __init__(self, env: AgentEnv, episodes: int, seed: int):
         self.env, self.episodes, self.seed = env, episodes, seed
         self.count = 0
 

@@ -20,6 +20,7 @@ from relayrl.algos import get_algo
 from relayrl.config import RunConfig, save_config
 from relayrl.envs.registry import spec_stop_value
 from relayrl.envs.vector import make_vec
+from relayrl.envs.agents import AgentEnv
 from relayrl.envs.auto import choose_manager
 from relayrl.errors import CheckpointError, ConfigError, NonFiniteError
 from relayrl.io.checkpoint import explain_load_error, load_checkpoint, load_newest, save_checkpoint
@@ -103,7 +104,7 @@ def train(config: RunConfig, *, run_dir: Path | str | None = None, resume: bool 
         env_args = _env_setup(config, entry.on_policy)
         venv = make_vec(config.env.id, config.env.num_envs, **env_args)
         eval_venv = None
-    agents = getattr(venv, "agent_batches", False)  # agents as rows, each deciding when it needs to
+    agents = isinstance(venv, AgentEnv)  # agents as rows, each deciding when it needs to
     lock: RunLock | None = None
     try:
         if eval_venv is None:
@@ -342,7 +343,7 @@ class _OnPolicySource:
         self.algo, self.samples, self.publish = algo, samples, publish
         if samples is not None:
             self.collector = samples
-        elif getattr(venv, "agent_batches", False):
+        elif isinstance(venv, AgentEnv):
             self.collector = AgentRolloutCollector(venv, algo.policy, cfg.num_steps)
         else:
             self.collector = OnPolicyCollector(venv, algo.policy, cfg.num_steps)

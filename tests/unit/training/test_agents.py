@@ -8,8 +8,8 @@ import pytest
 
 from relayrl.data.gae import compute_gae
 from relayrl.errors import ConfigError
-from relayrl.training.agents import AgentEpisodes, AgentEvaluator, AgentRolloutCollector, AgentTransitionCollector, \
-    AgentTurn
+from relayrl.envs.agents import AgentEnv, AgentTurn
+from relayrl.training.agents import AgentEpisodes, AgentEvaluator, AgentRolloutCollector, AgentTransitionCollector
 from relayrl.core import Policy
 from relayrl.types import PolicyOutput
 
@@ -18,12 +18,11 @@ def obs_of(agent: int, t: int, final: bool = False) -> list[float]:
     return [agent * 100 + t + (0.5 if final else 0.0)]
 
 
-class ScriptedAgents:
+class ScriptedAgents(AgentEnv):
     """Agent 0 decides every turn (reward 1); agent 1 every second turn (reward 10 since its last
     decision); agent 2 every turn (reward 0.5), its episode terminates at turn 3 (reward -5) and is
     interrupted at turn 5 (reward 2), each time starting the next episode in the same turn."""
 
-    agent_batches = True
     num_envs = 3
 
     def __init__(self):

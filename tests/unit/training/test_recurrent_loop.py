@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from relayrl.envs.agents import AgentEnv
 from relayrl.errors import ConfigError
 from relayrl.io.checkpoint import load_checkpoint
 from relayrl.training.evaluate import evaluate_checkpoint, load_policy
@@ -43,16 +44,18 @@ def test_memory_env_hides_the_velocities():
     np.testing.assert_array_equal(obs, full_obs[[0, 2]])
 
 
-class AgentEnvStub:
+class AgentEnvStub(AgentEnv):
     """Just enough of an agent env (training/agents.py) to reach the loop's checks."""
 
-    agent_batches = True
     single_observation_space = gym.spaces.Box(-1, 1, (3,), np.float32)
     single_action_space = gym.spaces.Discrete(2)
     num_envs = 4
 
-    def close(self):
-        pass
+    def reset(self, seed=None):
+        raise AssertionError("the loop refuses before resetting")
+
+    def step(self, actions):
+        raise AssertionError("the loop refuses before stepping")
 
 
 def test_agent_envs_refuse_recurrent_policies(tmp_path, tiny_config):
