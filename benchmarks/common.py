@@ -43,7 +43,7 @@ def run_relayrl(algo: str, seed: int, budget: int, stop: float, eval_every: int,
     import tempfile
 
     from relayrl.config import build_config
-    from relayrl.training.loop import train
+    from relayrl.training.trainer import train
 
     config = build_config(algo, None, [f"eval.freq={eval_every}", f"eval.episodes={eval_episodes}", *sets],
                           {"env.id": env_id, "seed": seed, "total_steps": budget, "stop_value": stop})

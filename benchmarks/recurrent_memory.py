@@ -36,7 +36,7 @@ POLICIES = {
 
 def child(args: argparse.Namespace) -> None:
     from relayrl.config import build_config
-    from relayrl.training.loop import train
+    from relayrl.training.trainer import train
 
     config = build_config("ppo", None, [f"eval.freq={EVAL_EVERY}", *COMMON, *POLICIES[args.child]],
                           {"env.id": ENV, "seed": args.seed, "total_steps": args.budget, "stop_value": STOP})

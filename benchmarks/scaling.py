@@ -74,7 +74,7 @@ def broadcast_cost(backend: str, workers: int, reps: int = 20) -> tuple[float, i
 
 
 def ppo_time(backend: str, workers: int, seed: int) -> float | None:
-    from relayrl.runtime import train
+    from relayrl.launch import train
 
     config = build_config("ppo", None, [f"backend={backend}", f"workers={workers}",
                                         f"env.num_envs={8 // workers}"], {"seed": seed, "total_steps": 200_000})

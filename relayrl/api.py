@@ -76,7 +76,7 @@ def train(algo: str, env: EnvLike | None = None, config: dict[str, Any] | str | 
                               "or a function): move it to the top of an importable module to use workers, or "
                               "train with one inline worker")
         cfg = cfg.model_copy(update={"env": cfg.env.model_copy(update={"manager": "sync"})})
-    from relayrl.runtime import train as run_training
+    from relayrl.launch import train as run_training
 
     summary = run_training(cfg, run_dir=run_dir, resume=resume, previous=previous, quiet=quiet,
                            tensorboard=tensorboard)

@@ -152,7 +152,7 @@ def cmd_config(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     from relayrl.config import build_config, default_config, diff_configs, read_yaml
     from relayrl.io.rundir import new_run_dir, write_experiment_record
-    from relayrl.runtime import train
+    from relayrl.launch import train
 
     overrides = {"env.id": args.env, "seed": args.seed, "total_steps": args.total_steps,
                  "stop_value": args.stop_value, "backend": args.backend, "workers": args.workers,

@@ -23,6 +23,7 @@ remote workers through a relay, or a simulator's agents::
 
     source.reset(seed)
     while training:
+        source.publish(policy.get_weights(), policy.version)  # (workers' sources: collectors with their own copy)
         batch, env_steps = source.pull()                    # waits for the next chunk of experience
         more, steps = source.poll()                         # whatever has arrived, without waiting
         returns, lengths = source.pop_episodes()            # episodes finished since the last call
@@ -211,6 +212,10 @@ class SampleSource(ABC):
     def pop_observation_moments(self) -> dict[str, np.ndarray] | None:
         """Moments of the raw observations the source's workers acted on since the last call (None: none)."""
         return None
+
+    def publish(self, weights: dict[str, Any], version: int) -> None:
+        """New weights for collectors that hold their own copy of the policy (rollout workers, the relay's
+        remote workers); collectors that act with the learner's policy object need nothing."""
 
     def close(self) -> None:
         """Stop collecting and release what the source holds."""

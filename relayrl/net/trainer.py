@@ -29,7 +29,7 @@ import numpy as np
 from relayrl.config import RunConfig
 from relayrl.core import SampleSource
 from relayrl.data.dtypes import stored_dtype
-from relayrl.errors import EnvError, RelayRLError
+from relayrl.errors import ConfigError, EnvError, RelayRLError
 from relayrl.net import wire
 from relayrl.net.client import RelayClient
 from relayrl.net.hooks import load_hook
@@ -303,3 +303,23 @@ def _numbers(value: Any) -> list:
     if not isinstance(value, list):
         return []
     return [v for v in value if isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)]
+
+
+def make_relay_source(config: RunConfig) -> tuple[RelaySource, tuple[Any, Any] | None]:
+    """The trainer's end of a relay (``--server``): remote workers instead of local ones. Returns the
+    source and, when the trainer does not build the env, the spaces the workers reported (else None:
+    the trainer's own evaluation envs give them)."""
+    from relayrl.algos import get_algo
+    from relayrl.envs.registry import make
+
+    if get_algo(config.algo).on_policy:
+        raise ConfigError(f"{config.algo} learns from rollouts of the weights it just published, which remote "
+                          "workers through a relay cannot promise: train sac or dqn with --server")
+    if config.workers != 1 or config.backend not in ("auto", "inline"):
+        raise ConfigError("--server learns from the workers connected to the relay: drop --workers/--backend "
+                          "(start `relayrl worker --server ...` on each machine instead)")
+    env = make(config.env.id, **config.env.kwargs)
+    try:
+        return RelaySource(config, env.observation_space, env.action_space), None
+    finally:
+        env.close()

@@ -1,8 +1,8 @@
 """The distributed runtime: rollout workers on a backend (inline, mp, ray) feeding one learner.
 
-``relayrl.runtime.train(config)`` is ``relayrl.training.loop.train`` with the experience coming from
-``config.workers`` rollout workers on ``config.backend``; one worker on the inline backend is the
-plain local loop. The learner, replay, evaluation, checkpoints and summary are the loop's own.
+``make_pool(config)`` is the sample source of ``config.workers`` rollout workers on
+``config.backend``; ``relayrl.launch`` hands it to the Trainer, whose learner, replay, evaluation,
+checkpoints and summary are the same as for local envs.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from typing import Any
 from relayrl.algos import get_algo
 from relayrl.config import RunConfig
 from relayrl.errors import ConfigError
-from relayrl.training.loop import train as train_local
 
 
 def make_backend(config: RunConfig) -> Any:
@@ -44,45 +43,3 @@ def make_pool(config: RunConfig) -> Any:
     else:
         pool_cls = OnPolicyPool if entry.collect_on_request else AsyncOnPolicyPool
     return pool_cls(make_backend(config), config.resolved_backend, max_lag=config.max_policy_lag)
-
-
-def make_relay_source(config: RunConfig) -> Any:
-    """The trainer's end of a relay (``--server``): remote workers instead of local ones."""
-    from relayrl.envs.registry import make
-    from relayrl.net.trainer import RelaySource
-
-    if get_algo(config.algo).on_policy:
-        raise ConfigError(f"{config.algo} learns from rollouts of the weights it just published, which remote "
-                          "workers through a relay cannot promise: train sac or dqn with --server")
-    if config.workers != 1 or config.backend not in ("auto", "inline"):
-        raise ConfigError("--server learns from the workers connected to the relay: drop --workers/--backend "
-                          "(start `relayrl worker --server ...` on each machine instead)")
-    env = make(config.env.id, **config.env.kwargs)
-    try:
-        return RelaySource(config, env.observation_space, env.action_space)
-    finally:
-        env.close()
-
-
-def train(config: RunConfig, **kwargs: Any) -> dict[str, Any]:
-    # (threads=-1 is resolved by the loop, which times the algorithm's own update)
-    if config.env.id.startswith("bridge:"):  # an external simulator through shared memory
-        from relayrl.bridge.agents import make_bridge_envs
-
-        if config.net.server is not None or config.workers != 1 or config.backend not in ("auto", "inline"):
-            raise ConfigError("a bridge simulator trains in this process: drop --server/--workers/--backend "
-                              "(one simulator process holds all its agents)")
-        return train_local(config, make_envs=make_bridge_envs, **kwargs)
-    if config.net.server is not None:
-        source = make_relay_source(config)
-        try:
-            return train_local(config, samples=source, publish=source.publish, **kwargs)
-        finally:
-            source.close()
-    if config.resolved_backend == "inline" and config.workers == 1:
-        return train_local(config, **kwargs)
-    pool = make_pool(config)
-    try:
-        return train_local(config, samples=pool, publish=pool.publish, **kwargs)
-    finally:
-        pool.close()

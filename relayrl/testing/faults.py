@@ -15,7 +15,7 @@ from typing import Any
 
 def train_until_write(config_tree: dict[str, Any], run_dir: str, k: int) -> None:
     from relayrl.config import validate
-    from relayrl.training.loop import train
+    from relayrl.training.trainer import train
 
     config = validate(config_tree["algo"], config_tree)
     renames = {"count": 0}

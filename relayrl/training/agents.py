@@ -19,7 +19,7 @@ from relayrl.core import SampleSource
 from relayrl.data.dtypes import to_stored
 from relayrl.envs.agents import AgentEnv, AgentTurn
 from relayrl.errors import ConfigError, EnvError
-from relayrl.training.evaluator import EvalResult
+from relayrl.training.evaluator import EvalResult, Evaluation
 from relayrl.types import Batch
 
 MAX_EVAL_TURNS = 1_000_000
@@ -234,7 +234,7 @@ class AgentTransitionCollector(SampleSource):
         return self.episodes.pop()
 
 
-class AgentEvaluator:
+class AgentEvaluator(Evaluation):
     """Deterministic evaluation on an agent env: ``episodes`` episodes spread over the first agents
     (by id) with a fixed quota each, so quick failures cannot crowd out long episodes."""
 

@@ -1,12 +1,16 @@
-"""Deterministic evaluation with episodes balanced across envs (DI-engine's VectorEvalMonitor).
+"""Evaluation: ``evaluate(policy) -> EvalResult`` (or None when there is nothing to report yet).
 
-Each env runs a fixed quota of episodes (``episodes // n`` plus one for the first
-``episodes % n``), so short episodes finishing early cannot crowd out long ones and bias the mean.
+``Evaluator`` runs deterministic episodes balanced across vector envs (DI-engine's
+VectorEvalMonitor): each env runs a fixed quota of episodes (``episodes // n`` plus one for the
+first ``episodes % n``), so short episodes finishing early cannot crowd out long ones and bias the
+mean. ``ReportedEvaluator`` takes the episodes others ran (remote workers' test episodes).
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -28,7 +32,33 @@ class EvalResult:
         return float(self.returns.std())
 
 
-class Evaluator:
+class Evaluation(ABC):
+    """``count``: evaluations run so far (each one's seed depends on it; it survives a resume)."""
+
+    count: int = 0
+
+    @abstractmethod
+    def evaluate(self, policy: Policy) -> EvalResult | None:
+        """Deterministic episodes of ``policy``; None when none could be had this time."""
+
+
+class ReportedEvaluator(Evaluation):
+    """The deterministic episodes remote collectors ran and reported (``reported()`` returns the
+    returns of those finished since the last call): an env that exists only on their machines."""
+
+    def __init__(self, reported: Callable[[], list[float]]):
+        self.reported = reported
+        self.count = 0
+
+    def evaluate(self, policy: Policy) -> EvalResult | None:
+        returns = self.reported()
+        if not returns:
+            return None
+        self.count += 1
+        return EvalResult(np.asarray(returns, dtype=np.float64), np.zeros(0, dtype=np.int64))
+
+
+class Evaluator(Evaluation):
     def __init__(self, venv: VectorEnv, episodes: int, seed: int):
         self.venv, self.episodes, self.seed = venv, episodes, seed
         self.count = 0

@@ -8,7 +8,7 @@ n-step accumulator), then runs the updates that are due:
 - never more than ``max_training_steps_per_env_step`` updates per env step overall: the learner
   pauses when it gets ahead of collection (what keeps real-time workers and the learner in balance).
 
-``OffPolicySource.gather`` returns the number of updates to run; ``ReplayLearning.learn`` runs them
+``ReplayRounds.gather`` returns the number of updates to run; ``ReplayLearning.learn`` runs them
 from the buffer, so the Learner and its hooks drive off-policy algorithms exactly like PPO.
 """
 
@@ -22,6 +22,7 @@ import numpy as np
 
 from relayrl.config import ReplayLoopConfig
 from relayrl.core import Algorithm, Policy, SampleSource
+from relayrl.training.rounds import Rounds
 from relayrl.data.dtypes import store_transitions
 from relayrl.data.nstep import NStepAccumulator
 from relayrl.data.replay import ReplayBuffer
@@ -73,20 +74,20 @@ class OffPolicyCollector(SampleSource):
         return self.episodes.pop()
 
 
-class OffPolicySource:
+class ReplayRounds(Rounds):
     """Collection into replay plus the update schedule; ``gather`` returns (updates due, env steps)."""
 
-    def __init__(self, algo: Algorithm, venv: VectorEnv, cfg: ReplayLoopConfig, seed: int, total_steps: int,
-                 samples: SampleSource | None = None,
+    def __init__(self, algo: Algorithm, samples: SampleSource, cfg: ReplayLoopConfig, seed: int, total_steps: int,
                  publish: Callable[[dict, int], None] | None = None):
-        """``samples``: where transitions come from (default: a local collector on ``venv``);
-        ``publish(weights, version)``: where weights go every ``update_model_interval`` updates."""
+        """``samples``: where transitions come from (a local ``OffPolicyCollector``, workers, the relay);
+        ``publish(weights, version)``: where weights go every ``update_model_interval`` updates (None:
+        the collectors act with ``algo.policy``)."""
         self.algo, self.cfg, self.total_steps = algo, cfg, total_steps
         options: dict[str, Any] = {"alpha": cfg.priority_alpha, "beta": cfg.priority_beta,
                                    "beta_steps": max(1, total_steps)} if cfg.prioritized else {}
         self.buffer = ReplayBuffer(cfg.buffer_size, sampler="prioritized" if cfg.prioritized else "uniform",
                                    seed=seed, **options)
-        self.samples = samples or OffPolicyCollector(venv, algo.policy, cfg.n_step, cfg.gamma, cfg.steps_per_iteration)
+        self.samples = samples
         self.learning = ReplayLearning(algo, self.buffer, cfg.batch_size, publish, cfg.update_model_interval)
         if cfg.update_buffer_interval is not None and self.samples.can_poll:
             self.learning.refill, self.learning.refill_every = self._poll, cfg.update_buffer_interval
@@ -103,9 +104,6 @@ class OffPolicySource:
         if batch:
             self.buffer.add(store_transitions(batch))
 
-    def reset(self, seed: int | None) -> None:
-        self.samples.reset(seed)
-
     def gather(self, env_steps: int, updates: int) -> tuple[int, int]:
         self.algo.set_progress(env_steps, self.total_steps)
         batch, steps = self.samples.pull()
@@ -121,9 +119,6 @@ class OffPolicySource:
         if cap is not None:
             due = min(due, int(env_steps * cap) - updates)
         return max(0, due), steps
-
-    def pop_episodes(self) -> tuple[list[float], list[int]]:
-        return self.samples.pop_episodes()
 
     def steps_received_while_learning(self) -> int:
         steps, self.polled_steps = self.polled_steps, 0

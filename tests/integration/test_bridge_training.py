@@ -62,7 +62,7 @@ def test_a_run_that_pauses_longer_than_both_timeouts_keeps_both_simulators(tmp_p
 
     from relayrl.bridge.cbuild import build, have_compiler
     from relayrl.config import build_config
-    from relayrl.runtime import train as run_train
+    from relayrl.launch import train as run_train
 
     if simulator == "c" and not have_compiler():
         pytest.skip("no C compiler ($CC or cc)")
@@ -98,7 +98,7 @@ def test_a_bridge_command_that_fails_is_one_clear_message(tmp_path):
 def test_bridge_options_are_checked(tmp_path, sets, message):
     from relayrl.config import build_config
     from relayrl.errors import ConfigError
-    from relayrl.runtime import train as run_train
+    from relayrl.launch import train as run_train
 
     config = build_config("ppo", None, sets, {"env.id": BALL3D})
     with pytest.raises(ConfigError, match=message):

@@ -81,7 +81,7 @@ def test_a_non_finite_loss_fails_the_run(tmp_path):
 
 def test_a_run_directory_in_use_is_bad_input(tmp_path, tiny_config):
     from relayrl.io.rundir import RunLock
-    from relayrl.runtime import train
+    from relayrl.launch import train
 
     train(tiny_config(total_steps=64), run_dir=tmp_path / "run", tensorboard=False)
     with RunLock(tmp_path / "run"):

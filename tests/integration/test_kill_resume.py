@@ -16,7 +16,7 @@ from relayrl.config import build_config
 from relayrl.errors import CheckpointError
 from relayrl.io.checkpoint import load_checkpoint
 from relayrl.testing.faults import train_until_write
-from relayrl.training.loop import train
+from relayrl.training.trainer import train
 
 SETS = {
     "dqn": ["dqn.start_training=64", "dqn.batch_size=16", "dqn.steps_per_iteration=32", "dqn.buffer_size=2000"],

@@ -4,7 +4,7 @@ and the learner merges them, so its statistics count every observation any worke
 
 from relayrl.config import build_config
 from relayrl.io.checkpoint import load_checkpoint
-from relayrl.runtime import train
+from relayrl.launch import train
 
 
 def test_ppo_with_obs_norm_learns_on_two_mp_workers(tmp_path):

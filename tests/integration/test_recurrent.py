@@ -1,7 +1,7 @@
 """Recurrent PPO learns a memory task that feed-forward PPO cannot: CartPole-v1 without its velocities."""
 
 from relayrl.config import build_config
-from relayrl.training.loop import train
+from relayrl.training.trainer import train
 
 MEMORY = ["env.id=relayrl/CartPoleNoVel-v1", "env.manager=sync", "eval.freq=5000", "eval.episodes=10"]
 

@@ -275,7 +275,7 @@ def test_a_killed_trainer_resumes_and_keeps_the_samples_queued_meanwhile(tmp_pat
 
 def test_dqn_trains_from_a_remote_worker(tmp_path):
     """Discrete actions through the relay: a DQN trainer (this process) and a worker process."""
-    from relayrl.runtime import train
+    from relayrl.launch import train
     from relayrl.testing.relay import running_relay
 
     with running_relay() as r:

@@ -9,8 +9,9 @@ import pytest
 from relayrl.config import build_config
 from relayrl.errors import RelayRLError
 from relayrl.io.metrics import read_metrics
-from relayrl.runtime import make_pool, train
-from relayrl.training.loop import train as train_local
+from relayrl.launch import train
+from relayrl.runtime import make_pool
+from relayrl.training.trainer import train as train_local
 from runtime_checks import SameWeights  # same folder
 
 
@@ -54,7 +55,7 @@ def _train_on(pool, config, tmp_path, after_iter, stop_event=None):
     """Train on ``pool`` with one after_iter hook, closing the pool whatever happens."""
     try:
         return train_local(config, run_dir=tmp_path / "run", tensorboard=False, samples=pool,
-                           publish=pool.publish, hooks=[("after_iter", after_iter, {})], stop_event=stop_event)
+                           hooks=[("after_iter", after_iter, {})], stop_event=stop_event)
     finally:
         pool.close()
 
@@ -147,7 +148,7 @@ def test_workers_that_keep_failing_end_the_run_with_a_clear_message(tmp_path):
     pool.backend.max_restarts = 2
     with pytest.raises(RelayRLError, match="rollout workers failed 3 times.*exit code 3"):
         try:
-            train_local(config, run_dir=tmp_path / "run", tensorboard=False, samples=pool, publish=pool.publish)
+            train_local(config, run_dir=tmp_path / "run", tensorboard=False, samples=pool)
         finally:
             pool.close()
 

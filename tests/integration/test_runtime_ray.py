@@ -11,7 +11,7 @@ ray = pytest.importorskip("ray")
 from relayrl.config import build_config  # noqa: E402
 from relayrl.io.metrics import read_metrics  # noqa: E402
 from relayrl.runtime import make_pool  # noqa: E402
-from relayrl.training.loop import train as train_local  # noqa: E402
+from relayrl.training.trainer import train as train_local  # noqa: E402
 from runtime_checks import SameWeights  # noqa: E402  (same folder)
 
 pytestmark = pytest.mark.ray
@@ -37,7 +37,7 @@ def _run(config, tmp_path, on_iteration=None):
     info = []
     try:
         summary = train_local(config, run_dir=tmp_path / "run", tensorboard=False, samples=pool,
-                              publish=pool.publish, hooks=hooks)
+                              hooks=hooks)
         info = pool.backend.info()
     finally:
         pool.close()

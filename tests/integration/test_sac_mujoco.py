@@ -4,7 +4,7 @@ import pytest
 
 from relayrl.config import build_config
 from relayrl.io.metrics import read_metrics
-from relayrl.runtime import train
+from relayrl.launch import train
 
 
 @pytest.mark.slow

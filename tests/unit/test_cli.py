@@ -155,7 +155,7 @@ def test_version_and_help_speak_to_users():
 
 
 def test_eval_on_an_env_of_other_spaces_names_the_shapes_that_differ(tmp_path, tiny_config):
-    from relayrl.runtime import train
+    from relayrl.launch import train
 
     train(tiny_config(total_steps=64), run_dir=tmp_path / "run", tensorboard=False)
     result = relayrl("eval", tmp_path / "run", "--env", "Acrobot-v1", "--episodes", 1)

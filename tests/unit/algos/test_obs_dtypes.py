@@ -18,7 +18,7 @@ from relayrl.config import build_config
 from relayrl.data.replay import ReplayBuffer
 from relayrl.envs.vector import make_vec
 from relayrl.io.metrics import read_metrics
-from relayrl.runtime import train
+from relayrl.launch import train
 from relayrl.training.collector import OnPolicyCollector
 
 ENV = "relayrl.testing.envs:relayrl-test/DtypeObs-v0"

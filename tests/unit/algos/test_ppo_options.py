@@ -13,7 +13,7 @@ from relayrl.config import build_config
 from relayrl.errors import ConfigError
 from relayrl.policy.recurrent import RecurrentActorCritic
 from relayrl.training import threads
-from relayrl.training.loop import train
+from relayrl.training.trainer import train
 
 
 @pytest.mark.parametrize("sets, message", [

@@ -205,7 +205,7 @@ def test_no_relay_is_a_clear_error():
 
 def test_on_policy_algorithms_are_refused_with_a_server():
     from relayrl.errors import ConfigError
-    from relayrl.runtime import make_relay_source
+    from relayrl.net.trainer import make_relay_source
 
     config = build_config("ppo", None, [], {"net.server": "127.0.0.1:5555"})
     with pytest.raises(ConfigError, match="sac or dqn"):

@@ -206,12 +206,11 @@ def test_max_training_steps_per_env_step_keeps_the_learner_behind_collection(cap
     """Like the loop: gather (updates due, env steps), then learn; with a cap, updates never exceed
     cap x env steps delivered, even though updates_per_step asks for 4 per step."""
     from relayrl.config import ReplayLoopConfig
-    from relayrl.training.offpolicy import OffPolicySource
+    from relayrl.training.offpolicy import ReplayRounds
 
     cfg = ReplayLoopConfig(buffer_size=1000, batch_size=4, start_training=8, updates_per_step=4.0,
                            max_training_steps_per_env_step=cap)
-    source = OffPolicySource(FakeAlgo(), None, cfg, seed=0, total_steps=10_000,
-                             samples=TrickleSource([3, 0, 1, 0, 0, 2]))
+    source = ReplayRounds(FakeAlgo(), TrickleSource([3, 0, 1, 0, 0, 2]), cfg, seed=0, total_steps=10_000)
     learner = Learner(source.learning)
     for _ in range(60):
         due, steps = source.gather(learner.ctx.env_steps, learner.ctx.updates)

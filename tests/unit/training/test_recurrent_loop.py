@@ -10,10 +10,11 @@ import pytest
 import torch
 
 from relayrl.envs.agents import AgentEnv
+from relayrl.training.experience import AgentExperience
 from relayrl.errors import ConfigError
 from relayrl.io.checkpoint import load_checkpoint
 from relayrl.training.evaluate import evaluate_checkpoint, load_policy
-from relayrl.training.loop import train
+from relayrl.training.trainer import train
 
 RECURRENT = ("env.id=relayrl/CartPoleNoVel-v1", "ppo.recurrent=lstm", "ppo.recurrent_hidden=16", "ppo.seq_len=8",
              "ppo.batch_trajectories=4")
@@ -61,7 +62,7 @@ class AgentEnvStub(AgentEnv):
 def test_agent_envs_refuse_recurrent_policies(tmp_path, tiny_config):
     with pytest.raises(ConfigError, match="ppo.recurrent=null"):
         train(tiny_config("ppo.recurrent=gru"), run_dir=tmp_path / "r",
-              make_envs=lambda config: (AgentEnvStub(), AgentEnvStub()))
+              experience=AgentExperience(AgentEnvStub(), AgentEnvStub()))
     assert not (tmp_path / "r").exists()  # refused before the run directory is written
 
 
@@ -75,7 +76,7 @@ def test_a_mirror_spec_that_does_not_fit_the_env_stops_before_training(tmp_path,
 
 def test_rollout_workers_carry_their_own_states(tmp_path, tiny_config, monkeypatch):
     from relayrl.algos.ppo import PPO
-    from relayrl.runtime import train as train_with_workers
+    from relayrl.launch import train as train_with_workers
 
     learned = []  # each rollout the learner got, with the weights that collected it (synchronous on-policy)
     learn = PPO.learn

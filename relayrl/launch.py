@@ -1,0 +1,53 @@
+"""Where a run's experience comes from, chosen from its config; then the Trainer runs it.
+
+``relayrl train`` and ``relayrl.train`` call ``train(config)``:
+
+- ``env.id`` "bridge:COMMAND": a simulator's agents through shared memory (``relayrl.bridge``);
+- ``net.server``: remote workers through a relay (``relayrl.net``);
+- ``workers`` > 1 or ``backend`` mp/ray: a pool of rollout workers (``relayrl.runtime``);
+- otherwise local envs in this process (``relayrl.training``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from relayrl.algos import get_algo
+from relayrl.config import RunConfig
+from relayrl.errors import ConfigError
+from relayrl.training.experience import AgentExperience, Experience, GymExperience, SourceExperience
+from relayrl.training.trainer import Trainer
+
+
+def train(config: RunConfig, **options: Any) -> dict[str, Any]:
+    """Train with the experience ``config`` asks for; ``options`` are the Trainer's (run_dir, resume, ...)."""
+    on_policy = get_algo(config.algo).on_policy
+    if config.env.id.startswith("bridge:"):  # an external simulator through shared memory
+        from relayrl.bridge.agents import make_bridge_envs
+
+        if config.net.server is not None or config.workers != 1 or config.backend not in ("auto", "inline"):
+            raise ConfigError("a bridge simulator trains in this process: drop --server/--workers/--backend "
+                              "(one simulator process holds all its agents)")
+        return Trainer(config, AgentExperience(*make_bridge_envs(config)), **options).run()
+    if config.net.server is not None:
+        from relayrl.net.trainer import make_relay_source
+
+        source, spaces = make_relay_source(config)
+        return _train_from(config, source, options, spaces=spaces, on_policy=on_policy)
+    if config.resolved_backend == "inline" and config.workers == 1:
+        return Trainer(config, GymExperience(config, on_policy), **options).run()
+    from relayrl.runtime import make_pool
+
+    return _train_from(config, make_pool(config), options, on_policy=on_policy)
+
+
+def _train_from(config: RunConfig, source: Any, options: dict[str, Any], *, on_policy: bool,
+                spaces: Any = None) -> dict[str, Any]:
+    """Train on a source of remote collectors, closing it whatever happens."""
+    try:
+        experience: Experience = SourceExperience(
+            config, source, spaces=spaces, on_policy=on_policy,
+            reported=source.pop_test_returns if spaces is not None else None)
+        return Trainer(config, experience, **options).run()
+    finally:
+        source.close()

@@ -1,0 +1,203 @@
+"""Where a run's experience comes from and how it is evaluated: what a launch hands the Trainer.
+
+An ``Experience`` knows the spaces the algorithm is built for, builds the sample source the loop
+pulls from once the learner's policy exists, and builds the evaluator::
+
+    experience = GymExperience(config)                      # local Gymnasium vector envs
+    algo = Algo(cfg, experience.observation_space, experience.action_space, experience.columns)
+    source = experience.source(algo.policy, cfg, on_policy=True)
+    evaluator = experience.evaluator(config.eval.episodes, seed)
+    ...
+    experience.close()
+
+The kinds:
+
+- ``GymExperience``: Gymnasium vector envs in this process or the env managers' workers (the plain
+  local run);
+- ``AgentExperience``: an agent env (``relayrl/envs/agents.py``: a simulator bridge's behaviour),
+  whose agents are the rows;
+- ``SourceExperience``: a sample source of someone else's collectors (a worker pool, the relay, a
+  queue of your own), with evaluation on local envs or from episodes the collectors report.
+
+Only ``SourceExperience`` sources hold their own copy of the policy (``shares_policy`` is False): the
+Trainer publishes new weights to them.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Callable
+
+import gymnasium as gym
+
+from relayrl.config import RunConfig
+from relayrl.core import Policy, SampleSource
+from relayrl.envs.agents import AgentEnv
+from relayrl.envs.auto import choose_manager
+from relayrl.envs.registry import spec_stop_value
+from relayrl.envs.vector import VectorEnv, make_vec
+from relayrl.errors import ConfigError
+from relayrl.training.agents import AgentEvaluator, AgentRolloutCollector, AgentTransitionCollector
+from relayrl.training.collector import OnPolicyCollector
+from relayrl.training.evaluator import Evaluation, Evaluator, ReportedEvaluator
+from relayrl.training.offpolicy import OffPolicyCollector
+
+__all__ = ["Experience", "GymExperience", "AgentExperience", "SourceExperience", "env_setup"]
+
+
+class Experience(ABC):
+    """Spaces, a sample source, an evaluator; see the module docstring."""
+
+    observation_space: gym.Space
+    action_space: gym.Space
+    columns: int  # env columns of one on-policy rollout (the algorithm sizes per-env state by it)
+    agents: bool = False  # rows are agents that come and go (no fixed env columns)
+    shares_policy: bool = True  # the source's collectors act with the learner's policy object itself
+
+    @abstractmethod
+    def source(self, policy: Policy, cfg: Any, on_policy: bool) -> SampleSource:
+        """The sample source the loop pulls from; on-policy: [T, N] rollouts, off-policy: transitions."""
+
+    @abstractmethod
+    def evaluator(self, episodes: int, seed: int) -> Evaluation:
+        """What ``evaluate(policy)`` runs on."""
+
+    def stats(self) -> dict[str, float]:
+        """The envs' counters, logged as ``env/<name>`` with every iteration."""
+        return {}
+
+    def stop_value(self) -> float | None:
+        """The return to stop at when the config sets none (the env's registered reward_threshold)."""
+        return None
+
+    def close(self) -> None:
+        """Close what the experience built (envs, evaluation envs)."""
+
+
+def env_setup(config: RunConfig, on_policy: bool) -> dict[str, Any]:
+    """The make_vec keyword arguments (manager included) for training and evaluation envs."""
+    env = config.env
+    manager, workers = env.manager, env.workers
+    if manager == "async" and on_policy:
+        raise ConfigError(f"{config.algo} needs every env at every step: use env.manager sync or subproc, "
+                          "not async")
+    if manager == "auto":
+        manager, workers = choose_manager(env.id, env.num_envs, env.kwargs, env.workers)
+    args: dict[str, Any] = dict(env_kwargs=env.kwargs, max_episode_steps=env.max_episode_steps,
+                                manager=manager, max_restarts=env.max_restarts)
+    if manager != "sync":
+        args.update(workers=workers, step_timeout=env.step_timeout)
+    return args
+
+
+def make_eval_envs(config: RunConfig, env_args: dict[str, Any]) -> VectorEnv:
+    return make_vec(config.env.id, min(config.eval.num_envs, config.eval.episodes), **env_args)
+
+
+class GymExperience(Experience):
+    """``config.env.num_envs`` Gymnasium envs collected in this process (through the env manager)."""
+
+    def __init__(self, config: RunConfig, on_policy: bool):
+        env_args = env_setup(config, on_policy)
+        self.venv = make_vec(config.env.id, config.env.num_envs, **env_args)
+        try:
+            self.eval_venv = make_eval_envs(config, env_args)
+        except BaseException:
+            self.venv.close()
+            raise
+        self.observation_space = self.venv.single_observation_space
+        self.action_space = self.venv.single_action_space
+        self.columns = config.env.num_envs
+        self.env_id = config.env.id
+
+    def source(self, policy: Policy, cfg: Any, on_policy: bool) -> SampleSource:
+        if on_policy:
+            return OnPolicyCollector(self.venv, policy, cfg.num_steps)
+        return OffPolicyCollector(self.venv, policy, cfg.n_step, cfg.gamma, cfg.steps_per_iteration)
+
+    def evaluator(self, episodes: int, seed: int) -> Evaluation:
+        return Evaluator(self.eval_venv, episodes, seed=seed)
+
+    def stats(self) -> dict[str, float]:
+        return dict(self.venv.stats)
+
+    def stop_value(self) -> float | None:
+        return spec_stop_value(self.env_id)
+
+    def close(self) -> None:
+        try:
+            self.venv.close()
+        finally:
+            self.eval_venv.close()
+
+
+class AgentExperience(Experience):
+    """An agent env for training and one for evaluation: every agent is a row; on-policy rollouts
+    are one column of every agent's steps in time order (``relayrl/training/agents.py``)."""
+
+    agents = True
+    columns = 1
+
+    def __init__(self, env: AgentEnv, eval_env: AgentEnv):
+        self.env, self.eval_env = env, eval_env
+        self.observation_space = env.single_observation_space
+        self.action_space = env.single_action_space
+
+    def source(self, policy: Policy, cfg: Any, on_policy: bool) -> SampleSource:
+        if on_policy:
+            return AgentRolloutCollector(self.env, policy, cfg.num_steps)
+        return AgentTransitionCollector(self.env, policy, cfg.gamma, cfg.steps_per_iteration, cfg.n_step)
+
+    def evaluator(self, episodes: int, seed: int) -> Evaluation:
+        return AgentEvaluator(self.eval_env, episodes, seed=seed)
+
+    def stats(self) -> dict[str, float]:
+        return dict(self.env.stats)
+
+    def close(self) -> None:
+        try:
+            self.env.close()
+        finally:
+            self.eval_env.close()
+
+
+class SourceExperience(Experience):
+    """Experience from ``samples``, collected elsewhere (worker pools, the relay, your own queue).
+
+    Evaluation runs on local envs of ``config.env.id`` (whose spaces the algorithm is then built
+    for), or, with ``spaces`` and ``reported`` given, from the episodes the collectors report
+    (``reported()`` returns the returns of those finished since the last call: the relay's test
+    episodes, when the env exists only on the workers' machines).
+    """
+
+    shares_policy = False
+
+    def __init__(self, config: RunConfig, samples: SampleSource, *,
+                 spaces: tuple[gym.Space, gym.Space] | None = None,
+                 reported: Callable[[], list[float]] | None = None, on_policy: bool = False):
+        self.samples = samples
+        self.eval_venv: VectorEnv | None = None
+        self.reported = reported
+        if spaces is None:
+            self.eval_venv = make_eval_envs(config, env_setup(config, on_policy))
+            spaces = (self.eval_venv.single_observation_space, self.eval_venv.single_action_space)
+        elif reported is None:
+            raise ConfigError("experience from a source with spaces of its own needs reported episodes to evaluate on")
+        self.observation_space, self.action_space = spaces
+        self.columns = config.env.num_envs * config.workers
+        self.env_id = config.env.id
+
+    def stop_value(self) -> float | None:
+        return spec_stop_value(self.env_id) if self.eval_venv is not None else None
+
+    def source(self, policy: Policy, cfg: Any, on_policy: bool) -> SampleSource:
+        return self.samples
+
+    def evaluator(self, episodes: int, seed: int) -> Evaluation:
+        if self.eval_venv is not None:
+            return Evaluator(self.eval_venv, episodes, seed=seed)
+        return ReportedEvaluator(self.reported)
+
+    def close(self) -> None:
+        if self.eval_venv is not None:
+            self.eval_venv.close()

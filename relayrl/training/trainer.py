@@ -1,0 +1,361 @@
+"""The Trainer: set up, then collect, learn, evaluate, checkpoint and log until a stop.
+
+``train(config)`` trains on local Gymnasium envs; ``relayrl.launch.train`` (what ``relayrl train``
+and ``relayrl.train`` run) picks the ``Experience`` for the config (local envs, rollout workers,
+the relay, a simulator bridge) and hands it here. The run directory is described in DESIGN.md.
+
+    trainer = Trainer(config, GymExperience(config, on_policy=True), run_dir="runs/x")
+    summary = trainer.run()
+
+One round of ``run``: ``collect`` (a rollout, or the replay updates due) -> ``learn`` (the Learner and
+its hooks; ``log`` and the periodic checkpoint are hooks) -> ``evaluate`` every ``eval.freq`` env
+steps (which writes the last and best checkpoints) -> stop at the stop value, ``total_steps``, or
+Ctrl-C (``stop_event``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from relayrl.algos import get_algo
+from relayrl.config import RunConfig, save_config
+from relayrl.core import SampleSource
+from relayrl.errors import CheckpointError, ConfigError, NonFiniteError
+from relayrl.io.checkpoint import explain_load_error, load_checkpoint, load_newest, save_checkpoint
+from relayrl.io.metrics import MetricsLogger
+from relayrl.io.rundir import RunLock, new_run_dir, write_summary
+from relayrl.training.experience import Experience, GymExperience, SourceExperience
+from relayrl.training.learner import HookContext, Learner
+from relayrl.training.offpolicy import ReplayRounds
+from relayrl.training.onpolicy import OnPolicyRounds
+from relayrl.training.progress import ProgressDisplay
+from relayrl.training.rounds import Rounds
+from relayrl.training.threads import resolve_threads
+
+log = logging.getLogger("relayrl")
+
+EVAL_SEED_OFFSET = 10_000
+RESUME_SEED_OFFSET = 1_000_003
+
+Hooks = Sequence[tuple[str, Callable[[HookContext], None], dict[str, Any]]]
+
+
+@dataclass
+class RunState:
+    """Counters and results that survive a resume (stored in every checkpoint's meta)."""
+
+    env_steps: int = 0
+    updates: int = 0
+    iteration: int = 0
+    wall_time_s: float = 0.0
+    best_eval_return: float | None = None
+    last_eval_return: float | None = None
+    last_eval_steps: int = -1
+    time_to_stop_value_s: float | None = None
+    env_steps_to_stop_value: int | None = None
+    eval_count: int = 0
+    resumes: int = 0
+
+
+def train(config: RunConfig, *, experience: Experience | None = None, samples: SampleSource | None = None,
+          **options: Any) -> dict[str, Any]:
+    """Train ``config.algo`` until the stop value or ``total_steps``; returns the summary.
+
+    Args:
+        experience: where experience comes from (default: local Gymnasium envs of ``config.env``).
+        samples: shorthand for ``SourceExperience(config, samples)``: experience from a sample source
+            of your own (transitions off-policy, [T, N] rollouts on-policy; ``samples.publish`` gets
+            the weights), evaluated on local envs.
+        options: ``Trainer``'s keyword arguments (run_dir, resume, previous, quiet, tensorboard,
+            stop_event, hooks).
+    """
+    on_policy = get_algo(config.algo).on_policy
+    if experience is None:
+        experience = (SourceExperience(config, samples, on_policy=on_policy) if samples is not None
+                      else GymExperience(config, on_policy))
+    return Trainer(config, experience, **options).run()
+
+
+class Trainer:
+    """One run (module docstring). Everything that can fail on bad input fails in ``__init__``,
+    before the run directory is written; the Trainer closes ``experience`` when the run ends."""
+
+    def __init__(self, config: RunConfig, experience: Experience, *, run_dir: Path | str | None = None,
+                 resume: bool = False, previous: Path | str | None = None, quiet: bool = True,
+                 tensorboard: bool = True, stop_event: threading.Event | None = None, hooks: Hooks = ()):
+        """
+        Args:
+            run_dir: where to write the run (default ``runs/<env>_<algo>_<timestamp>``).
+            resume: continue the run in ``run_dir`` from its last checkpoint.
+            previous: start from this checkpoint's policy weights (and normaliser) only.
+            stop_event: when set (e.g. by Ctrl-C), training stops after the current round, writing the
+                last checkpoint and the summary.
+            hooks: extra learner hooks as ``(position, fn, options)``, e.g.
+                ``("after_iter", print_kl, {"freq": 10, "priority": 50})``; ``fn`` gets a HookContext.
+        """
+        self.experience, self.stop_event = experience, stop_event
+        self.lock: RunLock | None = None
+        try:
+            self._set_up(config, run_dir, resume, previous)
+            self._open_run(quiet, tensorboard, hooks)
+        except BaseException:
+            if self.lock is not None:
+                self.lock.release()
+            experience.close()
+            raise
+
+    # ------------------------------------------------------------------ set up
+
+    def _set_up(self, config: RunConfig, run_dir: Path | str | None, resume: bool, previous: Path | str | None) -> None:
+        entry = get_algo(config.algo)
+        experience = self.experience
+        self.on_policy, self.resume = entry.on_policy, resume
+        cfg = config.algo_config
+        self.stop_value = config.stop_value if config.stop_value is not None else experience.stop_value()
+        if resume and run_dir is None:
+            raise CheckpointError("resume needs the run directory to continue")
+        self.run_dir = Path(run_dir) if run_dir is not None else new_run_dir(config.env.id, config.algo)
+        if config.threads > 0:  # (-1 is resolved below, by timing the algorithm once it exists)
+            torch.set_num_threads(config.threads)
+        torch.manual_seed(config.seed)
+        np.random.seed(config.seed)
+        if experience.agents:
+            if getattr(cfg, "prenorm", False):
+                raise ConfigError(f"{config.algo}.prenorm does not apply to agent envs (a simulator bridge): "
+                                  "set it to false")
+            if getattr(cfg, "recurrent", None):
+                raise ConfigError(f"{config.algo}.recurrent: agent envs (a simulator bridge) do not carry a hidden "
+                                  f"state per agent yet: set {config.algo}.recurrent=null")
+        cfg.check(config.algo)  # combinations of options that would silently do nothing, e.g. PPO's prenorm
+        self.algo = entry.algo_cls(cfg, experience.observation_space, experience.action_space, experience.columns)
+        self.algo.bind_env(config.env.id)  # what depends on the env itself, e.g. PPO's built-in mirror specs
+        if config.threads == -1:  # before config.yaml is written, so it records the pick
+            config = resolve_threads(config, self.algo)
+            torch.set_num_threads(config.threads)
+        self.config, self.cfg = config, cfg
+        self.state, source_state = RunState(), {}
+        if resume:  # the lock first: no other process may be training in the run we restore
+            self.lock = RunLock(self.run_dir).acquire()
+            self.state, source_state = _restore(self.run_dir, self.algo)
+        elif previous is not None:
+            _load_previous(previous, self.algo, config)
+        samples = experience.source(self.algo.policy, cfg, self.on_policy)
+        publish = None if experience.shares_policy else samples.publish
+        self.rounds: Rounds = (OnPolicyRounds(self.algo, samples, publish) if self.on_policy else
+                               ReplayRounds(self.algo, samples, cfg, seed=config.seed, total_steps=config.total_steps,
+                                            publish=publish))
+        if resume:
+            self.rounds.restore(self.run_dir / "checkpoints", source_state)
+        self.publish = publish
+        self.evaluator = experience.evaluator(config.eval.episodes, seed=config.seed + EVAL_SEED_OFFSET)
+        self.evaluator.count = self.state.eval_count
+
+    def _open_run(self, quiet: bool, tensorboard: bool, hooks: Hooks) -> None:
+        config, state = self.config, self.state
+        if self.lock is None:
+            self.lock = RunLock(self.run_dir).acquire()  # (creates the run directory)
+        (self.run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+        save_config(config, self.run_dir / "config.yaml")
+        self.logger = MetricsLogger(self.run_dir, tensorboard=tensorboard)
+        self.learner = Learner(self.rounds.learning, HookContext(env_steps=state.env_steps, updates=state.updates,
+                                                                 iteration=state.iteration))
+        self.display = ProgressDisplay(config.total_steps, f"{config.algo} {config.env.id}", quiet,
+                                       start=state.env_steps, stop_value=self.stop_value)
+        self.timing = {"collect_s": 0.0, "learn_s": 0.0, "steps": 0}
+        self._last_periodic = state.updates
+        self._start, self._wall_offset = time.perf_counter(), state.wall_time_s
+        self.learner.register_hook("after_iter", self.log, priority=10)
+        self.learner.register_hook("after_iter", self.periodic_checkpoint, priority=20)
+        for position, fn, options in hooks:
+            self.learner.register_hook(position, fn, **options)
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self) -> dict[str, Any]:
+        config, state, ctx = self.config, self.state, self.learner.ctx
+        stop_reason, work = "total_steps", None
+        try:
+            self.rounds.reset(seed=config.seed + RESUME_SEED_OFFSET * state.resumes)
+            if self.publish is not None and not self.on_policy:  # remote collectors start from the learner's weights
+                self.publish(self.algo.policy.get_weights(), self.algo.policy.version)
+            self.learner.call_hooks("before_run")
+            if getattr(self.cfg, "prenorm", False) and not self.resume and self.algo.policy.obs_rms is not None:
+                ctx.env_steps += self.rounds.warmup(self.cfg.prenormalize_steps)
+            next_eval = _next_multiple(ctx.env_steps, config.eval.freq)
+            while ctx.env_steps < config.total_steps:
+                if self.stop_event is not None and self.stop_event.is_set():
+                    stop_reason = "interrupted"
+                    break
+                work = self.collect()
+                self.learn(work)
+                if config.eval.freq and ctx.env_steps >= next_eval:
+                    next_eval = _next_multiple(ctx.env_steps, config.eval.freq)
+                    if self.evaluate():
+                        stop_reason = "stop_value"
+                        break
+                elapsed = self.timing["collect_s"] + self.timing["learn_s"]
+                self.display.update(ctx.env_steps, self.timing["steps"] / elapsed if elapsed else 0.0,
+                                    state.last_eval_return)
+            if stop_reason == "total_steps" and state.last_eval_steps != ctx.env_steps and self.evaluate():
+                stop_reason = "stop_value"
+            if stop_reason == "interrupted":
+                self.checkpoint("last")
+            ctx.stop_reason = stop_reason
+            self.learner.call_hooks("after_run")
+        except KeyboardInterrupt:
+            stop_reason = "interrupted"  # a second Ctrl-C: stop now, keep the checkpoints already written
+            raise
+        except NonFiniteError:
+            stop_reason = "nonfinite"
+            if isinstance(work, dict):
+                np.savez(self.run_dir / "nonfinite_batch.npz", **work)
+            raise
+        except Exception:
+            stop_reason = "error"  # e.g. an env that keeps failing; the checkpoints written so far stay
+            raise
+        finally:
+            summary = self._finish(stop_reason)
+        summary["run_dir"] = str(self.run_dir)
+        return summary
+
+    def collect(self) -> Any:
+        """The next round's work (a rollout, or the number of replay updates due); counts its env steps."""
+        ctx = self.learner.ctx
+        t0 = time.perf_counter()
+        work, steps = self.rounds.gather(ctx.env_steps, ctx.updates)
+        ctx.env_steps += steps
+        self.timing.update(collect_s=time.perf_counter() - t0, steps=steps)
+        return work
+
+    def learn(self, work: Any) -> None:
+        """One Learner iteration on ``work`` (its hooks log and checkpoint)."""
+        ctx = self.learner.ctx
+        t0 = time.perf_counter()
+        self.learner.train(work, progress=ctx.env_steps / self.config.total_steps)
+        late = self.rounds.steps_received_while_learning()  # a polling source's mid-round samples
+        ctx.env_steps += late
+        self.timing["learn_s"] = time.perf_counter() - t0
+        self.timing["steps"] += late
+
+    def evaluate(self) -> bool:
+        """Evaluate, write the last (and best) checkpoint; True once the stop value is reached."""
+        state, ctx = self.state, self.learner.ctx
+        result = self.evaluator.evaluate(self.algo.policy)
+        if result is None:  # nothing to judge by yet (no test episodes reported)
+            return False
+        state.last_eval_return, state.last_eval_steps = result.mean, ctx.env_steps
+        values = {"eval/return_mean": result.mean, "eval/return_std": result.std, "eval/episodes": len(result.returns)}
+        if len(result.lengths):
+            values["eval/length_mean"] = float(result.lengths.mean())
+        self.logger.log("eval", ctx.env_steps, self.wall(), values)
+        improved = state.best_eval_return is None or result.mean > state.best_eval_return
+        if improved:
+            state.best_eval_return = result.mean
+        reached = self.stop_value is not None and result.mean >= self.stop_value
+        if reached and state.time_to_stop_value_s is None:
+            state.time_to_stop_value_s, state.env_steps_to_stop_value = self.wall(), ctx.env_steps
+        self.checkpoint("last")  # before best: a run is resumable from its first checkpoint on, whenever it dies
+        if improved:
+            self.checkpoint("best")
+        return reached
+
+    def checkpoint(self, name: str) -> None:
+        state, ctx, config = self.state, self.learner.ctx, self.config
+        state.env_steps, state.updates, state.iteration = ctx.env_steps, ctx.updates, ctx.iteration
+        state.wall_time_s, state.eval_count = self.wall(), self.evaluator.count
+        meta = {"algo": config.algo, "env": config.env.id, "config": config.model_dump(), "run": vars(state),
+                "source": self.rounds.state()}
+        folder = self.run_dir / "checkpoints"
+        if name == "last":  # what a resume needs besides the learner (the replay buffer, if any) goes first,
+            self.rounds.save(folder)  # so a last checkpoint never lacks it
+        save_checkpoint(folder / name, {"algo": self.algo.state_dict(), "rng": {"torch": torch.get_rng_state()}}, meta)
+
+    def log(self, ctx: HookContext) -> None:
+        """After every iteration: learner metrics, episodes, env and source counters, timing."""
+        returns, lengths = self.rounds.pop_episodes()
+        timing = self.timing
+        elapsed = timing["collect_s"] + timing["learn_s"]
+        values: dict[str, Any] = {f"train/{k}": v for k, v in ctx.metrics.items()}
+        values.update({f"env/{k}": v for k, v in self.experience.stats().items()})
+        values.update(self.rounds.stats())
+        values.update({"updates": ctx.updates, "iteration": ctx.iteration,
+                       "time/collect_s": timing["collect_s"], "time/learn_s": timing["learn_s"],
+                       "time/steps_per_s": timing["steps"] / elapsed if elapsed else 0.0,
+                       "time/updates_per_s": ctx.metrics.get("updates", 1) / timing["learn_s"] if timing["learn_s"] else 0.0})
+        if returns:
+            values.update({"train/return_mean": float(np.mean(returns)),
+                           "train/length_mean": float(np.mean(lengths)), "train/episodes": len(returns)})
+        self.logger.log("train", ctx.env_steps, self.wall(), values)
+
+    def periodic_checkpoint(self, ctx: HookContext) -> None:
+        every = self.config.save_freq
+        if every > 0 and ctx.updates // every > self._last_periodic // every:
+            self.checkpoint(f"update_{ctx.updates:09d}")
+            self._last_periodic = ctx.updates
+
+    def wall(self) -> float:
+        return self._wall_offset + time.perf_counter() - self._start
+
+    def _finish(self, stop_reason: str) -> dict[str, Any]:
+        state, ctx = self.state, self.learner.ctx
+        try:
+            self.display.close(ctx.env_steps, state.last_eval_return, solved=stop_reason == "stop_value")
+            self.logger.close()
+            self.experience.close()
+        finally:
+            state.env_steps, state.updates = ctx.env_steps, ctx.updates
+            state.wall_time_s = self.wall()
+            summary = _summary(self.config, state, self.stop_value, stop_reason)
+            try:
+                write_summary(self.run_dir, summary)
+            finally:
+                self.lock.release()
+        return summary
+
+
+def _next_multiple(steps: int, freq: int) -> int:
+    return (steps // freq + 1) * freq if freq else 0
+
+
+def _summary(config: RunConfig, state: RunState, stop_value: float | None, stop_reason: str) -> dict[str, Any]:
+    return {
+        "algo": config.algo, "env": config.env.id, "seed": config.seed, "backend": config.resolved_backend,
+        "env_steps": state.env_steps, "updates": state.updates, "wall_time_s": round(state.wall_time_s, 4),
+        "env_steps_per_s": round(state.env_steps / state.wall_time_s, 2) if state.wall_time_s > 0 else 0.0,
+        "best_eval_return": state.best_eval_return, "last_eval_return": state.last_eval_return,
+        "stop_value": stop_value, "solved": state.time_to_stop_value_s is not None,
+        "time_to_stop_value_s": None if state.time_to_stop_value_s is None else round(state.time_to_stop_value_s, 4),
+        "env_steps_to_stop_value": state.env_steps_to_stop_value,
+        "stop_reason": stop_reason,
+    }
+
+
+def _restore(run_dir: Path, algo: Any) -> tuple[RunState, dict[str, Any]]:
+    ckpt, note = load_newest(run_dir / "checkpoints", prefer="last")
+    if note is not None:
+        log.warning("%s", note)
+    algo.load_state_dict(ckpt.state["algo"])
+    torch.set_rng_state(ckpt.state["rng"]["torch"])
+    state = RunState(**ckpt.meta["run"])
+    state.resumes += 1
+    return state, ckpt.meta.get("source", {})
+
+
+def _load_previous(previous: Path | str, algo: Any, config: RunConfig) -> None:
+    ckpt = load_checkpoint(previous)
+    if ckpt.meta.get("algo") != config.algo:
+        raise CheckpointError(f"--previous {str(ckpt.path)!r} holds a {ckpt.meta.get('algo')!r} policy, "
+                              f"not {config.algo!r}: pass a checkpoint of the same algorithm")
+    try:
+        algo.policy.set_weights(ckpt.state["algo"])
+    except (RuntimeError, ValueError, KeyError) as exc:
+        raise CheckpointError(f"--previous {str(ckpt.path)!r} does not fit this env/network "
+                              f"({ckpt.meta.get('env')} -> {config.env.id}): {explain_load_error(exc)}") from None
