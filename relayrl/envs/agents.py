@@ -1,7 +1,8 @@
 """The agent env contract: any number of agents, each asking for a decision when it needs one.
 
-A simulator's behaviour through the bridge (``relayrl.bridge.agents.BridgeAgents``) is an agent
-env; its agents are the rows of every batch the policy sees::
+Two kinds exist: a simulator's behaviour through the bridge (``relayrl.bridge.agents.BridgeAgents``)
+and PettingZoo ParallelEnv copies (``relayrl.envs.multiagent.MultiAgentVectorEnv``). Their agents
+are the rows of every batch the one shared policy sees::
 
     turn = env.reset(seed)                        # AgentTurn: who decides now, and who just ended
     while training:
@@ -11,7 +12,9 @@ env; its agents are the rows of every batch the policy sees::
 An ``AgentTurn`` holds the agents that want a decision now (ids, obs, the reward each earned since
 its previous decision) and the agents whose episode ended since their last action (ids, final obs,
 last reward, interrupted = cut by a step limit). An agent may be in both: it ended an episode and
-began the next. Agents that skip turns simply keep their last action pending.
+began the next. Agents that skip turns simply keep their last action pending. An id belongs to one
+live agent at a time; the collectors key what an agent owes them by id, so an env may reuse an id
+once its agent has ended (both kinds do). Observations are one array of rows (no Dict/Tuple).
 ``relayrl/training/agents.py`` turns turns into rollouts and transitions.
 """
 

@@ -1,145 +1,176 @@
-"""Multi-agent envs as batches: every live agent of one or more PettingZoo ParallelEnvs is a row.
+"""PettingZoo ParallelEnvs as an agent env (``relayrl/envs/agents.py``): every live agent of one or
+more env copies is a row, and one shared policy acts for all of them.
 
-One shared policy acts for all rows. Each step returns two blocks, like a simulator that asks for
-decisions (the shape the simulator bridge uses too):
-
-- the *transitions* of the agents that acted, in the order of the actions sent: reward,
-  terminated, truncated, and ``final_obs`` for the agents whose episode ended;
-- the *decision batch* for the next step: observations of every live agent, with ``env_ids``
-  (which env copy) and ``agent_ids`` (its name). Agents that appeared this step are in it without
-  a transition; agents that left are not.
-
-An env copy whose agents are all gone is reset in place (autoreset), its new agents joining the
-next decision batch.
-
-    venv = MultiAgentVectorEnv([lambda: my_parallel_env()] * 4)
-    batch = venv.reset(seed=0)
+    venv = MultiAgentVectorEnv([my_module.parallel_env] * 4)
+    turn = venv.reset(seed=0)                      # AgentTurn
     while training:
-        out = venv.step(policy.act(batch.obs))      # one action per row of the decision batch
-        store(out.transitions); batch = out.next
+        turn = venv.step(policy.act(turn.obs, "collect").env_action)   # one action per id in turn.ids
+
+or, through the training loop (``make_envs`` builds the training and the evaluation env)::
+
+    train(config, make_envs=multiagent_envs(my_module.parallel_env))
+
+How PettingZoo's parallel API maps onto an ``AgentTurn``:
+
+- **Ids.** Agent ``name`` of env copy ``i`` is id ``offset(i) + possible_agents.index(name)``
+  (``offset(i)`` = the possible agents of the copies before it): stable while the agent lives, and
+  *reused* when the same name comes back, later in the episode or in the copy's next episode. Two
+  live agents never share an id (a copy has one live agent per name), and the collectors see a
+  returning agent as one that ended an episode and began the next, which is the contract. The
+  evaluator's per-agent quotas rely on that reuse. A name outside ``possible_agents`` is refused.
+- **Deciders.** Every live agent decides every step (``env.agents``, in that order, copy after
+  copy); ``reward`` is the one of the step it answers, 0 for an agent that just appeared.
+- **Ends.** An agent that is terminated or truncated, or that leaves ``env.agents`` without either
+  (counted as truncated), is in ``end_ids`` with its final observation and last reward;
+  ``interrupted`` = not terminated.
+- **Autoreset.** A copy whose agents are all gone is reset in place (without a seed: it continues
+  its generator); its new agents are deciders in the same turn.
+
+Observations must be one array per agent (Box, Discrete, MultiBinary, MultiDiscrete): Dict and
+Tuple spaces are refused, since an ``AgentTurn`` holds one array of rows (flatten them first).
+Every agent must have the same observation and action space. ``stats`` counts ``resets`` (copies
+reset after their agents were all gone).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
 
 from relayrl.envs import spaces
+from relayrl.envs.agents import AgentEnv, AgentTurn
 from relayrl.envs.vector import ActionSpec, check_actions
 from relayrl.errors import EnvError
 
-
-@dataclass
-class DecisionBatch:
-    obs: Any  # [rows, ...] (dict/tuple of arrays for Dict/Tuple spaces)
-    env_ids: np.ndarray  # env copy of each row
-    agent_ids: list[str]
+__all__ = ["MultiAgentVectorEnv", "multiagent_envs"]
 
 
-@dataclass
-class Transitions:
-    env_ids: np.ndarray
-    agent_ids: list[str]
-    reward: np.ndarray
-    terminated: np.ndarray
-    truncated: np.ndarray
-    final_obs: Any  # rows valid where terminated | truncated
-    info: list[dict] = field(default_factory=list)
-
-
-@dataclass
-class MultiAgentStep:
-    transitions: Transitions
-    next: DecisionBatch
-
-
-class MultiAgentVectorEnv:
-    """PettingZoo ParallelEnv copies as one batch of agents (see module docstring)."""
+class MultiAgentVectorEnv(AgentEnv):
+    """PettingZoo ParallelEnv copies as one agent env (see module docstring)."""
 
     def __init__(self, factories: list[Callable[[], Any]]):
         if not factories:
             raise EnvError("a multi-agent vector env needs at least one env")
-        self.envs = [factory() for factory in factories]
+        self.envs: list[Any] = []
+        try:
+            for factory in factories:
+                self.envs.append(factory())
+            self._setup()
+        except BaseException:
+            self.close()
+            raise
+
+    def _setup(self) -> None:
         first = self.envs[0]
         agents = list(first.possible_agents)
         if not agents:
             raise EnvError("the env declares no possible_agents")
         self.single_observation_space = first.observation_space(agents[0])
         self.single_action_space = first.action_space(agents[0])
+        self._ids: list[dict[str, int]] = []
         for env in self.envs:
+            offset = sum(len(ids) for ids in self._ids)
+            self._ids.append({agent: offset + k for k, agent in enumerate(env.possible_agents)})
             for agent in env.possible_agents:
                 if env.observation_space(agent) != self.single_observation_space or \
                         env.action_space(agent) != self.single_action_space:
                     raise EnvError(f"agent {agent!r} has spaces {env.observation_space(agent)} / "
                                    f"{env.action_space(agent)}, unlike {agents[0]!r}: one shared policy needs "
                                    "the same observation and action space for every agent")
-        spaces.leaves(self.single_observation_space)  # refuses unsupported spaces clearly
+        leaves = spaces.leaves(self.single_observation_space)  # refuses unsupported spaces clearly
+        if isinstance(self.single_observation_space, (gym.spaces.Dict, gym.spaces.Tuple)):
+            raise EnvError(f"observation space {self.single_observation_space} has several parts, but an agent "
+                           "env's observations are one array per agent: flatten it into a Box first (e.g. "
+                           "with gymnasium.spaces.flatten in a wrapper around the ParallelEnv)")
+        self._obs_shape, self._obs_dtype = leaves[0].shape, leaves[0].dtype
         self._action_spec = ActionSpec(self.single_action_space)
+        self._discrete = isinstance(self.single_action_space, gym.spaces.Discrete)
+        self.num_envs = sum(len(ids) for ids in self._ids)  # the most agents at once
         self._obs: list[dict[str, Any]] = [{} for _ in self.envs]
-        self._rows: list[tuple[int, str]] = []
+        self._rows: list[tuple[int, str]] | None = None  # who decides now: (copy, name), in turn order
+        self.resets = 0
 
     @property
-    def num_envs(self) -> int:
-        return len(self.envs)
+    def stats(self) -> dict[str, int]:
+        return {"resets": self.resets}
 
-    def _batch(self) -> DecisionBatch:
-        self._rows = [(i, agent) for i, env in enumerate(self.envs) for agent in env.agents]
-        return DecisionBatch(obs=self._stack([self._obs[i][a] for i, a in self._rows]),
-                             env_ids=np.array([i for i, _ in self._rows], dtype=np.int64),
-                             agent_ids=[a for _, a in self._rows])
+    def _id(self, i: int, agent: str) -> int:
+        try:
+            return self._ids[i][agent]
+        except KeyError:
+            raise EnvError(f"env copy {i} has agent {agent!r}, which is not in its possible_agents "
+                           f"{list(self.envs[i].possible_agents)}: PettingZoo envs must declare every agent "
+                           "they may create") from None
 
-    def _stack(self, values: list[Any]) -> Any:
-        arrays, _ = spaces.allocate(self.single_observation_space, len(values))
+    def _stack(self, values: list[Any]) -> np.ndarray:
+        out = np.zeros((len(values), *self._obs_shape), self._obs_dtype)
         for row, value in enumerate(values):
-            for array, leaf in zip(arrays, spaces.flatten(self.single_observation_space, value)):
-                array[row] = leaf
-        return spaces.build(self.single_observation_space, arrays)
+            out[row] = value
+        return out
 
-    def reset(self, seed: int | None = None) -> DecisionBatch:
-        for i, env in enumerate(self.envs):
-            obs, _ = env.reset(seed=None if seed is None else seed + i)
-            self._obs[i] = dict(obs)
-        return self._batch()
+    def _reset_copy(self, i: int, seed: int | None) -> None:
+        obs, _ = self.envs[i].reset(seed=seed)
+        agents = list(self.envs[i].agents)
+        if not agents:
+            raise EnvError(f"env copy {i} has no agents after reset(): nothing would ever decide in it")
+        missing = [a for a in agents if a not in obs]
+        if missing:
+            raise EnvError(f"env copy {i}: reset() returned no observation for agents {missing}")
+        for agent in agents:
+            self._id(i, agent)
+        self._obs[i] = {agent: obs[agent] for agent in agents}
 
-    def step(self, actions: np.ndarray) -> MultiAgentStep:
-        """Actions for the rows of the last decision batch, in its order."""
-        if not self._rows and not any(env.agents for env in self.envs):
+    def _turn(self, reward: dict[tuple[int, str], float], ends: list[tuple[int, str, Any, float, bool]]) -> AgentTurn:
+        self._rows = [(i, agent) for i, env in enumerate(self.envs) for agent in env.agents]
+        return AgentTurn(
+            ids=np.array([self._id(i, a) for i, a in self._rows], np.int64),
+            obs=self._stack([self._obs[i][a] for i, a in self._rows]),
+            reward=np.array([reward.get(row, 0.0) for row in self._rows], np.float32),
+            end_ids=np.array([self._id(i, a) for i, a, *_ in ends], np.int64),
+            end_obs=self._stack([e[2] for e in ends]),
+            end_reward=np.array([e[3] for e in ends], np.float32),
+            interrupted=np.array([e[4] for e in ends], bool))
+
+    def reset(self, seed: int | None = None) -> AgentTurn:
+        """Reset every copy (copy ``i`` with ``seed + i``); every agent decides."""
+        for i in range(len(self.envs)):
+            self._reset_copy(i, None if seed is None else seed + i)
+        return self._turn({}, [])
+
+    def step(self, actions: np.ndarray) -> AgentTurn:
+        """Actions for the ids of the previous turn, in its order; the next turn."""
+        if self._rows is None:
             raise EnvError("step() before reset(): call reset(seed) first")
-        actions = check_actions(self._action_spec, actions, len(self._rows))
+        rows = self._rows
+        actions = check_actions(self._action_spec, actions, len(rows))
         per_env: list[dict[str, Any]] = [{} for _ in self.envs]
-        discrete = isinstance(self.single_action_space, gym.spaces.Discrete)
-        for (i, agent), action in zip(self._rows, actions):
-            per_env[i][agent] = int(action) if discrete else action
-        n = len(self._rows)
-        reward, term, trunc = np.zeros(n, np.float32), np.zeros(n, bool), np.zeros(n, bool)
-        final: list[Any] = [None] * n
-        infos: list[dict] = [{} for _ in range(n)]
-        results = []
+        for (i, agent), action in zip(rows, actions):
+            per_env[i][agent] = int(action) if self._discrete else action
+        reward: dict[tuple[int, str], float] = {}
+        ends: list[tuple[int, str, Any, float, bool]] = []
         for i, env in enumerate(self.envs):
-            results.append(env.step(per_env[i]) if per_env[i] else ({}, {}, {}, {}, {}))
-        for row, (i, agent) in enumerate(self._rows):
-            obs, rew, terminated, truncated, info = results[i]
-            reward[row] = rew.get(agent, 0.0)
-            term[row], trunc[row] = bool(terminated.get(agent, False)), bool(truncated.get(agent, False))
-            infos[row] = info.get(agent, {}) or {}
-            if term[row] or trunc[row]:
-                final[row] = obs.get(agent, self._obs[i][agent])
-        filler = self._obs[self._rows[0][0]][self._rows[0][1]] if n else None
-        final_obs = self._stack([f if f is not None else filler for f in final]) if n else self._stack([])
-        transitions = Transitions(env_ids=np.array([i for i, _ in self._rows], dtype=np.int64),
-                                  agent_ids=[a for _, a in self._rows], reward=reward, terminated=term,
-                                  truncated=trunc, final_obs=final_obs, info=infos)
-        for i, env in enumerate(self.envs):
-            obs = results[i][0]
-            if not env.agents:  # every agent is gone: the episode of this copy is over
-                obs, _ = env.reset()
-                self._obs[i] = dict(obs)
-            else:
-                self._obs[i] = {agent: obs[agent] if agent in obs else self._obs[i][agent] for agent in env.agents}
-        return MultiAgentStep(transitions=transitions, next=self._batch())
+            if not per_env[i]:
+                continue
+            obs, rew, terminated, truncated, _ = env.step(per_env[i])
+            live = list(env.agents)
+            for agent in per_env[i]:
+                term, trunc = bool(terminated.get(agent, False)), bool(truncated.get(agent, False))
+                if term or trunc or agent not in live:
+                    ends.append((i, agent, obs.get(agent, self._obs[i][agent]), float(rew.get(agent, 0.0)), not term))
+                else:
+                    reward[(i, agent)] = float(rew.get(agent, 0.0))
+            if not live:  # every agent is gone: the episode of this copy is over
+                self._reset_copy(i, None)
+                self.resets += 1
+                continue
+            for agent in live:
+                self._id(i, agent)
+                if agent not in obs and agent not in self._obs[i]:
+                    raise EnvError(f"env copy {i}: agent {agent!r} appeared without an observation")
+            self._obs[i] = {agent: obs[agent] if agent in obs else self._obs[i][agent] for agent in live}
+        return self._turn(reward, ends)
 
     def close(self) -> None:
         for env in self.envs:
@@ -150,3 +181,24 @@ class MultiAgentVectorEnv:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def multiagent_envs(env_fn: Callable[..., Any]) -> Callable[[Any], tuple[MultiAgentVectorEnv, MultiAgentVectorEnv]]:
+    """``make_envs`` for ``relayrl.training.loop.train``: ``env_fn(**config.env.kwargs)`` returns one
+    PettingZoo ParallelEnv; training steps ``config.env.num_envs`` copies, evaluation
+    ``min(config.eval.num_envs, config.eval.episodes)``."""
+
+    def make_envs(config: Any) -> tuple[MultiAgentVectorEnv, MultiAgentVectorEnv]:
+        kwargs = dict(config.env.kwargs)
+
+        def factory() -> Any:
+            return env_fn(**kwargs)
+
+        train_env = MultiAgentVectorEnv([factory] * config.env.num_envs)
+        try:
+            return train_env, MultiAgentVectorEnv([factory] * min(config.eval.num_envs, config.eval.episodes))
+        except BaseException:
+            train_env.close()
+            raise
+
+    return make_envs

@@ -1,4 +1,5 @@
-"""A PettingZoo ParallelEnv whose agents come and go, for tests of the multi-agent batch."""
+"""PettingZoo ParallelEnvs for tests of ``relayrl/envs/multiagent.py``: one whose agents come and go, and a
+cooperative one that a shared policy learns quickly."""
 
 from __future__ import annotations
 
@@ -47,4 +48,58 @@ class SpawningEnv(ParallelEnv):
             self.agents.append("a_2")
             obs["a_2"], rewards["a_2"], terminated["a_2"], truncated["a_2"], infos["a_2"] = (
                 self._obs("a_2"), 0.0, False, False, {})
+        return obs, rewards, terminated, truncated, infos
+
+
+class TeamMatchEnv(ParallelEnv):
+    """A cooperative task that a shared policy learns in seconds: every step each agent sees a target
+    (one-hot of 3) and its own number (one-hot of 2); agent k should answer (target + k) % 3. Both
+    agents get the team's reward, the fraction of agents that answered right, and the episode is
+    truncated after ``length`` steps. Random play earns length / 3 per agent, perfect play length.
+    """
+
+    metadata = {"name": "relayrl_team_match_v0"}
+
+    def __init__(self, length: int = 8):
+        self.length = length
+        self.possible_agents = ["a_0", "a_1"]
+        self._obs_space = gym.spaces.Box(0.0, 1.0, (5,), np.float32)
+        self._act_space = gym.spaces.Discrete(3)
+        self._rng = np.random.default_rng()
+
+    def observation_space(self, agent):
+        return self._obs_space
+
+    def action_space(self, agent):
+        return self._act_space
+
+    def _observe(self):
+        obs = {}
+        for k, agent in enumerate(self.agents):
+            o = np.zeros(5, np.float32)
+            o[self.target] = 1.0
+            o[3 + k] = 1.0
+            obs[agent] = o
+        return obs
+
+    def reset(self, seed=None, options=None):
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        self.t, self.target = 0, int(self._rng.integers(3))
+        self.agents = list(self.possible_agents)
+        return self._observe(), {a: {} for a in self.agents}
+
+    def step(self, actions):
+        self.t += 1
+        right = [int(actions[a]) == (self.target + k) % 3 for k, a in enumerate(self.possible_agents)]
+        team = float(np.mean(right))
+        self.target = int(self._rng.integers(3))
+        done = self.t >= self.length
+        obs = self._observe()
+        rewards = {a: team for a in self.agents}
+        terminated = {a: False for a in self.agents}
+        truncated = {a: done for a in self.agents}
+        infos = {a: {} for a in self.agents}
+        if done:
+            self.agents = []
         return obs, rewards, terminated, truncated, infos

@@ -1,4 +1,5 @@
-"""Training on *agent envs* (``relayrl/envs/agents.py``: agents as rows, each deciding when it needs to).
+"""Training on *agent envs* (``relayrl/envs/agents.py``: agents as rows, each deciding when it needs to):
+a simulator's behaviour through the bridge, or PettingZoo ParallelEnvs (``relayrl/envs/multiagent.py``).
 
 The collectors here turn that into what the algorithms already learn from:
 
@@ -181,7 +182,8 @@ class AgentTransitionCollector(SampleSource):
 
     def __init__(self, env: AgentEnv, policy, gamma: float, turns_per_pull: int, n_step: int = 1):
         if n_step != 1:
-            raise ConfigError("agent envs (the simulator bridge) learn from one-step transitions: set n_step=1")
+            raise ConfigError("agent envs (a simulator bridge, PettingZoo envs) learn from one-step transitions: "
+                              "set n_step=1")
         self.env, self.policy, self.gamma, self.turns = env, policy, gamma, turns_per_pull
         self.episodes = AgentEpisodes()
         self._turn: AgentTurn | None = None
