@@ -61,6 +61,12 @@ class ReplayLoopConfig(AlgoConfig):
     """Prioritization exponent (with prioritized)."""
     priority_beta: float = Field(0.4, ge=0, le=1)
     """Initial importance-weight exponent, annealed to 1 (with prioritized)."""
+    max_use: int | None = Field(None, ge=1)
+    """Evict a transition once it has been sampled this many times (Reverb's max_times_sampled; null:
+    never). Bounds how often a fast learner reuses slow collectors' data."""
+    max_staleness: int | None = Field(None, ge=1)
+    """Evict a transition once the learner's policy is this many versions (updates) past the one it had
+    when the transition entered the buffer (null: never)."""
     update_model_interval: int = Field(1, ge=1)
     """Publish the learner's weights every this many updates (matters with an external sample source;
     the local collector acts with the learner's own policy)."""

@@ -6,9 +6,9 @@ more env copies is a row, and one shared policy acts for all of them.
     while training:
         turn = venv.step(policy.act(turn.obs, "collect").env_action)   # one action per id in turn.ids
 
-or, through the training loop (``make_envs`` builds the training and the evaluation env)::
+or, through the Trainer (``multiagent_envs`` builds the training and the evaluation env)::
 
-    train(config, make_envs=multiagent_envs(my_module.parallel_env))
+    train(config, experience=AgentExperience(*multiagent_envs(config, my_module.parallel_env)))
 
 How PettingZoo's parallel API maps onto an ``AgentTurn``:
 
@@ -183,22 +183,18 @@ class MultiAgentVectorEnv(AgentEnv):
         self.close()
 
 
-def multiagent_envs(env_fn: Callable[..., Any]) -> Callable[[Any], tuple[MultiAgentVectorEnv, MultiAgentVectorEnv]]:
-    """``make_envs`` for ``relayrl.training.loop.train``: ``env_fn(**config.env.kwargs)`` returns one
-    PettingZoo ParallelEnv; training steps ``config.env.num_envs`` copies, evaluation
-    ``min(config.eval.num_envs, config.eval.episodes)``."""
+def multiagent_envs(config: Any, env_fn: Callable[..., Any]) -> tuple[MultiAgentVectorEnv, MultiAgentVectorEnv]:
+    """The training and evaluation agent envs of a run (``relayrl.training.experience.AgentExperience``
+    takes them): ``env_fn(**config.env.kwargs)`` returns one PettingZoo ParallelEnv; training steps
+    ``config.env.num_envs`` copies, evaluation ``min(config.eval.num_envs, config.eval.episodes)``."""
+    kwargs = dict(config.env.kwargs)
 
-    def make_envs(config: Any) -> tuple[MultiAgentVectorEnv, MultiAgentVectorEnv]:
-        kwargs = dict(config.env.kwargs)
+    def factory() -> Any:
+        return env_fn(**kwargs)
 
-        def factory() -> Any:
-            return env_fn(**kwargs)
-
-        train_env = MultiAgentVectorEnv([factory] * config.env.num_envs)
-        try:
-            return train_env, MultiAgentVectorEnv([factory] * min(config.eval.num_envs, config.eval.episodes))
-        except BaseException:
-            train_env.close()
-            raise
-
-    return make_envs
+    train_env = MultiAgentVectorEnv([factory] * config.env.num_envs)
+    try:
+        return train_env, MultiAgentVectorEnv([factory] * min(config.eval.num_envs, config.eval.episodes))
+    except BaseException:
+        train_env.close()
+        raise

@@ -86,7 +86,7 @@ class ReplayRounds(Rounds):
         options: dict[str, Any] = {"alpha": cfg.priority_alpha, "beta": cfg.priority_beta,
                                    "beta_steps": max(1, total_steps)} if cfg.prioritized else {}
         self.buffer = ReplayBuffer(cfg.buffer_size, sampler="prioritized" if cfg.prioritized else "uniform",
-                                   seed=seed, **options)
+                                   max_use=cfg.max_use, max_staleness=cfg.max_staleness, seed=seed, **options)
         self.samples = samples
         self.learning = ReplayLearning(algo, self.buffer, cfg.batch_size, publish, cfg.update_model_interval)
         if cfg.update_buffer_interval is not None and self.samples.can_poll:
@@ -102,7 +102,10 @@ class ReplayRounds(Rounds):
     def _store(self, batch: Batch) -> None:
         """Transitions into replay, in their stored dtypes whatever the source (data/dtypes.py)."""
         if batch:
-            self.buffer.add(store_transitions(batch))
+            batch = store_transitions(batch)
+            if self.cfg.max_staleness is not None:  # the learner's version as the transitions arrive
+                batch["version"] = np.full(len(next(iter(batch.values()))), self.algo.policy.version, np.int64)
+            self.buffer.add(batch)
 
     def gather(self, env_steps: int, updates: int) -> tuple[int, int]:
         self.algo.set_progress(env_steps, self.total_steps)
@@ -152,8 +155,11 @@ class ReplayLearning:
 
     def learn(self, updates: int, progress: float = 0.0) -> dict[str, float]:
         sums: dict[str, float] = {}
+        staleness, start = self.buffer.max_staleness is not None, self.updates
         for _ in range(updates):
-            batch = self.buffer.sample(self.batch_size)
+            batch = self.buffer.sample(self.batch_size, version=self.algo.policy.version if staleness else None)
+            if batch is None:  # everything was evicted (max_use, max_staleness): wait for new transitions
+                break
             metrics = self.algo.learn(batch, progress=progress)
             if "priority" in batch:
                 self.buffer.update_priorities(batch["index"], batch["priority"])
@@ -164,7 +170,8 @@ class ReplayLearning:
                 self.publish(self.algo.policy.get_weights(), self.algo.policy.version)
             if self.refill is not None and self.updates % self.refill_every == 0:
                 self.refill()
-        out = {key: value / updates for key, value in sums.items()} if updates else {}
-        out["updates"] = float(updates)
+        done = self.updates - start
+        out = {key: value / done for key, value in sums.items()} if done else {}
+        out["updates"] = float(done)
         out.update(self.buffer.stats())
         return out

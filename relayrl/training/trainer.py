@@ -129,10 +129,10 @@ class Trainer:
         np.random.seed(config.seed)
         if experience.agents:
             if getattr(cfg, "prenorm", False):
-                raise ConfigError(f"{config.algo}.prenorm does not apply to agent envs (a simulator bridge): "
+                raise ConfigError(f"{config.algo}.prenorm does not apply to agent envs (a simulator bridge, PettingZoo envs): "
                                   "set it to false")
             if getattr(cfg, "recurrent", None):
-                raise ConfigError(f"{config.algo}.recurrent: agent envs (a simulator bridge) do not carry a hidden "
+                raise ConfigError(f"{config.algo}.recurrent: agent envs (a simulator bridge, PettingZoo envs) do not carry a hidden "
                                   f"state per agent yet: set {config.algo}.recurrent=null")
         cfg.check(config.algo)  # combinations of options that would silently do nothing, e.g. PPO's prenorm
         self.algo = entry.algo_cls(cfg, experience.observation_space, experience.action_space, experience.columns)

@@ -3,6 +3,7 @@ script in examples/, on small budgets, in fresh processes as a user would run th
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -32,6 +33,8 @@ def test_the_python_blocks_of_the_library_page_run_in_order(tmp_path):
     assert (tmp_path / "runs" / "library-quickstart" / "summary.json").is_file()
     assert "return 500.0" in out  # the loaded CartPole policy, deployed with predict()
     assert "eval return" in out
+    scripted = json.loads((tmp_path / "runs" / "scripted-dqn" / "summary.json").read_text())
+    assert scripted["env_steps"] == 2048 and scripted["updates"] > 0  # a SampleSource of your own taught DQN
 
 
 def test_quickstart_trains_loads_and_deploys(tmp_path):

@@ -224,3 +224,46 @@ def test_max_training_steps_per_env_step_keeps_the_learner_behind_collection(cap
         assert updates == 4 * (env_steps - 8)
     else:  # the cap binds: the learner paused, and caught up to the cap with each delivery
         assert updates == int(cap * env_steps)
+
+
+class VersionedAlgo(FakeAlgo):
+    """Each learn is one update: the policy's version counts them; records the versions it learned from."""
+
+    class _Policy:
+        version = 0
+
+    def __init__(self):
+        super().__init__()
+        self.policy = self._Policy()
+        self.seen: list[tuple[int, np.ndarray, np.ndarray]] = []  # (version, item ids, item versions)
+
+    def learn(self, batch, progress=0.0):
+        self.seen.append((self.policy.version, batch["index"].copy(), batch.get("version")))
+        self.policy.version += 1
+        return {"loss": 0.0}
+
+
+@pytest.mark.parametrize("option", ["max_use", "max_staleness"])
+def test_the_replay_eviction_options_of_the_config_reach_the_buffer(option):
+    """max_use=1: no item is learned from in two updates; max_staleness=1: every update learns only from
+    transitions stored under the policy version it updates. Either way the buffer counts evictions, and
+    updates that find nothing left wait for new transitions instead of failing."""
+    from relayrl.config import ReplayLoopConfig
+    from relayrl.training.offpolicy import ReplayRounds
+
+    cfg = ReplayLoopConfig(buffer_size=1000, batch_size=4, start_training=8, updates_per_step=1.0, **{option: 1})
+    algo = VersionedAlgo()
+    rounds = ReplayRounds(algo, TrickleSource([6]), cfg, seed=0, total_steps=10_000)
+    learner = Learner(rounds.learning)
+    for _ in range(40):
+        due, steps = rounds.gather(learner.ctx.env_steps, learner.ctx.updates)
+        learner.ctx.env_steps += steps
+        learner.train(due)
+    assert len(algo.seen) > 10 and rounds.buffer.evicted > 0
+    if option == "max_use":
+        used: set[int] = set()
+        for _, ids, _ in algo.seen:
+            assert not used & set(ids.tolist())
+            used |= set(ids.tolist())
+    else:
+        assert all((versions == version).all() for version, _, versions in algo.seen)
