@@ -47,16 +47,34 @@ def make_pool(config: RunConfig) -> Any:
 
 
 def make_relay_source(config: RunConfig) -> Any:
-    """The trainer's end of a relay (``--server``): remote workers instead of local ones."""
-    from relayrl.envs.registry import make
+    """The trainer's end of a relay (``--server``): remote workers instead of local ones.
+
+    On-policy, ``config.workers`` is how many remote workers' rollouts make one learner rollout
+    (PPO) or how many column slots their rollouts fill (APPO). With ``net.remote_env`` the env is
+    not built here: this connects and takes the spaces from the first worker that describes them."""
     from relayrl.net.trainer import RelaySource
 
-    if get_algo(config.algo).on_policy:
-        raise ConfigError(f"{config.algo} learns from rollouts of the weights it just published, which remote "
-                          "workers through a relay cannot promise: train sac or dqn with --server")
-    if config.workers != 1 or config.backend not in ("auto", "inline"):
-        raise ConfigError("--server learns from the workers connected to the relay: drop --workers/--backend "
-                          "(start `relayrl worker --server ...` on each machine instead)")
+    entry = get_algo(config.algo)
+    if config.backend not in ("auto", "inline"):
+        raise ConfigError(f"--server learns from the workers connected to the relay, not from --backend "
+                          f"{config.backend}: drop --backend (start `relayrl worker --server ...` on each machine)")
+    if config.workers != 1 and not entry.on_policy:
+        raise ConfigError(f"--server with {config.algo} learns from whatever workers are connected to the relay: drop "
+                          "--workers (it counts the remote workers whose rollouts make one rollout of ppo or appo)")
+    if getattr(config.algo_config, "prenorm", False):
+        raise ConfigError(f"{config.algo}.prenorm warms the statistics up on the trainer's own envs, which remote "
+                          f"workers replace: set {config.algo}.prenorm=false (workers report the moments of what "
+                          "they see, and the trainer merges them)")
+    if config.net.remote_env:
+        source = RelaySource(config)
+        try:
+            source.await_spaces()
+        except BaseException:
+            source.close()
+            raise
+        return source
+    from relayrl.envs.registry import make
+
     env = make(config.env.id, **config.env.kwargs)
     try:
         return RelaySource(config, env.observation_space, env.action_space)
