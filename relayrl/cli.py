@@ -54,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ray-address", help="backend ray: join this cluster (auto or HOST:PORT) instead of a local Ray")
     p.add_argument("--server", metavar="HOST:PORT", help="learn from remote workers through the relay there")
     p.add_argument("--keys", metavar="DIR", help="with --server: this machine's keys (relayrl keys generate)")
+    p.add_argument("--remote-env", action="store_true",
+                   help="with --server: build no env here, take its spaces from the workers (net.remote_env)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--no-tensorboard", action="store_true", help="skip TensorBoard event files")
 
@@ -156,7 +158,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     overrides = {"env.id": args.env, "seed": args.seed, "total_steps": args.total_steps,
                  "stop_value": args.stop_value, "backend": args.backend, "workers": args.workers,
-                 "ray_address": args.ray_address, "net.server": args.server, "net.keys": args.keys}
+                 "ray_address": args.ray_address, "net.server": args.server, "net.keys": args.keys,
+                 "net.remote_env": True if args.remote_env else None}
     run_dir = args.run_dir
     if args.resume is not None:
         if args.previous is not None:
@@ -181,6 +184,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         changes = diff_configs(default_config(args.algo), config)
         run_dir = run_dir if run_dir is not None else new_run_dir(config.env.id, config.algo)
 
+    if config.net.remote_env and config.net.server is None:
+        raise ConfigError("--remote-env (net.remote_env) takes the env's spaces from remote workers: it needs "
+                          "--server HOST:PORT")
     stop_event = threading.Event()
 
     def on_sigint(signum, frame):  # first Ctrl-C: finish the iteration, save, exit 130

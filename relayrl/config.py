@@ -128,13 +128,21 @@ class NetConfig(Section):
     max_message_mb: float = Field(64.0, gt=0)
     """Largest message accepted (samples chunk or weights)."""
     max_steps_per_update: int | None = Field(None, ge=1)
-    """Worker: after this many env steps with one policy version, wait for newer weights before
-    collecting more (TMRL's synchronous worker; keeps simulated workers from outrunning the learner;
-    not before the worker's own start_training steps, the trainer's warm-up; null: never wait)."""
+    """Worker, off-policy: after this many env steps with one policy version, wait for newer weights
+    before collecting more (TMRL's synchronous worker; keeps simulated workers from outrunning the
+    learner; not before the worker's own start_training steps, the trainer's warm-up; null: never
+    wait). On-policy workers are paced by versions (PPO) or rollouts_in_flight (APPO)."""
     pace_timeout_s: float = Field(10.0, gt=0)
-    """Worker: the longest wait for newer weights once paced; then it collects another
-    max_steps_per_update steps and warns (a trainer that publishes less often than the worker's pace,
-    or one still warming up, must not deadlock the two)."""
+    """Worker: the longest wait for newer weights once paced (off-policy) or after sending PPO's
+    rollout of a version; then it collects on with the weights it has and warns (a trainer that
+    publishes less often than the worker's pace, a lost broadcast, must not deadlock the two)."""
+    rollouts_in_flight: int = Field(2, ge=1)
+    """Worker, APPO: rollouts sent and not yet taken by the trainer; at this many the worker waits
+    before collecting another (bounds the policy lag, as the mp backend's bounded queue does)."""
+    remote_env: bool = False
+    """Trainer: build no env; take its spaces from the first chunk a worker sends (every worker
+    describes its env's spaces), for envs that exist only on the workers' machines (`relayrl train
+    --remote-env`; docs/remote.md)."""
     min_samples_per_worker_packet: int = Field(1, ge=1)
     """Worker: transitions gathered before a chunk is sent."""
     compressor: str | None = None

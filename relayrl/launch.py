@@ -15,7 +15,8 @@ from typing import Any
 from relayrl.algos import get_algo
 from relayrl.config import RunConfig
 from relayrl.errors import ConfigError
-from relayrl.training.experience import AgentExperience, Experience, GymExperience, SourceExperience
+from relayrl.training.evaluator import ReportedEvaluator
+from relayrl.training.experience import AgentExperience, GymExperience, SourceExperience
 from relayrl.training.trainer import Trainer
 
 
@@ -45,9 +46,13 @@ def _train_from(config: RunConfig, source: Any, options: dict[str, Any], *, on_p
                 spaces: Any = None) -> dict[str, Any]:
     """Train on a source of remote collectors, closing it whatever happens."""
     try:
-        experience: Experience = SourceExperience(
-            config, source, spaces=spaces, on_policy=on_policy,
-            reported=source.pop_test_returns if spaces is not None else None)
+        evaluator = None
+        if spaces is not None:  # the env exists on the workers' machines only: their test episodes judge
+            evaluator = ReportedEvaluator(source.pop_test_returns, missing=(
+                "relayrl: no test episodes from the workers to evaluate on (the trainer has no env of its own with "
+                "--remote-env): run the workers with --set net.test_episode_interval=N (a deterministic episode "
+                "every N training episodes)"))
+        experience = SourceExperience(config, source, spaces=spaces, evaluator=evaluator, on_policy=on_policy)
         return Trainer(config, experience, **options).run()
     finally:
         source.close()

@@ -132,6 +132,36 @@ class RelayClient:
         with self._lock:
             return len(self._backlog)
 
+    def wait_weights(self, timeout: float) -> bool:
+        """Worker: wait up to ``timeout`` for weights not yet taken; True once there are some."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while self._weights_in is None:
+                self._check_refused()
+                left = deadline - time.monotonic()
+                if left <= 0 or self._stop.is_set():
+                    return False
+                self._lock.wait(min(left, 0.5))
+        return True
+
+    def wait_unacknowledged(self, below: int, timeout: float) -> bool:
+        """Worker: wait up to ``timeout`` until fewer than ``below`` chunks are unacknowledged, or new
+        weights arrive; True if fewer are."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while len(self._backlog) >= below and self._weights_in is None:
+                self._check_refused()
+                left = deadline - time.monotonic()
+                if left <= 0 or self._stop.is_set():
+                    break
+                self._lock.wait(min(left, 0.5))
+            return len(self._backlog) < below
+
+    @property
+    def closed(self) -> bool:
+        """The I/O thread has stopped (``close()``, or a refusal): nothing more will arrive."""
+        return self._stop.is_set() or not self._thread.is_alive()
+
     def take_weights(self) -> wire.Message | None:
         """The newest weights received since the last call (then ``version`` is theirs), or None."""
         with self._lock:
@@ -354,6 +384,7 @@ class RelayClient:
             with self._lock:
                 if self._weights_in is None or msg.version >= self._weights_in.version:
                     self._weights_in = msg
+                    self._lock.notify_all()
         elif msg.type == wire.SAMPLES and self.role == "trainer":
             with self._lock:
                 self._inbox.append(msg)
@@ -372,6 +403,7 @@ class RelayClient:
                     self._sent.discard(seq)
                     self.stats["acked"] += 1
             self.stats["relay_drops"] += len(dropped) if isinstance(dropped, list) else 0
+            self._lock.notify_all()
         for item in refusals if isinstance(refusals, list) else []:
             if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], int)
                     and isinstance(item[1], str) and isinstance(item[2], str)):

@@ -24,7 +24,8 @@ import msgpack
 import numpy as np
 
 PROTOCOL = 2  # 2: the header's "incarnation" (docs/wire-protocol.md, "Changes")
-REVISION = 1  # 2.1: refusals on acks, stricter header checks; peers of 2.0 and 2.1 work together
+REVISION = 2  # 2.2: on-policy rollout chunks, meta.spaces and meta.obs_moments; 2.1: refusals on acks,
+#              stricter header checks. Peers of every revision of 2 work together
 MAX_MESSAGE_BYTES = 64 * 2**20  # default cap on one message (all frames); the relay's --max-message-mb
 
 # Message types (the header's "type").

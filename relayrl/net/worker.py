@@ -8,8 +8,22 @@ client's backlog until the trainer acknowledges them; the newest weights are tak
 and saved to ``net.weights_dir`` (``latest.safetensors``, plus a copy every ``net.model_history``
 versions), and loaded again at start, so a restarted worker acts with the last policy it had.
 
+On-policy algorithms (PPO, APPO) send each rollout as one chunk, [T, n] arrays as a RolloutStore
+holds them, with the moments of the observations acted on (``meta.obs_moments``, for ``obs_norm``).
+Such a worker never collects before it holds weights from the trainer (or saved ones): a rollout of
+a fresh local initialisation would carry version 0, which the trainer could take for its own
+(until then it sends one announcement, a chunk with no arrays that describes its env's spaces).
+PPO collects exactly one rollout per weights version: after sending it waits for new weights, and
+collects again with the same version after ``net.pace_timeout_s`` (a lost broadcast cannot
+deadlock it; the trainer drops the repeat). APPO collects continuously, with at most
+``net.rollouts_in_flight`` rollouts not yet taken by the trainer (its bounded queue, as on mp).
+
+Every chunk describes the env's spaces (``meta.spaces``, net/spaces.py: about 150 bytes of header
+for CartPole) so the trainer can check them, or take them (``net.remote_env``).
+
 Modes (TMRL's): ``expert`` sends samples and never loads weights (a scripted or human policy, or a
-fixed saved one); ``standalone`` runs the saved policy with no server (deployment).
+fixed saved one; off-policy algorithms only); ``standalone`` runs the saved policy with no server
+(deployment).
 """
 
 from __future__ import annotations
@@ -24,21 +38,25 @@ from typing import Any
 
 import numpy as np
 
+from relayrl.algos import get_algo
 from relayrl.config import RunConfig
 from relayrl.envs.registry import make
-from relayrl.errors import CheckpointError, RelayRLError
+from relayrl.errors import CheckpointError, ConfigError, RelayRLError
 from relayrl.io.atomic import atomic_write_bytes
 from relayrl.io.checkpoint import explain_load_error
 from relayrl.net import wire
 from relayrl.net.client import RelayClient
 from relayrl.net.hooks import load_hook
+from relayrl.net.spaces import space_to_data
 from relayrl.net.trainer import crc_of
+from relayrl.policy.normalizer import RunningMeanStd
 from relayrl.runtime.messages import InsertTransitions, LoadParams
 from relayrl.runtime.worker import RolloutWorker
 from relayrl.types import Batch
 
 LATEST = "latest.safetensors"
 LOG_EVERY_S = 10.0
+MAX_SPACES_BYTES = 16 * 1024  # of a chunk's header (at most 64 KiB): meta.spaces must leave room for the rest
 
 
 def default_weights_dir(config: RunConfig) -> Path:
@@ -51,7 +69,17 @@ class RemoteWorker:
         net = config.net
         if not standalone and net.server is None:
             raise RelayRLError("relayrl worker needs --server HOST:PORT (or --standalone to run the saved policy)")
+        entry = get_algo(config.algo)
+        if expert and entry.on_policy:
+            raise ConfigError(f"--expert with {config.algo}: an on-policy algorithm learns from its own policy's "
+                              "rollouts (their log-probabilities and values), not from another policy's actions; "
+                              "use --expert with sac or dqn")
         self.config, self.expert, self.standalone = config, expert, standalone
+        self.on_policy, self.synchronous = entry.on_policy, entry.collect_on_request
+        self.has_weights = False  # on-policy: collect only with the trainer's (or saved) weights
+        self._sent_version: int | None = None  # PPO: the version of the last rollout sent
+        self._waiting_since: float | None = None
+        self._announced = False
         self.weights_dir = Path(net.weights_dir) if net.weights_dir else default_weights_dir(config)
         self._pending: list[InsertTransitions] = []
         self._test_returns: list[float] = []
@@ -61,16 +89,29 @@ class RemoteWorker:
         self._steps_this_version = 0
         self._paced_since: float | None = None
         self.pace_timeouts = 0
+        if config.threads > 0:  # (as the trainer: one torch thread is fastest for small networks, and many
+            import torch          # threads that spin on a busy machine make every step slow)
+
+            torch.set_num_threads(config.threads)
         self.worker = RolloutWorker(0, config, config.seed)
         self.client: RelayClient | None = None
         try:
+            venv = self.worker.venv
+            self.spaces = {"observation": space_to_data(venv.single_observation_space),
+                           "action": space_to_data(venv.single_action_space)}
+            size = len(json.dumps(self.spaces))
+            if size > MAX_SPACES_BYTES:
+                raise RelayRLError(f"the env's spaces take {size} bytes to describe, more than the {MAX_SPACES_BYTES} "
+                                   "a chunk's header leaves for them (a Box with different bounds per entry): give it "
+                                   "uniform bounds, or flatten it")
             self._load_saved(Path(weights) if weights else None)
             self.compress = load_hook(net.compressor, "net.compressor")
             if not standalone:
                 self.client = RelayClient(net.server, "worker", name=name, keys=net.keys, heartbeat_s=net.heartbeat_s,
                                           timeout_s=net.timeout_s, backlog=net.backlog, window=net.window,
                                           max_message_mb=net.max_message_mb)
-                self.client.version = self.worker.version
+                # (an on-policy worker without weights has none the relay could think current: it asks for them)
+                self.client.version = self.worker.version if self.has_weights or not self.on_policy else -1
         except BaseException:
             self.worker.close()
             raise
@@ -96,8 +137,11 @@ class RemoteWorker:
         except wire.WireError:
             from relayrl.io.checkpoint import load_checkpoint
 
-            tree, version = load_checkpoint(path).state["algo"], 0
-        self._apply(tree, version, str(path))
+            tree, version = load_checkpoint(path).state["algo"], None
+        self._apply(tree, 0 if version is None else version, str(path))
+        # on-policy, a rollout's version must name the trainer's weights it was collected with: weights of
+        # unknown version (a run checkpoint, a file without its latest.json) wait for the trainer's
+        self.has_weights = version is not None
 
     def _apply(self, tree: dict[str, Any], version: int, source: str) -> None:
         try:
@@ -106,6 +150,7 @@ class RemoteWorker:
             raise RelayRLError(f"weights from {source} do not fit this worker's {self.config.algo} policy "
                                f"({explain_load_error(exc)}): give the worker the same --config/--set options "
                                "as the trainer") from None
+        self.has_weights = True
 
     def _take_weights(self) -> None:
         msg = self.client.take_weights() if self.client is not None else None
@@ -142,14 +187,18 @@ class RemoteWorker:
         started = time.monotonic()
         while not stop.is_set() and (max_steps is None or self.env_steps < max_steps):
             self._take_weights()
-            if not self._paced(stop):
+            if not (self._ready_on_policy(stop) if self.on_policy else self._paced(stop)):
                 continue
             msg = self.worker.collect()
             self._steps_this_version += msg.env_steps
             self.env_steps += msg.env_steps
             self._after_episodes(len(msg.episode_returns))
             self._pending.append(msg)
-            self._send_if_ready()
+            if self.on_policy:  # the chunk is the rollout
+                self._sent_version = msg.version
+                self._send_if_ready(force=True)
+            else:
+                self._send_if_ready()
             if log is not None and time.monotonic() >= next_log:
                 next_log = time.monotonic() + LOG_EVERY_S
                 stats = self.client.stats
@@ -163,6 +212,38 @@ class RemoteWorker:
                       f"{'connected' if self.client.connected.is_set() else 'reconnecting'}{clock}", file=log,
                       flush=True)
         return self.stats()
+
+    def _ready_on_policy(self, stop: threading.Event) -> bool:
+        """On-policy: whether to collect a rollout now (else it has waited a little, never spinning).
+        Not before holding weights; PPO: once per new version (again after pace_timeout_s); APPO:
+        while fewer than net.rollouts_in_flight rollouts wait for the trainer."""
+        net = self.config.net
+        if not self.has_weights:
+            if not self._announced:  # the trainer may need the spaces (net.remote_env) before it publishes
+                self.client.send_samples({}, -1, {"env_steps": 0, "returns": [], "lengths": [], "test_returns": [],
+                                                  "spaces": self.spaces})
+                self._announced = True
+            self.client.wait_weights(0.5)
+            return False
+        if not self.synchronous:
+            return self.client.wait_unacknowledged(net.rollouts_in_flight, 0.5)
+        if self._sent_version is None or self.worker.version != self._sent_version:
+            self._waiting_since = None
+            return True  # new weights: their rollout
+        now = time.monotonic()
+        if self._waiting_since is None:
+            self._waiting_since = now
+        if now - self._waiting_since >= net.pace_timeout_s:
+            self.pace_timeouts += 1
+            if self.pace_timeouts == 1:
+                print(f"relayrl worker: no new weights for {net.pace_timeout_s:g} s after the rollout of version "
+                      f"{self.worker.version}; collecting another with it (the trainer drops it if it has one). If "
+                      "the trainer is not just slow, check that it runs (and with as many --workers as there are "
+                      "workers), or raise net.pace_timeout_s", file=sys.stderr, flush=True)
+            self._waiting_since = None
+            return True
+        self.client.wait_weights(min(0.5, net.pace_timeout_s - (now - self._waiting_since)))
+        return False
 
     def _paced(self, stop: threading.Event) -> bool:
         """False while this version has had its ``max_steps_per_update`` env steps (waits a little)."""
@@ -214,6 +295,10 @@ class RemoteWorker:
         if timing:
             meta["timing"] = timing
         version = min(m.version for m in self._pending)  # the oldest policy in the chunk: staleness errs high
+        meta["spaces"] = self.spaces
+        moments = [m.obs_moments for m in self._pending if m.obs_moments is not None]
+        if moments:
+            meta["obs_moments"] = _merged_moments(moments)
         if self.config.net.crc_debug:
             meta["crc"] = crc_of(batch)
         out = self.compress(batch) if self.compress is not None and batch else batch
@@ -236,6 +321,7 @@ class RemoteWorker:
         try:
             for k in range(episodes):
                 obs, _ = env.reset(seed=None if seed is None else seed + k)
+                self.worker.policy.reset_hidden("eval")  # (recurrent policies: a new episode)
                 total, done = 0.0, False
                 while not done:
                     action = self.worker.policy.act(np.asarray(obs)[None], "eval").env_action[0]
@@ -284,11 +370,20 @@ class RemoteWorker:
             self.worker.close()
 
 
-def _saved_version(path: Path) -> int:
+def _merged_moments(moments: list[dict[str, np.ndarray]]) -> dict[str, Any]:
+    """Observation moments (count, mean, var) as plain data for meta.obs_moments (docs/wire-protocol.md)."""
+    total = RunningMeanStd(np.shape(moments[0]["mean"]))
+    for m in moments:
+        total.merge_state(m)
+    return {"count": float(total.count), "mean": total.mean.tolist(), "var": total.var.tolist()}
+
+
+def _saved_version(path: Path) -> int | None:
+    """The version saved next to ``path`` (latest.json), None if unknown."""
     try:
         return int(json.loads((path.parent / "latest.json").read_text())["version"])
     except (OSError, ValueError, KeyError, TypeError):
-        return 0
+        return None
 
 
 def _refused_text(refusals: dict[str, int]) -> str:

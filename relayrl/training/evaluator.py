@@ -12,10 +12,14 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Callable
 
+import logging
+
 import numpy as np
 
 from relayrl.core import Policy
 from relayrl.envs.vector import VectorEnv
+
+log = logging.getLogger("relayrl")
 
 
 @dataclass
@@ -46,13 +50,17 @@ class ReportedEvaluator(Evaluation):
     """The deterministic episodes remote collectors ran and reported (``reported()`` returns the
     returns of those finished since the last call): an env that exists only on their machines."""
 
-    def __init__(self, reported: Callable[[], list[float]]):
-        self.reported = reported
+    def __init__(self, reported: Callable[[], list[float]], missing: str = ""):
+        """``missing``: what to tell the user, once, when an evaluation finds nothing reported."""
+        self.reported, self.missing = reported, missing
         self.count = 0
 
     def evaluate(self, policy: Policy) -> EvalResult | None:
         returns = self.reported()
         if not returns:
+            if self.missing:
+                log.warning("%s", self.missing)
+                self.missing = ""
             return None
         self.count += 1
         return EvalResult(np.asarray(returns, dtype=np.float64), np.zeros(0, dtype=np.int64))

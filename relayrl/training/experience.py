@@ -26,7 +26,7 @@ Trainer publishes new weights to them.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Callable
+from typing import Any
 
 import gymnasium as gym
 
@@ -39,7 +39,7 @@ from relayrl.envs.vector import VectorEnv, make_vec
 from relayrl.errors import ConfigError
 from relayrl.training.agents import AgentEvaluator, AgentRolloutCollector, AgentTransitionCollector
 from relayrl.training.collector import OnPolicyCollector
-from relayrl.training.evaluator import Evaluation, Evaluator, ReportedEvaluator
+from relayrl.training.evaluator import Evaluation, Evaluator
 from relayrl.training.offpolicy import OffPolicyCollector
 
 __all__ = ["Experience", "GymExperience", "AgentExperience", "SourceExperience", "env_setup"]
@@ -165,24 +165,24 @@ class SourceExperience(Experience):
     """Experience from ``samples``, collected elsewhere (worker pools, the relay, your own queue).
 
     Evaluation runs on local envs of ``config.env.id`` (whose spaces the algorithm is then built
-    for), or, with ``spaces`` and ``reported`` given, from the episodes the collectors report
-    (``reported()`` returns the returns of those finished since the last call: the relay's test
-    episodes, when the env exists only on the workers' machines).
+    for), or, with ``spaces`` given, on ``evaluator`` (e.g. a ``ReportedEvaluator`` of the episodes the
+    collectors ran: the relay's test episodes, when the env exists only on the workers' machines).
     """
 
     shares_policy = False
 
     def __init__(self, config: RunConfig, samples: SampleSource, *,
-                 spaces: tuple[gym.Space, gym.Space] | None = None,
-                 reported: Callable[[], list[float]] | None = None, on_policy: bool = False):
+                 spaces: tuple[gym.Space, gym.Space] | None = None, evaluator: Evaluation | None = None,
+                 on_policy: bool = False):
         self.samples = samples
         self.eval_venv: VectorEnv | None = None
-        self.reported = reported
+        self._evaluator = evaluator
         if spaces is None:
             self.eval_venv = make_eval_envs(config, env_setup(config, on_policy))
             spaces = (self.eval_venv.single_observation_space, self.eval_venv.single_action_space)
-        elif reported is None:
-            raise ConfigError("experience from a source with spaces of its own needs reported episodes to evaluate on")
+        elif evaluator is None:
+            raise ConfigError("experience from a source with spaces of its own needs an evaluator: the run has no "
+                              "env of its own to evaluate on")
         self.observation_space, self.action_space = spaces
         self.columns = config.env.num_envs * config.workers
         self.env_id = config.env.id
@@ -194,9 +194,9 @@ class SourceExperience(Experience):
         return self.samples
 
     def evaluator(self, episodes: int, seed: int) -> Evaluation:
-        if self.eval_venv is not None:
-            return Evaluator(self.eval_venv, episodes, seed=seed)
-        return ReportedEvaluator(self.reported)
+        if self._evaluator is not None:
+            return self._evaluator
+        return Evaluator(self.eval_venv, episodes, seed=seed)
 
     def close(self) -> None:
         if self.eval_venv is not None:

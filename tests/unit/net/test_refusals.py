@@ -22,6 +22,7 @@ from relayrl.net import trainer as net_trainer
 from relayrl.net import wire
 from relayrl.net.client import RelayClient
 from relayrl.net.relay import Relay, RelayOptions
+from relayrl.net.spaces import space_to_data
 from relayrl.net.trainer import RelaySource
 
 OBS = gym.spaces.Box(-1, 1, (3,), np.float32)  # Pendulum-v1's spaces
@@ -117,6 +118,12 @@ def _bad(cause_case: str) -> tuple[dict, dict]:
         meta = {}
     elif cause_case == "NaN reward":
         batch["reward"][2] = np.nan
+    elif cause_case == "other action bounds":  # same shapes, another env: only meta.spaces tells
+        meta["spaces"] = {"observation": space_to_data(OBS), "action": space_to_data(gym.spaces.Box(-1, 1, (1,)))}
+    elif cause_case == "bad spaces":
+        meta["spaces"] = {"observation": {"type": "Dict"}, "action": space_to_data(ACT)}
+    elif cause_case == "moments to sac":  # a worker that normalises observations, a trainer that does not
+        meta["obs_moments"] = {"count": 4.0, "mean": [0.0] * 3, "var": [1.0] * 3}
     else:
         raise AssertionError(cause_case)
     return batch, meta
@@ -135,6 +142,10 @@ CASES = [
     ("env_steps 1.5", "relay", "env_steps", "env_steps is 1.5 (float), not an integer"),
     ("env_steps missing", "trainer", "env_steps", "no meta.env_steps"),
     ("NaN reward", "trainer", "nonfinite", "1 of its 4 reward values are not finite"),
+    ("other action bounds", "trainer", "spaces", "action Box(-1.0, 1.0, (1,), float32); the trainer's are "
+                                                 "observation Box(-1.0, 1.0, (3,), float32), action Box(-2.0, 2.0"),
+    ("bad spaces", "trainer", "spaces", "unknown space type 'Dict'"),
+    ("moments to sac", "trainer", "moments", "the trainer's sac policy does not"),
 ]
 
 

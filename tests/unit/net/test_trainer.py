@@ -203,12 +203,17 @@ def test_no_relay_is_a_clear_error():
         source.reset(0)
 
 
-def test_on_policy_algorithms_are_refused_with_a_server():
+@pytest.mark.parametrize("algo, sets, says", [
+    ("ppo", ["backend=mp"], "not from --backend mp: drop --backend"),
+    ("sac", ["workers=2"], "drop --workers"),
+    ("ppo", ["ppo.obs_norm=true", "ppo.prenorm=true"], "set ppo.prenorm=false"),
+])
+def test_what_a_relay_trainer_cannot_do_is_refused_before_connecting(algo, sets, says):
     from relayrl.errors import ConfigError
     from relayrl.net.trainer import make_relay_source
 
-    config = build_config("ppo", None, [], {"net.server": "127.0.0.1:5555"})
-    with pytest.raises(ConfigError, match="sac or dqn"):
+    config = build_config(algo, None, sets, {"net.server": "127.0.0.1:1"})
+    with pytest.raises(ConfigError, match=says):
         make_relay_source(config)
 
 

@@ -138,3 +138,18 @@ def test_truncated_episodes_count_too():
         venv.close()
     assert sorted(result.lengths.tolist()) == [2, 2, 3, 3]
     assert result.mean == pytest.approx((200 + 200 + 300 + 300) / 4)
+
+
+def test_reported_evaluator_judges_by_the_episodes_collectors_ran_and_says_once_when_there_are_none(caplog):
+    """The relay's --remote-env: no env on the trainer, the workers' test episodes are the evaluation."""
+    from relayrl.training.evaluator import ReportedEvaluator
+
+    batches = [[], [10.0, 20.0], [], [5.0]]
+    evaluator = ReportedEvaluator(lambda: batches.pop(0), missing="run the workers with net.test_episode_interval")
+    with caplog.at_level("WARNING", logger="relayrl"):
+        assert evaluator.evaluate(None) is None  # nothing reported yet: no evaluation, and the fix is named
+        result = evaluator.evaluate(None)
+        assert result.mean == 15.0 and len(result.returns) == 2 and evaluator.count == 1
+        assert evaluator.evaluate(None) is None
+        assert evaluator.evaluate(None).mean == 5.0 and evaluator.count == 2
+    assert [r.getMessage() for r in caplog.records] == ["run the workers with net.test_episode_interval"]
