@@ -101,7 +101,7 @@ def test_default_ppo_solves_cartpole(tmp_path, seed):
     assert summary["last_eval_return"] >= 475
 
 
-@pytest.mark.slow
+@pytest.mark.solve
 def test_default_ppo_makes_clear_progress_on_pendulum(tmp_path):
     config = build_config("ppo", None, ["eval.freq=20000"], {"env.id": "Pendulum-v1", "total_steps": 200_000})
     summary = train(config, run_dir=tmp_path / "run", tensorboard=False)
@@ -172,7 +172,7 @@ def test_dqn_trains_and_resumes_with_its_replay_buffer(tmp_path):
     assert len(buffer) == 1024  # the buffer continued across the resume, nothing lost or doubled
 
 
-@pytest.mark.slow
+@pytest.mark.solve
 def test_default_dqn_solves_cartpole(tmp_path):
     config = build_config("dqn", None, [], {"seed": 0, "total_steps": 100_000})
     summary = train(config, run_dir=tmp_path / "run", tensorboard=False)
@@ -189,7 +189,7 @@ def test_sac_trains_on_pendulum_briefly_and_evaluates(tmp_path):
     assert summary["last_eval_return"] is not None
 
 
-@pytest.mark.slow
+@pytest.mark.solve
 def test_default_sac_reaches_minus_200_on_pendulum(tmp_path):
     config = build_config("sac", None, ["eval.freq=1000", "eval.episodes=5"],
                           {"seed": 0, "total_steps": 20_000, "stop_value": -200})

@@ -7,7 +7,7 @@ from relayrl.io.metrics import read_metrics
 from relayrl.launch import train
 
 
-@pytest.mark.slow
+@pytest.mark.solve
 def test_default_sac_balances_the_inverted_pendulum(tmp_path):
     pytest.importorskip("mujoco")
     # measured with seeds 0-2: 1000 (the maximum) at 7k-10k env steps, 80-100 s on 2 busy cores
