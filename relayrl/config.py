@@ -94,6 +94,16 @@ class EnvConfig(Section):
     """Seconds before a hung env worker is killed and respawned (subproc/async; null: never)."""
     max_restarts: int = Field(3, ge=0)
     """Consecutive failures of one env or worker tolerated before training stops with an error."""
+    frame_stack: int | None = Field(None, ge=1)
+    """Stack the last k observations into one (images along their channel axis; null: 4 for Atari
+    ALE/ ids, else 1)."""
+    atari_preprocessing: bool = True
+    """For Atari ALE/ ids: frame skip 4, 84x84 grayscale, no-op starts (Gymnasium's AtariPreprocessing);
+    false keeps the raw RGB frames."""
+
+    def wrapping(self) -> dict[str, Any]:
+        """``envs.make``'s preprocessing options for this env (``make_vec(..., wrapping=...)``)."""
+        return {"frame_stack": self.frame_stack, "atari_preprocessing": self.atari_preprocessing}
 
 
 class EvalConfig(Section):

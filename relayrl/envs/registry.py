@@ -1,4 +1,19 @@
-"""Create Gymnasium environments by id with errors that say what to do."""
+"""Create Gymnasium environments by id with errors that say what to do.
+
+Two families get the preprocessing their users expect, in every process that makes them:
+
+- Atari games of ``ale-py`` (``ALE/Pong-v5``; the ``atari`` extra): Gymnasium's ``AtariPreprocessing``
+  (frame skip 4 with max-pooling, 84x84 grayscale, up to 30 no-op starts; the env is made with
+  ``frameskip=1`` so the skip is not applied twice) and a stack of the last 4 frames: [4, 84, 84] uint8;
+  ``atari_preprocessing=False`` keeps the raw RGB frames.
+- MinAtar games (``MinAtar/Breakout-v1``; the ``minatar`` extra): the 10x10 boolean channels as
+  channel-first uint8 0/1, [C, 10, 10].
+
+``frame_stack`` k stacks the last k observations of any Box env, oldest first (after a reset the
+first observation fills the stack): vectors become [k, n], channel-first images [k*C, H, W] and
+channel-last ones [H, W, k*C] (the channel axis is the smaller of the first and last), so a stacked
+image is still one image for the CNN encoders.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +22,32 @@ import importlib
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from relayrl.errors import EnvError
 
 
 FACTORY_NAMESPACE = "relayrl-factory"
+ATARI_STACK = 4
+_EXTRAS = {"ALE": ("ale_py", "atari", "an Atari game of the ale-py package (with its ROMs; OpenCV for the preprocessing)"),
+           "MinAtar": ("minatar.gym", "minatar", "a MinAtar game of the minatar package")}
+
+
+def _register_namespace(env_id: str) -> None:
+    """Import the package whose ids live in ``env_id``'s namespace (ALE/..., MinAtar/...) and register them."""
+    namespace = env_id.split("/", 1)[0] if "/" in env_id else ""
+    if namespace not in _EXTRAS or env_id in gym.registry:
+        return
+    module, extra, what = _EXTRAS[namespace]
+    try:
+        loaded = importlib.import_module(module)
+    except ImportError:
+        raise EnvError(f"{env_id!r} is {what}, which is not installed: install relayrl's {extra} extra, "
+                       f"python -m pip install -c constraints.txt -e '.[{extra}]'") from None
+    if namespace == "ALE":
+        gym.register_envs(loaded)
+    else:
+        loaded.register_envs()
 
 
 def _check_id(env_id: str) -> str:
@@ -36,6 +72,7 @@ def _check_id(env_id: str) -> str:
             if factory_id not in gym.registry:
                 gym.register(factory_id, entry_point=getattr(loaded, env_id), disable_env_checker=True)
             return factory_id
+    _register_namespace(env_id)
     if env_id in gym.registry:
         return env_id
     if env_id.startswith(f"{FACTORY_NAMESPACE}/local."):
@@ -49,13 +86,27 @@ def _check_id(env_id: str) -> str:
 
 
 def make(env_id: str, *, max_episode_steps: int | None = None, render_mode: str | None = None,
-         **kwargs: Any) -> gym.Env:
-    """``gymnasium.make`` with a clear error for an unknown id or bad keyword arguments.
+         frame_stack: int | None = None, atari_preprocessing: bool = True, **kwargs: Any) -> gym.Env:
+    """``gymnasium.make`` with a clear error for an unknown id or bad keyword arguments, and the
+    preprocessing of the module docstring (``frame_stack`` None: 4 for Atari games, else none).
 
     ``env_id`` may be ``"package.module:EnvId"`` to import the module that registers the env first
     (that is how worker processes find envs registered by user code).
     """
     env_id = _check_id(env_id)
+    atari = env_id.startswith("ALE/") and atari_preprocessing
+    if atari:
+        kwargs = {"frameskip": 1, **kwargs}  # AtariPreprocessing skips (and max-pools) the frames
+        frame_stack = ATARI_STACK if frame_stack is None else frame_stack
+    env = _make(env_id, max_episode_steps, render_mode, kwargs)
+    if atari:
+        env = _atari(env, env_id)
+    elif env_id.startswith("MinAtar/"):
+        env = _minatar(env)
+    return stack_frames(env, frame_stack) if frame_stack and frame_stack > 1 else env
+
+
+def _make(env_id: str, max_episode_steps: int | None, render_mode: str | None, kwargs: dict[str, Any]) -> gym.Env:
     extra: dict[str, Any] = {}
     if max_episode_steps is not None:
         extra["max_episode_steps"] = max_episode_steps
@@ -68,6 +119,53 @@ def make(env_id: str, *, max_episode_steps: int | None = None, render_mode: str 
                        f"fix env.kwargs in the config") from None
     except gym.error.DependencyNotInstalled as exc:
         raise EnvError(f"environment {env_id!r} needs an extra package: {exc}") from None
+
+
+def _atari(env: gym.Env, env_id: str) -> gym.Env:
+    from gymnasium.wrappers import AtariPreprocessing
+
+    try:
+        return AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84, terminal_on_life_loss=False,
+                                  grayscale_obs=True, scale_obs=False)
+    except gym.error.DependencyNotInstalled:
+        env.close()
+        raise EnvError(f"{env_id!r}: Atari preprocessing needs OpenCV, part of relayrl's atari extra: "
+                       "python -m pip install -c constraints.txt -e '.[atari]' (or env.atari_preprocessing=false "
+                       "for the raw frames)") from None
+
+
+def _minatar(env: gym.Env) -> gym.Env:
+    from gymnasium.wrappers import TransformObservation
+
+    height, width, channels = env.observation_space.shape
+    space = gym.spaces.Box(0, 1, (channels, height, width), np.uint8)
+    return TransformObservation(env, lambda obs: np.ascontiguousarray(np.moveaxis(obs, -1, 0), dtype=np.uint8), space)
+
+
+def stack_frames(env: gym.Env, k: int) -> gym.Env:
+    """The last ``k`` observations as one (module docstring); Box observations only."""
+    from gymnasium.wrappers import FrameStackObservation, TransformObservation
+
+    space = env.observation_space
+    if not isinstance(space, gym.spaces.Box):
+        raise EnvError(f"env.frame_stack stacks Box observations, not {space}: set env.frame_stack=1")
+    stacked = FrameStackObservation(env, k)  # [k, *shape]
+    shape = space.shape
+    if len(shape) != 3:
+        return stacked
+    low, high = np.asarray(stacked.observation_space.low), np.asarray(stacked.observation_space.high)
+    if shape[0] <= shape[-1]:  # channel-first [k, C, H, W] -> [k*C, H, W]
+        new_shape = (k * shape[0], *shape[1:])
+
+        def merge(obs):
+            return obs.reshape(new_shape)
+    else:  # channel-last [k, H, W, C] -> [H, W, k*C] (frame-major channels)
+        new_shape = (*shape[:2], k * shape[2])
+
+        def merge(obs):
+            return np.ascontiguousarray(np.moveaxis(obs, 0, 2)).reshape(new_shape)
+    merged = gym.spaces.Box(merge(low), merge(high), new_shape, space.dtype)
+    return TransformObservation(stacked, merge, merged)
 
 
 def spec_stop_value(env_id: str) -> float | None:

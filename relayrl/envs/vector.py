@@ -181,23 +181,26 @@ class EnvMaker:
     """A picklable factory: ``gymnasium.make(env_id, **kwargs)`` through relayrl's checks."""
 
     def __init__(self, env_id: str, kwargs: dict[str, Any] | None = None, max_episode_steps: int | None = None,
-                 render_mode: str | None = None):
+                 render_mode: str | None = None, wrapping: dict[str, Any] | None = None):
         self.env_id, self.kwargs = env_id, dict(kwargs or {})
         self.max_episode_steps, self.render_mode = max_episode_steps, render_mode
+        self.wrapping = dict(wrapping or {})  # make()'s frame_stack, atari_preprocessing
 
     def __call__(self) -> gym.Env:
         return make(self.env_id, max_episode_steps=self.max_episode_steps, render_mode=self.render_mode,
-                    **self.kwargs)
+                    **self.wrapping, **self.kwargs)
 
 
 def make_vec(env_id_or_factory: str | EnvFactory, num_envs: int, *, manager: str = "sync",
              workers: int | None = None, seed: int | None = None,
              env_kwargs: dict[str, Any] | list[dict[str, Any]] | None = None,
-             max_episode_steps: int | None = None, render_mode: str | None = None, **options: Any) -> VectorEnv:
+             max_episode_steps: int | None = None, render_mode: str | None = None,
+             wrapping: dict[str, Any] | None = None, **options: Any) -> VectorEnv:
     """Build ``num_envs`` copies of an env (Gymnasium id or factory) under ``manager``.
 
     Args:
         env_kwargs: keyword arguments for every env, or a list with one dict per env (ids only).
+        wrapping: ``make``'s preprocessing options (``frame_stack``, ``atari_preprocessing``; ids only).
         workers: processes for ``subproc`` / ``async`` (default: one per core, at most num_envs).
         seed: when given, envs are reset with seeds ``seed + k``.
         options: manager options: ``max_restarts``; for subproc/async ``step_timeout``,
@@ -208,14 +211,15 @@ def make_vec(env_id_or_factory: str | EnvFactory, num_envs: int, *, manager: str
     if num_envs < 1:
         raise EnvError(f"num_envs must be at least 1, got {num_envs}")
     if callable(env_id_or_factory):
-        if env_kwargs:
-            raise EnvError("env_kwargs apply to env ids; bind arguments into the factory instead")
+        if env_kwargs or any(v not in (None, True) for v in (wrapping or {}).values()):
+            raise EnvError("env_kwargs and frame_stack apply to env ids; bind arguments and wrappers into the "
+                           "factory instead")
         factories = [env_id_or_factory] * num_envs
     else:
         per_env = env_kwargs if isinstance(env_kwargs, list) else [env_kwargs or {}] * num_envs
         if len(per_env) != num_envs:
             raise EnvError(f"env_kwargs has {len(per_env)} entries for {num_envs} envs: give one per env")
-        factories = [EnvMaker(env_id_or_factory, kw, max_episode_steps, render_mode) for kw in per_env]
+        factories = [EnvMaker(env_id_or_factory, kw, max_episode_steps, render_mode, wrapping) for kw in per_env]
     if manager == "sync":
         unknown = set(options) - {"max_restarts"}
         if unknown:

@@ -682,7 +682,7 @@ def make_relay_source(config: RunConfig) -> tuple[RelaySource, tuple[gym.Space, 
             raise
     from relayrl.envs.registry import make
 
-    env = make(config.env.id, **config.env.kwargs)
+    env = make(config.env.id, **config.env.wrapping(), **config.env.kwargs)
     try:
         return RelaySource(config, env.observation_space, env.action_space), None
     finally:

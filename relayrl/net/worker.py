@@ -316,7 +316,7 @@ class RemoteWorker:
         """Deterministic episodes with the current policy (test episodes, and standalone mode)."""
         env_cfg = self.config.env
         env = make(env_cfg.id, max_episode_steps=env_cfg.max_episode_steps,
-                   render_mode="human" if render else None, **env_cfg.kwargs)
+                   render_mode="human" if render else None, **env_cfg.wrapping(), **env_cfg.kwargs)
         returns = []
         try:
             for k in range(episodes):

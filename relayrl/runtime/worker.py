@@ -24,7 +24,7 @@ class RolloutWorker:
         self.worker_id, self.on_policy, self.total_steps = worker_id, entry.on_policy, config.total_steps
         env = config.env
         self.venv = make_vec(env.id, env.num_envs, env_kwargs=env.kwargs, max_episode_steps=env.max_episode_steps,
-                             manager="sync", max_restarts=env.max_restarts)
+                             wrapping=env.wrapping(), manager="sync", max_restarts=env.max_restarts)
         try:
             self.policy = entry.build_policy(cfg, self.venv.single_observation_space, self.venv.single_action_space)
             self.policy.observe_only()  # statistics belong to the learner; workers use the copy it publishes

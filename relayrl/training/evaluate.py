@@ -23,7 +23,7 @@ def load_policy(ckpt: Checkpoint, env_id: str | None = None):
     algo_name = ckpt.meta.get("algo")
     config = validate(algo_name, ckpt.meta["config"])
     env_id = env_id or config.env.id
-    env = make(env_id, **config.env.kwargs)
+    env = make(env_id, **config.env.wrapping(), **config.env.kwargs)
     try:
         policy = get_algo(algo_name).build_policy(config.algo_config, env.observation_space, env.action_space)
         policy.set_weights(ckpt.state["algo"])
@@ -45,7 +45,8 @@ def evaluate_checkpoint(path: Path | Checkpoint, episodes: int = 10, env_id: str
         raise CheckpointError(f"--episodes {episodes}: evaluate at least 1 episode")
     ckpt = path if isinstance(path, Checkpoint) else load_checkpoint(path)
     policy, config, env_id = load_policy(ckpt, env_id)
-    env_args = dict(env_kwargs=config.env.kwargs, max_episode_steps=config.env.max_episode_steps)
+    env_args = dict(env_kwargs=config.env.kwargs, max_episode_steps=config.env.max_episode_steps,
+                    wrapping=config.env.wrapping())
     with make_vec(env_id, min(episodes, 10), **env_args) as venv:
         result = Evaluator(venv, episodes, seed=seed).evaluate(policy)
     out: dict[str, Any] = {
@@ -67,7 +68,7 @@ def record_episode(policy, env_id: str, config, path: Path, seed: int = 0, max_f
     # display and print "XDG_RUNTIME_DIR is invalid or not set" on a headless machine, although nothing fails
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     env = make(env_id, render_mode="rgb_array", max_episode_steps=config.env.max_episode_steps,
-               **config.env.kwargs)
+               **config.env.wrapping(), **config.env.kwargs)
     if "rgb_array" not in env.metadata.get("render_modes", []):
         env.close()
         raise EnvError(f"{env_id} cannot render to rgb_array, so no episode can be recorded; drop --render")

@@ -82,9 +82,9 @@ def env_setup(config: RunConfig, on_policy: bool) -> dict[str, Any]:
         raise ConfigError(f"{config.algo} needs every env at every step: use env.manager sync or subproc, "
                           "not async")
     if manager == "auto":
-        manager, workers = choose_manager(env.id, env.num_envs, env.kwargs, env.workers)
+        manager, workers = choose_manager(env.id, env.num_envs, {**env.kwargs, **env.wrapping()}, env.workers)
     args: dict[str, Any] = dict(env_kwargs=env.kwargs, max_episode_steps=env.max_episode_steps,
-                                manager=manager, max_restarts=env.max_restarts)
+                                wrapping=env.wrapping(), manager=manager, max_restarts=env.max_restarts)
     if manager != "sync":
         args.update(workers=workers, step_timeout=env.step_timeout)
     return args
