@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --server: build no env here, take its spaces from the workers (net.remote_env)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--no-tensorboard", action="store_true", help="skip TensorBoard event files")
+    p.add_argument("--track", action="store_true",
+                   help="mirror metrics, config and summary to Weights & Biases (logging.wandb; needs the "
+                        "wandb extra: pip install 'relayrl[wandb]')")
 
     p = sub.add_parser("eval", help="run the deterministic policy of a run or checkpoint")
     p.add_argument("path", metavar="RUN_DIR|CHECKPOINT", type=Path)
@@ -66,6 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--render", nargs="?", const="", metavar="FILE.gif",
                    help="also record one episode as a GIF (default: <run>/episode.gif)")
+    p.add_argument("--video", type=Path, metavar="DIR",
+                   help="also record episodes as mp4 files in DIR through Gymnasium's RecordVideo (needs the video "
+                        "extra: pip install 'relayrl[video]')")
+    p.add_argument("--video-episodes", type=int, default=1, metavar="N",
+                   help="with --video: episodes to record (default 1; seeds --seed, --seed + 1, ...)")
 
     p = sub.add_parser("plot", help="draw learning curves of one or more runs")
     p.add_argument("runs", metavar="RUN_DIR", type=Path, nargs="+")
@@ -159,7 +167,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     overrides = {"env.id": args.env, "seed": args.seed, "total_steps": args.total_steps,
                  "stop_value": args.stop_value, "backend": args.backend, "workers": args.workers,
                  "ray_address": args.ray_address, "net.server": args.server, "net.keys": args.keys,
-                 "net.remote_env": True if args.remote_env else None}
+                 "net.remote_env": True if args.remote_env else None,
+                 "logging.wandb.enabled": True if args.track else None}
     run_dir = args.run_dir
     if args.resume is not None:
         if args.previous is not None:
@@ -227,8 +236,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from relayrl.config import validate
     from relayrl.io.checkpoint import load_checkpoint
     from relayrl.io.rundir import clean_stale_temps
-    from relayrl.training.evaluate import evaluate_checkpoint
+    from relayrl.training.evaluate import evaluate_checkpoint, require_video
 
+    if args.video is not None:  # before anything is read or written
+        require_video()
     if args.path.is_dir():  # a run killed mid-write may have left temp files (none while it trains)
         clean_stale_temps(args.path)
     ckpt = load_checkpoint(args.path)
@@ -236,18 +247,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if config.env.id.startswith("bridge:") and args.env is None:  # a run trained on an external simulator
         from relayrl.bridge.agents import evaluate_bridge_checkpoint
 
-        if args.episodes < 1 or args.render is not None:
-            raise ConfigError("evaluating a bridge run takes --episodes >= 1 and no --render (the simulator "
-                              "draws itself)")
+        if args.episodes < 1 or args.render is not None or args.video is not None:
+            raise ConfigError("evaluating a bridge run takes --episodes >= 1 and no --render or --video (the "
+                              "simulator draws itself)")
         result = evaluate_bridge_checkpoint(ckpt, config, args.episodes, args.seed)
     else:
         result = evaluate_checkpoint(ckpt, episodes=args.episodes, env_id=args.env, seed=args.seed,
-                                     render=args.render)
+                                     render=args.render, video=args.video, video_episodes=args.video_episodes)
     print(f"{result['env']}: return {result['return_mean']:.2f} ± {result['return_std']:.2f}, "
           f"length {result['length_mean']:.1f} ± {result['length_std']:.1f} over {result['episodes']} episodes "
           f"({result['checkpoint']})")
     if result.get("gif"):
         print(f"episode written to {result['gif']}")
+    for path in result.get("videos", []):
+        print(f"video written to {path}")
     return 0
 
 

@@ -173,6 +173,40 @@ class NetConfig(Section):
     """Worker: also keep a copy of every this many received versions (0: only the latest)."""
 
 
+class WandbConfig(Section):
+    """Mirror the run to Weights & Biases (the ``wandb`` extra); docs/usage.md, "Tracking"."""
+
+    enabled: bool | None = None
+    """Mirror every logged metric, the config and the summary to a W&B run (`relayrl train --track` sets
+    true). null: on when a project is set."""
+    project: str | None = None
+    """W&B project (null: WANDB_PROJECT, else "relayrl")."""
+    entity: str | None = None
+    """W&B user or team (null: WANDB_ENTITY, else your default entity)."""
+    group: str | None = None
+    """Group runs together in the W&B UI, e.g. the seeds of one experiment (null: none)."""
+    name: str | None = None
+    """The W&B run's name (null: the run directory's name)."""
+    tags: list[str] = Field(default_factory=list)
+    """Tags of the W&B run."""
+    mode: Literal["online", "offline", "disabled"] | None = None
+    """online: sync while training (needs `wandb login`); offline: write under the run directory's
+    wandb/ folder (or WANDB_DIR) for a later `wandb sync`; disabled: no W&B run. null: WANDB_MODE,
+    else online."""
+
+    @property
+    def active(self) -> bool:
+        """Whether the run goes to W&B: enabled (or a project set while enabled is null), and not disabled."""
+        on = self.enabled if self.enabled is not None else self.project is not None
+        return on and self.mode != "disabled"
+
+
+class LoggingConfig(Section):
+    """Where metrics go besides metrics.jsonl and TensorBoard."""
+
+    wandb: WandbConfig = Field(default_factory=WandbConfig)
+
+
 class RunConfig(Section):
     """Options shared by every algorithm; each algorithm adds a section named after it."""
 
@@ -208,7 +242,7 @@ class RunConfig(Section):
     env: EnvConfig = Field(default_factory=EnvConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     net: NetConfig = Field(default_factory=NetConfig)
-
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
 
     @property
     def algo_config(self) -> AlgoConfig:

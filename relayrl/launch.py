@@ -15,6 +15,7 @@ from typing import Any
 from relayrl.algos import get_algo
 from relayrl.config import RunConfig
 from relayrl.errors import ConfigError
+from relayrl.io.metrics import check_tracking
 from relayrl.training.evaluator import ReportedEvaluator
 from relayrl.training.experience import AgentExperience, GymExperience, SourceExperience
 from relayrl.training.trainer import Trainer
@@ -22,6 +23,7 @@ from relayrl.training.trainer import Trainer
 
 def train(config: RunConfig, **options: Any) -> dict[str, Any]:
     """Train with the experience ``config`` asks for; ``options`` are the Trainer's (run_dir, resume, ...)."""
+    check_tracking(config.logging.wandb)  # before any env, worker or simulator starts
     on_policy = get_algo(config.algo).on_policy
     if config.env.id.startswith("bridge:"):  # an external simulator through shared memory
         from relayrl.bridge.agents import make_bridge_envs

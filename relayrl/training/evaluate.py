@@ -39,10 +39,16 @@ def load_policy(ckpt: Checkpoint, env_id: str | None = None):
 
 
 def evaluate_checkpoint(path: Path | Checkpoint, episodes: int = 10, env_id: str | None = None, seed: int = 0,
-                        render: str | None = None) -> dict[str, Any]:
-    """``path``: a checkpoint file or run directory, or a Checkpoint already loaded."""
+                        render: str | None = None, video: Path | str | None = None,
+                        video_episodes: int = 1) -> dict[str, Any]:
+    """``path``: a checkpoint file or run directory, or a Checkpoint already loaded; ``render``: a GIF of one
+    episode; ``video``: a folder for ``video_episodes`` episodes as mp4 files (the ``video`` extra)."""
     if episodes < 1:
         raise CheckpointError(f"--episodes {episodes}: evaluate at least 1 episode")
+    if video is not None:
+        require_video()
+        if video_episodes < 1:
+            raise ConfigError(f"--video-episodes {video_episodes}: record at least 1 episode")
     ckpt = path if isinstance(path, Checkpoint) else load_checkpoint(path)
     policy, config, env_id = load_policy(ckpt, env_id)
     env_args = dict(env_kwargs=config.env.kwargs, max_episode_steps=config.env.max_episode_steps,
@@ -57,13 +63,24 @@ def evaluate_checkpoint(path: Path | Checkpoint, episodes: int = 10, env_id: str
     if render is not None:
         target = Path(render) if render else ckpt.path.parent.parent / "episode.gif"
         out["gif"] = str(record_episode(policy, env_id, config, target, seed))
+    if video is not None:
+        out["videos"] = [str(p) for p in record_videos(policy, env_id, config, Path(video), video_episodes, seed)]
     return out
 
 
-def record_episode(policy, env_id: str, config, path: Path, seed: int = 0, max_frames: int = 1000) -> Path:
-    """Run one deterministic episode with ``render_mode="rgb_array"`` and write it as a GIF."""
-    from relayrl.io.video import write_gif
+def require_video() -> None:
+    """Refuse ``--video`` without moviepy (what Gymnasium's RecordVideo writes mp4 files with), before
+    anything is read or written."""
+    try:
+        from moviepy.video.io.ImageSequenceClip import ImageSequenceClip  # noqa: F401  (what RecordVideo uses)
+    except ImportError:
+        raise ConfigError("--video needs the moviepy package, which is not installed: pip install 'relayrl[video]' "
+                          "(from a checkout: pip install -c constraints.txt -e '.[video]'), or use --render "
+                          "FILE.gif") from None
 
+
+def _rgb_env(env_id: str, config, flag: str) -> gym.Env:
+    """The env with ``render_mode="rgb_array"``, or an EnvError naming ``flag`` to drop."""
     # frames to an array need no window: without this, pygame-drawn envs (classic control) make SDL look for a
     # display and print "XDG_RUNTIME_DIR is invalid or not set" on a headless machine, although nothing fails
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
@@ -71,7 +88,50 @@ def record_episode(policy, env_id: str, config, path: Path, seed: int = 0, max_f
                **config.env.wrapping(), **config.env.kwargs)
     if "rgb_array" not in env.metadata.get("render_modes", []):
         env.close()
-        raise EnvError(f"{env_id} cannot render to rgb_array, so no episode can be recorded; drop --render")
+        raise EnvError(f"{env_id} cannot render to rgb_array, so no episode can be recorded; drop {flag}")
+    return env
+
+
+def record_videos(policy, env_id: str, config, folder: Path, episodes: int = 1, seed: int = 0,
+                  max_steps: int = 100_000) -> list[Path]:
+    """Run ``episodes`` deterministic episodes (seeds ``seed``, ``seed + 1``, ...) through Gymnasium's
+    ``RecordVideo`` and return the mp4 files, ``<folder>/<env>-episode-<k>.mp4`` (files of that name are
+    replaced). ``max_steps`` bounds an episode of an env without a time limit."""
+    import warnings
+
+    from gymnasium.wrappers import RecordVideo
+
+    prefix = env_id.rpartition(":")[2].replace("/", "-")
+    env = _rgb_env(env_id, config, "--video")
+    with warnings.catch_warnings():  # "Overwriting existing videos at ...": a folder the user chose
+        warnings.filterwarnings("ignore", message=".*Overwriting existing videos.*")
+        env = RecordVideo(env, str(folder), episode_trigger=lambda episode: True, name_prefix=prefix,
+                          disable_logger=True)
+    try:
+        for k in range(episodes):
+            obs, _ = env.reset(seed=seed + k)
+            policy.reset_hidden("eval")
+            done, steps = False, 0
+            while not done and steps < max_steps:
+                action = policy.act(np.asarray(obs)[None], "eval").env_action[0]
+                obs, _, terminated, truncated, _ = env.step(action)
+                done, steps = terminated or truncated, steps + 1
+    except gym.error.DependencyNotInstalled as exc:
+        raise EnvError(f"{env_id} cannot render here: {exc}") from None
+    finally:
+        env.close()  # writes the last episode's file
+    paths = [Path(folder) / f"{prefix}-episode-{k}.mp4" for k in range(episodes)]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise EnvError(f"{env_id}: no video was written for {', '.join(missing)} (the env rendered no frames?)")
+    return paths
+
+
+def record_episode(policy, env_id: str, config, path: Path, seed: int = 0, max_frames: int = 1000) -> Path:
+    """Run one deterministic episode with ``render_mode="rgb_array"`` and write it as a GIF."""
+    from relayrl.io.video import write_gif
+
+    env = _rgb_env(env_id, config, "--render")
     obs, _ = env.reset(seed=seed)
     try:
         frames = [env.render()]

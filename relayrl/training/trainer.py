@@ -30,7 +30,7 @@ from relayrl.config import RunConfig, save_config
 from relayrl.core import SampleSource
 from relayrl.errors import CheckpointError, ConfigError, NonFiniteError
 from relayrl.io.checkpoint import explain_load_error, load_checkpoint, load_newest, save_checkpoint
-from relayrl.io.metrics import MetricsLogger
+from relayrl.io.metrics import MetricsLogger, check_tracking
 from relayrl.io.rundir import RunLock, new_run_dir, write_summary
 from relayrl.training.experience import Experience, GymExperience, SourceExperience
 from relayrl.training.learner import HookContext, Learner
@@ -103,18 +103,24 @@ class Trainer:
         """
         self.experience, self.stop_event = experience, stop_event
         self.lock: RunLock | None = None
+        self.logger: MetricsLogger | None = None
         try:
             self._set_up(config, run_dir, resume, previous)
             self._open_run(quiet, tensorboard, hooks)
         except BaseException:
-            if self.lock is not None:
-                self.lock.release()
-            experience.close()
+            try:
+                if self.logger is not None:
+                    self.logger.close(failed=True)
+            finally:
+                if self.lock is not None:
+                    self.lock.release()
+                experience.close()
             raise
 
     # ------------------------------------------------------------------ set up
 
     def _set_up(self, config: RunConfig, run_dir: Path | str | None, resume: bool, previous: Path | str | None) -> None:
+        check_tracking(config.logging.wandb)  # a W&B section without the package: refused before anything is written
         entry = get_algo(config.algo)
         experience = self.experience
         self.on_policy, self.resume = entry.on_policy, resume
@@ -164,7 +170,8 @@ class Trainer:
             self.lock = RunLock(self.run_dir).acquire()  # (creates the run directory)
         (self.run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
         save_config(config, self.run_dir / "config.yaml")
-        self.logger = MetricsLogger(self.run_dir, tensorboard=tensorboard)
+        self.logger = MetricsLogger(self.run_dir, tensorboard=tensorboard, wandb=config.logging.wandb,
+                                    run_config=config.model_dump(), resume=self.resume)
         self.learner = Learner(self.rounds.learning, HookContext(env_steps=state.env_steps, updates=state.updates,
                                                                  iteration=state.iteration))
         self.display = ProgressDisplay(config.total_steps, f"{config.algo} {config.env.id}", quiet,
@@ -308,7 +315,6 @@ class Trainer:
         state, ctx = self.state, self.learner.ctx
         try:
             self.display.close(ctx.env_steps, state.last_eval_return, solved=stop_reason == "stop_value")
-            self.logger.close()
             self.experience.close()
         finally:
             state.env_steps, state.updates = ctx.env_steps, ctx.updates
@@ -317,7 +323,11 @@ class Trainer:
             try:
                 write_summary(self.run_dir, summary)
             finally:
-                self.lock.release()
+                try:  # the summary goes to W&B too; a run that ended in an error is marked failed there
+                    self.logger.close({**summary, "run_dir": str(self.run_dir)},
+                                      failed=stop_reason in ("error", "nonfinite"))
+                finally:
+                    self.lock.release()
         return summary
 
 
