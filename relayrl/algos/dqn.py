@@ -21,7 +21,8 @@ from relayrl.config import ReplayLoopConfig
 from relayrl.core import Algorithm, Policy
 from relayrl.data.dtypes import stored_dtype, to_tensor
 from relayrl.errors import EnvError, NonFiniteError
-from relayrl.policy.encoder import EncoderRef, build_encoder
+from relayrl.policy.encoder import EncoderRef
+from relayrl.policy.encoders import check_space, make_encoder
 from relayrl.policy.networks import mlp
 from relayrl.types import Batch, Mode, PolicyOutput
 
@@ -66,8 +67,9 @@ class DQNConfig(ReplayLoopConfig):
     encoder: EncoderRef = None
     """Your own network: "package.module:function", a function (observation_space, action_space) returning a
     torch.nn.Module that maps observations [n, *obs_shape] (float32) to features [n, F]; the Q head (hidden_sizes,
-    dueling) goes on top, and the target network is a copy (docs/library.md, "Your own network"). null: an MLP
-    on the flattened observation."""
+    dueling) goes on top, and the target network is a copy (docs/library.md, "Your own network"). null: the
+    built-in choice from the observation space (docs/library.md, "Built-in encoders"): a CNN for images, one-hot
+    for Discrete and MultiDiscrete, an MLP on flat observations."""
 
 
 # ---------------------------------------------------------------- network
@@ -113,19 +115,20 @@ class DQNPolicy(Policy):
     def __init__(self, obs_space: gym.Space, act_space: gym.Space, cfg: DQNConfig):
         if not isinstance(act_space, gym.spaces.Discrete):
             raise EnvError(f"DQN needs a Discrete action space, got {act_space}: use SAC or PPO for continuous actions")
-        if not isinstance(obs_space, gym.spaces.Box):
-            raise EnvError(f"DQN needs a Box observation space, got {obs_space}")
+        check_space(obs_space, "dqn.encoder")
         self.observation_space, self.action_space = obs_space, act_space
         self.obs_dtype = stored_dtype(obs_space.dtype)  # (refuses dtypes no network can read)
         self.cfg = cfg
         self.n_actions = int(act_space.n)
-        if cfg.encoder is None:
+        # yours (encoder), a built-in one for images and categories, or None (flat observations: the MLP)
+        encoder = make_encoder(cfg.encoder, obs_space, act_space, "dqn.encoder")
+        if encoder is None:
             self.model: QNetwork = QNetwork(int(np.prod(obs_space.shape)), self.n_actions, cfg)
         else:
-            self.model = EncodedQNetwork(*build_encoder(cfg.encoder, obs_space, act_space, "dqn.encoder"),
-                                         self.n_actions, cfg)
+            self.model = EncodedQNetwork(*encoder, self.n_actions, cfg)
+        self.encoded = encoder is not None
         # what the network reads: flattened observations, or [n, *obs_shape] as an encoder takes them
-        self.obs_view: tuple[int, ...] = (-1,) if cfg.encoder is None else tuple(obs_space.shape)
+        self.obs_view: tuple[int, ...] = (-1,) if encoder is None else tuple(obs_space.shape)
         self.action_shape: tuple[int, ...] = ()
         self.action_dtype = np.dtype(np.int64)
         self.epsilon = cfg.epsilon_start
@@ -166,7 +169,7 @@ class DQN(Algorithm):
     def __init__(self, cfg: DQNConfig, obs_space: gym.Space, act_space: gym.Space, num_envs: int):
         self.cfg = cfg
         self.policy = DQNPolicy(obs_space, act_space, cfg)
-        if cfg.encoder is None:
+        if not self.policy.encoded:
             self.target = QNetwork(int(np.prod(obs_space.shape)), self.policy.n_actions, cfg)
             self.target.load_state_dict(self.policy.model.state_dict())
         else:  # the encoder too (one factory call per network trained)

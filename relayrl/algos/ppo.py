@@ -28,7 +28,8 @@ from relayrl.data.gae import compute_gae
 from relayrl.data.sequences import chunk, minibatches, pad, split_trajectories
 from relayrl.errors import ConfigError, EnvError, NonFiniteError
 from relayrl.policy import distributions as D
-from relayrl.policy.encoder import EncoderRef, build_encoder
+from relayrl.policy.encoder import EncoderRef
+from relayrl.policy.encoders import check_space, make_encoder
 from relayrl.policy.mirror import MirrorSpec, NormalizedMirror, TorchMirror
 from relayrl.policy.networks import mlp
 from relayrl.policy.normalizer import RunningMeanStd
@@ -97,13 +98,14 @@ class PPOConfig(AlgoConfig):
     encoder: EncoderRef = None
     """Your own network: "package.module:function", a function (observation_space, action_space) returning a
     torch.nn.Module that maps observations [n, *obs_shape] (float32) to features [n, F]; the actor and the
-    critic each get one (two calls), with hidden_sizes MLP heads on top (docs/library.md, "Your own network").
-    null: MLPs on the flattened observation."""
+    critic each get one (two calls; a recurrent policy's shared_trunk one), with hidden_sizes MLP heads on top
+    (docs/library.md, "Your own network"). null: the built-in choice from the observation space (docs/library.md,
+    "Built-in encoders"): a CNN for images, one-hot for Discrete and MultiDiscrete, MLPs on flat observations."""
     log_std_init: float = 0.0
     """Initial log standard deviation of the Gaussian policy (continuous actions)."""
     recurrent: Literal["lstm", "gru"] | None = None
     """Recurrent actor and critic (lstm or gru; null: feed-forward MLPs). hidden_sizes then sizes the
-    MLP heads on top of the recurrent layer."""
+    MLP heads on top of the recurrent layer; an encoder (yours, or a built-in CNN or one-hot) feeds the layer."""
     recurrent_hidden: int = Field(64, ge=1)
     """Units of each recurrent layer."""
     shared_trunk: bool = False
@@ -225,14 +227,18 @@ class PPOPolicy(Policy):
     """
 
     def __init__(self, obs_space: gym.Space, act_space: gym.Space, cfg: PPOConfig):
-        if not isinstance(obs_space, gym.spaces.Box):
-            raise EnvError(f"PPO needs a Box observation space, got {obs_space}")
+        key = f"{type(cfg).__name__.removesuffix('Config').lower()}.encoder"  # ppo.encoder, appo.encoder
+        check_space(obs_space, key)
         self.discrete = isinstance(act_space, gym.spaces.Discrete)
         if not self.discrete and not isinstance(act_space, gym.spaces.Box):
             raise EnvError(f"PPO handles Discrete and Box action spaces, got {act_space}")
+        if cfg.obs_norm and isinstance(obs_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+            name = key.split(".")[0]
+            raise ConfigError(f"{name}.obs_norm=true normalises observations, but {obs_space} observations are "
+                              f"categories (one-hot encoded, already in [0, 1]): set {name}.obs_norm=false")
         self.cfg = cfg
         self.observation_space, self.action_space = obs_space, act_space
-        self.obs_shape = obs_space.shape
+        self.obs_shape = tuple(obs_space.shape)
         self.obs_dim = int(np.prod(obs_space.shape))
         self.act_dim = int(act_space.n) if self.discrete else int(np.prod(act_space.shape))
         self.action_shape: tuple[int, ...] = () if self.discrete else act_space.shape
@@ -240,18 +246,23 @@ class PPOPolicy(Policy):
         if not self.discrete:
             self.low = act_space.low.astype(np.float32)
             self.high = act_space.high.astype(np.float32)
-        if cfg.encoder is None:
+        # the actor's encoder: yours (encoder), a built-in one for images and categories, or None (flat: the MLPs)
+        actor_encoder = make_encoder(cfg.encoder, obs_space, act_space, key, normalized=cfg.obs_norm)
+        if actor_encoder is None:
             self.model = build_model(self.obs_dim, self.act_dim, self.discrete, cfg)
-        else:
-            key = f"{type(cfg).__name__.removesuffix('Config').lower()}.encoder"  # ppo.encoder, appo.encoder
-            if cfg.recurrent is not None:
-                raise ConfigError(f"{key} with {key.split('.')[0]}.recurrent={cfg.recurrent}: a recurrent policy "
-                                  f"cannot take your own network yet: set one of them to null")
-            self.model = EncodedActorCritic(*build_encoder(cfg.encoder, obs_space, act_space, key),
-                                            *build_encoder(cfg.encoder, obs_space, act_space, key),
-                                            self.act_dim, self.discrete, cfg)
+        else:  # the critic has its own encoder, except for a recurrent policy's shared trunk
+            shared = cfg.recurrent is not None and cfg.shared_trunk
+            critic_encoder = None if shared else make_encoder(cfg.encoder, obs_space, act_space, key,
+                                                              normalized=cfg.obs_norm)
+            if cfg.recurrent is None:
+                self.model = EncodedActorCritic(*actor_encoder, *critic_encoder, self.act_dim, self.discrete, cfg)
+            else:
+                self.model = RecurrentActorCritic(
+                    actor_encoder[1], self.act_dim, self.discrete, cfg.recurrent, cfg.recurrent_hidden,
+                    cfg.shared_trunk, cfg.hidden_sizes, cfg.activation, cfg.log_std_init,
+                    encoders=(actor_encoder, critic_encoder))
         # what the network reads: flattened observations, or [n, *obs_shape] as an encoder takes them
-        self.obs_view: tuple[int, ...] = (-1,) if cfg.encoder is None else tuple(obs_space.shape)
+        self.obs_view: tuple[int, ...] = (-1,) if actor_encoder is None else self.obs_shape
         self.recurrent = cfg.recurrent is not None
         self.state_size = self.model.state_size if self.recurrent else 0
         self._hidden: dict[str, torch.Tensor] = {}  # mode -> [n, state_size]
@@ -408,6 +419,10 @@ class PPO(Algorithm):
         policy = self.policy
         if self.cfg.mirror <= 0:
             return
+        if policy.obs_view not in ((-1,), (policy.obs_dim,)):  # an image or a category, not a vector to reflect
+            name = type(self.cfg).__name__.removesuffix("Config").lower()
+            raise ConfigError(f"{name}.mirror reflects observation vectors (signed indices), but "
+                              f"{policy.observation_space} observations are not one: set {name}.mirror=0")
         spec = MirrorSpec.load(self.cfg.mirror_spec, env_id, policy.obs_dim, policy.act_dim)
         if policy.discrete and (spec.act_sign < 0).any():
             raise ConfigError(f"mirror spec {self.cfg.mirror_spec!r}: discrete actions can only be swapped, not "
@@ -498,14 +513,14 @@ class PPO(Algorithm):
                              ) -> Callable[[], Iterator[dict[str, torch.Tensor]]]:
         """Recurrent: trajectories (cut into ``seq_len`` chunks), ``batch_trajectories`` at a time, padded.
 
-        "obs" is [B, L, obs_dim] with padding, "hidden" [B, state_size] the state stored at each
-        sequence's first step, "mask" [B, L] marks the real steps; every other key holds the real
-        steps only, in the order ``out[mask]`` lists them.
+        "obs" is [B, L, obs_dim] ([B, L, *obs_shape] with an encoder) with padding, "hidden" [B, state_size]
+        the state stored at each sequence's first step, "mask" [B, L] marks the real steps; every other key
+        holds the real steps only, in the order ``out[mask]`` lists them.
         """
         segments = chunk(split_trajectories(rollout["terminated"] | rollout["truncated"]), self.cfg.seq_len)
         T, N = steps["advantage"].shape
         data = {key: torch.from_numpy(value) for key, value in steps.items() if key != "obs"}
-        data["obs"] = to_tensor(steps["obs"]).reshape(T, N, -1)
+        data["obs"] = to_tensor(steps["obs"]).reshape(T, N, *self.policy.obs_view)
         hidden = torch.from_numpy(rollout["hidden"])
 
         def epoch() -> Iterator[dict[str, torch.Tensor]]:

@@ -23,7 +23,8 @@ from relayrl.config import ReplayLoopConfig
 from relayrl.core import Algorithm, Policy
 from relayrl.data.dtypes import stored_dtype, to_tensor
 from relayrl.errors import EnvError, NonFiniteError
-from relayrl.policy.encoder import EncoderRef, build_encoder
+from relayrl.policy.encoder import EncoderRef
+from relayrl.policy.encoders import check_space, make_encoder
 from relayrl.policy.networks import mlp
 from relayrl.types import Batch, Mode, PolicyOutput
 
@@ -59,7 +60,8 @@ class SACConfig(ReplayLoopConfig):
     """Your own network: "package.module:function", a function (observation_space, action_space) returning a
     torch.nn.Module that maps observations [n, *obs_shape] (float32) to features [n, F]; the actor gets one, the
     twin critics share another (their heads stay two), the target is a copy; hidden_sizes sizes the heads
-    (docs/library.md, "Your own network"). null: MLPs on the flattened observation."""
+    (docs/library.md, "Your own network"). null: the built-in choice from the observation space (docs/library.md,
+    "Built-in encoders"): a CNN for images, one-hot for Discrete and MultiDiscrete, MLPs on flat observations."""
 
 # ---------------------------------------------------------------- networks
 
@@ -151,8 +153,7 @@ class SACPolicy(Policy):
     def __init__(self, obs_space: gym.Space, act_space: gym.Space, cfg: SACConfig):
         if not isinstance(act_space, gym.spaces.Box):
             raise EnvError(f"SAC needs a Box (continuous) action space, got {act_space}: use DQN or PPO")
-        if not isinstance(obs_space, gym.spaces.Box):
-            raise EnvError(f"SAC needs a Box observation space, got {obs_space}")
+        check_space(obs_space, "sac.encoder")
         if not (np.all(np.isfinite(act_space.low)) and np.all(np.isfinite(act_space.high))):
             raise EnvError(f"SAC squashes actions into the action bounds, which must be finite: {act_space}")
         self.observation_space, self.action_space = obs_space, act_space
@@ -162,13 +163,15 @@ class SACPolicy(Policy):
         self.action_dtype = np.dtype(np.float32)
         self.low = act_space.low.astype(np.float32)
         self.scale = ((act_space.high - act_space.low) / 2).astype(np.float32)
-        if cfg.encoder is None:
+        # yours (encoder), a built-in one for images and categories, or None (flat observations: the MLPs)
+        encoder = make_encoder(cfg.encoder, obs_space, act_space, "sac.encoder")
+        if encoder is None:
             self.actor: Actor = Actor(int(np.prod(obs_space.shape)), self.act_dim, cfg.hidden_sizes)
         else:
-            self.actor = EncodedActor(*build_encoder(cfg.encoder, obs_space, act_space, "sac.encoder"), self.act_dim,
-                                      cfg.hidden_sizes)
+            self.actor = EncodedActor(*encoder, self.act_dim, cfg.hidden_sizes)
+        self.encoded = encoder is not None
         # what the networks read: flattened observations, or [n, *obs_shape] as an encoder takes them
-        self.obs_view: tuple[int, ...] = (-1,) if cfg.encoder is None else tuple(obs_space.shape)
+        self.obs_view: tuple[int, ...] = (-1,) if encoder is None else tuple(obs_space.shape)
         self.start_training = cfg.start_training
         self.random_actions = cfg.start_training > 0  # uniform actions before learning starts
         self.version = 0
@@ -207,13 +210,13 @@ class SAC(Algorithm):
     def __init__(self, cfg: SACConfig, obs_space: gym.Space, act_space: gym.Space, num_envs: int):
         self.cfg = cfg
         self.policy = SACPolicy(obs_space, act_space, cfg)
-        if cfg.encoder is None:
+        if not self.policy.encoded:
             in_dim = int(np.prod(obs_space.shape)) + self.policy.act_dim
             self.critic: TwinQ = TwinQ(in_dim, cfg.hidden_sizes)
             self.target: TwinQ = TwinQ(in_dim, cfg.hidden_sizes)
             self.target.load_state_dict(self.critic.state_dict())
         else:  # one encoder for both critics; the target copies it too
-            self.critic = EncodedTwinQ(*build_encoder(cfg.encoder, obs_space, act_space, "sac.encoder"),
+            self.critic = EncodedTwinQ(*make_encoder(cfg.encoder, obs_space, act_space, "sac.encoder"),
                                        self.policy.act_dim, cfg.hidden_sizes)
             self.target = copy.deepcopy(self.critic)
         self.target.requires_grad_(False)

@@ -97,7 +97,7 @@ def build_encoder(reference: str, observation_space: gym.Space, action_space: gy
     if not isinstance(module, nn.Module):
         raise ConfigError(f"{key} {reference!r} returned a {type(module).__name__}, not a torch.nn.Module: return "
                           f"a module that maps observations [n, {_dims(shape)}] (float32) to features [n, F]")
-    low = np.broadcast_to(getattr(observation_space, "low", -np.inf), shape)
+    low = np.broadcast_to(getattr(observation_space, "low", getattr(observation_space, "start", -np.inf)), shape)
     high = np.broadcast_to(getattr(observation_space, "high", np.inf), shape)
     dummy = torch.as_tensor(np.clip(np.zeros((2, *shape)), low, high), dtype=torch.float32)
     try:

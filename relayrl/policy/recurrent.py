@@ -10,6 +10,11 @@ a sequence minibatch starts from the row stored at each sequence's first step::
     state = model.initial_state(num_envs)
     out, value, state = model(obs[:, None], state)         # one step for every env: [n, 1, ...]
     out, value, _ = model(obs_seq, state0)                 # [B, L, ...] sequences from stored states
+
+With ``encoders`` (an encoder and its feature width F for the actor's layer, and one for the critic's
+or None with ``shared_trunk``: policy/encoders.py), observations keep their shape, [B, L, *obs_shape];
+every step is encoded to [B, L, F] before the recurrent layers, which then take F inputs (``obs_dim``
+is then F).
 """
 
 from __future__ import annotations
@@ -29,16 +34,27 @@ class RecurrentActorCritic(nn.Module):
         shared_trunk: one recurrent layer feeds both heads; otherwise the actor and the critic
             have one each.
         head_sizes, activation: hidden layers of the MLP heads on top of the recurrent layer.
+        encoders: (actor encoder, its F) and (critic encoder, its F) or None with ``shared_trunk``
+            (module docstring); None: the layers read the flattened observations.
     """
 
     def __init__(self, obs_dim: int, act_dim: int, discrete: bool, kind: Literal["lstm", "gru"], hidden: int,
                  shared_trunk: bool = False, head_sizes: list[int] | None = None, activation: str = "tanh",
-                 log_std_init: float = 0.0):
+                 log_std_init: float = 0.0,
+                 encoders: tuple[tuple[nn.Module, int], tuple[nn.Module, int] | None] | None = None):
         super().__init__()
         rnn = nn.LSTM if kind == "lstm" else nn.GRU
         self.discrete, self.lstm, self.hidden = discrete, kind == "lstm", hidden
+        critic_dim = obs_dim
+        if encoders is not None:  # registered only when given: the flat network's parameter names stay as they were
+            (self.actor_encoder, obs_dim), critic = encoders
+            if critic is not None and not shared_trunk:
+                self.critic_encoder, critic_dim = critic
+            else:
+                self.critic_encoder, critic_dim = None, obs_dim
+        self.encoded = encoders is not None
         self.actor_rnn = _init(rnn(obs_dim, hidden, batch_first=True))
-        self.critic_rnn = None if shared_trunk else _init(rnn(obs_dim, hidden, batch_first=True))
+        self.critic_rnn = None if shared_trunk else _init(rnn(critic_dim, hidden, batch_first=True))
         self.actor_head = mlp(hidden, head_sizes or [], act_dim, activation, out_gain=0.01)
         self.critic_head = mlp(hidden, head_sizes or [], 1, activation, out_gain=1.0)
         self.log_std = nn.Parameter(torch.full((act_dim,), log_std_init)) if not discrete else None
@@ -48,11 +64,13 @@ class RecurrentActorCritic(nn.Module):
     def actor_parameters(self) -> list[nn.Parameter]:
         """Trained by the actor's optimiser: the actor's layer (the shared trunk), head and log std."""
         extra = [self.log_std] if self.log_std is not None else []
-        return [*self.actor_rnn.parameters(), *self.actor_head.parameters(), *extra]
+        encoder = [*self.actor_encoder.parameters()] if self.encoded else []
+        return [*encoder, *self.actor_rnn.parameters(), *self.actor_head.parameters(), *extra]
 
     def critic_parameters(self) -> list[nn.Parameter]:
         rnn = [*self.critic_rnn.parameters()] if self.critic_rnn is not None else []
-        return [*rnn, *self.critic_head.parameters()]
+        encoder = [*self.critic_encoder.parameters()] if self.encoded and self.critic_encoder is not None else []
+        return [*encoder, *rnn, *self.critic_head.parameters()]
 
     def initial_state(self, n: int) -> torch.Tensor:
         """The state at an episode's start: zeros."""
@@ -60,18 +78,24 @@ class RecurrentActorCritic(nn.Module):
 
     def forward(self, obs: torch.Tensor, state: torch.Tensor, critic: bool = True
                 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-        """Run [B, L, obs_dim] sequences from the [B, state_size] states before their first steps.
+        """Run [B, L, obs_dim] sequences ([B, L, *obs_shape] with encoders) from the [B, state_size] states
+        before their first steps.
 
         Returns the actor's output [B, L, act_dim] (logits or Gaussian means), the values [B, L]
         (None when ``critic`` is False) and the state after the last step. Outputs at step t depend
         on steps up to t only, so padding after a sequence's end cannot change them.
         """
         actor_state, critic_state = state[:, :self.layer_size], state[:, self.layer_size:]
+        raw = obs
+        if self.encoded:
+            obs = _encode(self.actor_encoder, raw)
         features, actor_state = self._run(self.actor_rnn, obs, actor_state)
         value = None
         if critic:
             if self.critic_rnn is not None:
-                critic_features, critic_state = self._run(self.critic_rnn, obs, critic_state)
+                encoder = self.critic_encoder if self.encoded else None
+                critic_obs = obs if encoder is None else _encode(encoder, raw)
+                critic_features, critic_state = self._run(self.critic_rnn, critic_obs, critic_state)
             else:
                 critic_features = features
             value = self.critic_head(critic_features).squeeze(-1)
@@ -91,6 +115,12 @@ class RecurrentActorCritic(nn.Module):
             return out, torch.cat([h[0], c[0]], dim=-1)
         out, h = rnn(obs, state[None].contiguous())
         return out, h[0]
+
+
+def _encode(encoder: nn.Module, obs: torch.Tensor) -> torch.Tensor:
+    """[B, L, *obs_shape] -> the encoder's features of every step, [B, L, F]."""
+    b, length = obs.shape[:2]
+    return encoder(obs.reshape(b * length, *obs.shape[2:])).reshape(b, length, -1)
 
 
 def _init(rnn: nn.Module) -> nn.Module:

@@ -10,6 +10,8 @@ Registered ids (``import relayrl.testing.envs`` registers them):
   that waits, like a robot); ``SlowPendulum-v0`` likewise.
 - ``relayrl-test/DtypeObs-v0``: a Box observation of any ``dtype`` ("float64", "float32", "uint8", ...)
   and ``shape``, with ``actions`` "discrete" (Discrete(3), for DQN) or "box" (Box(-1, 1, (2,))).
+- ``relayrl-test/ImageBandit-v0``: one-step episodes whose picture shows which action pays (a CNN's
+  smallest learning task): ``size`` x ``size`` images of ``channels`` channels, first or last.
 """
 
 from __future__ import annotations
@@ -144,6 +146,57 @@ class DtypeObsEnv(gym.Env):
         return self.obs, reward, terminated, self.t >= self.length, {}
 
 
+class ImageBandit(gym.Env):
+    """One-step episodes: the picture shows which action pays.
+
+    The image (``size`` x ``size``, ``channels`` channels, ``channels_first`` or last; uint8 0..255, or
+    ``dtype="float32"`` in [0, 1]) is cut into ``arms`` vertical stripes; the paying arm's stripe is bright
+    (200..255), the others dark (0..55), so a network must read where the brightness is, not how much of
+    it there is. Discrete(arms) actions pay 1 for the arm, 0 otherwise (random: 1 / arms); with
+    ``actions="box"`` (SAC) an action in [-1, 1] pays 1 - |action - the arm's place in [-1, 1]| / 2.
+    """
+
+    def __init__(self, size: int = 8, channels: int = 1, channels_first: bool = False, arms: int = 2,
+                 actions: str = "discrete", dtype: str = "uint8"):
+        if size < arms:
+            raise ValueError(f"size {size} must be at least arms {arms} (one stripe per arm)")
+        self.size, self.channels, self.channels_first, self.arms = size, channels, channels_first, arms
+        self.dtype = np.dtype(dtype)
+        shape = (channels, size, size) if channels_first else (size, size, channels)
+        high = 255 if self.dtype == np.uint8 else 1.0
+        self.observation_space = gym.spaces.Box(0, high, shape, self.dtype)
+        if actions == "discrete":
+            self.action_space: gym.Space = gym.spaces.Discrete(arms)
+        elif actions == "box":
+            self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+        else:
+            raise ValueError(f"actions must be 'discrete' or 'box', got {actions!r}")
+        self.edges = np.linspace(0, size, arms + 1).round().astype(int)
+        self.arm = 0
+
+    def _obs(self) -> np.ndarray:
+        rng = self.np_random
+        image = rng.integers(0, 56, (self.size, self.size, self.channels))
+        lo, hi = self.edges[self.arm], self.edges[self.arm + 1]
+        image[:, lo:hi] = rng.integers(200, 256, (self.size, hi - lo, self.channels))
+        if self.channels_first:
+            image = image.transpose(2, 0, 1)
+        return image.astype(np.uint8) if self.dtype == np.uint8 else (image / 255.0).astype(self.dtype)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.arm = int(self.np_random.integers(self.arms))
+        return self._obs(), {"arm": self.arm}
+
+    def step(self, action):
+        if isinstance(self.action_space, gym.spaces.Discrete):
+            reward = float(int(action) == self.arm)
+        else:
+            place = -1.0 + 2.0 * self.arm / max(self.arms - 1, 1)
+            reward = 1.0 - abs(float(np.asarray(action).reshape(-1)[0]) - place) / 2.0
+        return self._obs(), reward, True, False, {"arm": self.arm}
+
+
 class NanRewardEnv(gym.Env):
     """Returns a NaN reward after a few steps: drives the non-finite guard."""
 
@@ -163,6 +216,7 @@ class NanRewardEnv(gym.Env):
 
 for _id, _entry in (("relayrl-test/Faulty-v0", FaultyEnv), ("relayrl-test/NanReward-v0", NanRewardEnv), ("relayrl-test/DictObs-v0", DictObsEnv),
                     ("relayrl-test/SlowCartPole-v0", SlowCartPole), ("relayrl-test/SlowPendulum-v0", SlowPendulum),
-                    ("relayrl-test/DtypeObs-v0", DtypeObsEnv)):
+                    ("relayrl-test/DtypeObs-v0", DtypeObsEnv),
+                    ("relayrl-test/ImageBandit-v0", ImageBandit)):
     if _id not in gym.registry:
         gym.register(_id, entry_point=_entry, disable_env_checker=True)

@@ -146,11 +146,21 @@ def test_a_reference_that_is_not_module_colon_function_is_refused_by_the_config(
         build_config("ppo", {"ppo": {"encoder": value}})
 
 
-def test_recurrent_ppo_with_an_encoder_is_refused(nets):
-    cfg = build_config("ppo", {"ppo": {"encoder": f"{nets}:mlp", "recurrent": "gru"}}).ppo
+@pytest.mark.parametrize("shared_trunk", [False, True])
+def test_recurrent_ppo_puts_its_recurrent_layers_on_the_encoder(nets, shared_trunk):
+    cfg = build_config("ppo", {"ppo": {"encoder": f"{nets}:mlp", "recurrent": "gru",
+                                       "shared_trunk": shared_trunk}}).ppo
     env = gym.make("CartPole-v1")
-    with pytest.raises(ConfigError, match="ppo.encoder.*ppo.recurrent"):
-        get_algo("ppo").build_policy(cfg, env.observation_space, env.action_space)
+    policy = get_algo("ppo").build_policy(cfg, env.observation_space, env.action_space)
+    model = policy.model
+    assert isinstance(model.actor_encoder[2], nn.LayerNorm) and model.actor_rnn.input_size == 32
+    assert (model.critic_encoder is None) == shared_trunk  # a shared trunk reads the actor's features
+    encoders = [model.actor_encoder] + ([] if shared_trunk else [model.critic_encoder])
+    assert {id(p) for e in encoders for p in e.parameters()} <= \
+        {id(p) for p in model.actor_parameters() + model.critic_parameters()}  # each is trained by an optimiser
+    obs = np.stack([env.observation_space.sample() for _ in range(3)])
+    actions, state = policy.predict(obs, None)
+    assert actions.shape == (3,) and state.shape == (3, policy.state_size)
 
 
 def test_the_default_network_is_unchanged():
