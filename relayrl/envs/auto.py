@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from typing import Any
 
@@ -15,17 +16,21 @@ SUBPROC_OVERHEAD_S = 300e-6
 
 
 def measure_step_cost(env_id: str, kwargs: dict[str, Any] | None = None, steps: int = 50) -> float:
-    """Mean seconds per ``env.step`` with random actions (episode resets included)."""
+    """Median seconds per ``env.step`` with random actions: the median, not the mean, so that one
+    preemption of this process on a busy machine cannot make a cheap env look expensive."""
     env = make(env_id, **(kwargs or {}))
     try:
         env.reset(seed=0)
         env.action_space.seed(0)
-        start = time.perf_counter()
+        times = []
         for _ in range(steps):
-            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            action = env.action_space.sample()
+            start = time.perf_counter()
+            _, _, terminated, truncated, _ = env.step(action)
+            times.append(time.perf_counter() - start)
             if terminated or truncated:
                 env.reset()
-        return (time.perf_counter() - start) / steps
+        return statistics.median(times)
     finally:
         env.close()
 

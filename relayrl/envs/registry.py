@@ -6,8 +6,8 @@ Two families get the preprocessing their users expect, in every process that mak
   (frame skip 4 with max-pooling, 84x84 grayscale, up to 30 no-op starts; the env is made with
   ``frameskip=1`` so the skip is not applied twice) and a stack of the last 4 frames: [4, 84, 84] uint8;
   ``atari_preprocessing=False`` keeps the raw RGB frames.
-- MinAtar games (``MinAtar/Breakout-v1``; the ``minatar`` extra): the 10x10 boolean channels as
-  channel-first uint8 0/1, [C, 10, 10].
+- MinAtar games (``MinAtar/Breakout-v1``; the ``minatar`` extra): registered on first use; their
+  observations are MinAtar's own [10, 10, C] boolean planes, which the small CNN reads as they are.
 
 ``frame_stack`` k stacks the last k observations of any Box env, oldest first (after a reset the
 first observation fills the stack): vectors become [k, n], channel-first images [k*C, H, W] and
@@ -24,6 +24,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from relayrl.envs.spaces import image_layout
 from relayrl.errors import EnvError
 
 
@@ -101,8 +102,6 @@ def make(env_id: str, *, max_episode_steps: int | None = None, render_mode: str 
     env = _make(env_id, max_episode_steps, render_mode, kwargs)
     if atari:
         env = _atari(env, env_id)
-    elif env_id.startswith("MinAtar/"):
-        env = _minatar(env)
     return stack_frames(env, frame_stack) if frame_stack and frame_stack > 1 else env
 
 
@@ -134,14 +133,6 @@ def _atari(env: gym.Env, env_id: str) -> gym.Env:
                        "for the raw frames)") from None
 
 
-def _minatar(env: gym.Env) -> gym.Env:
-    from gymnasium.wrappers import TransformObservation
-
-    height, width, channels = env.observation_space.shape
-    space = gym.spaces.Box(0, 1, (channels, height, width), np.uint8)
-    return TransformObservation(env, lambda obs: np.ascontiguousarray(np.moveaxis(obs, -1, 0), dtype=np.uint8), space)
-
-
 def stack_frames(env: gym.Env, k: int) -> gym.Env:
     """The last ``k`` observations as one (module docstring); Box observations only."""
     from gymnasium.wrappers import FrameStackObservation, TransformObservation
@@ -154,12 +145,12 @@ def stack_frames(env: gym.Env, k: int) -> gym.Env:
     if len(shape) != 3:
         return stacked
     low, high = np.asarray(stacked.observation_space.low), np.asarray(stacked.observation_space.high)
-    if shape[0] <= shape[-1]:  # channel-first [k, C, H, W] -> [k*C, H, W]
+    if image_layout(shape).channels_first:  # [k, C, H, W] -> [k*C, H, W]
         new_shape = (k * shape[0], *shape[1:])
 
         def merge(obs):
             return obs.reshape(new_shape)
-    else:  # channel-last [k, H, W, C] -> [H, W, k*C] (frame-major channels)
+    else:  # channels-last [k, H, W, C] -> [H, W, k*C] (frame-major channels)
         new_shape = (*shape[:2], k * shape[2])
 
         def merge(obs):

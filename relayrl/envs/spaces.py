@@ -69,3 +69,20 @@ def allocate(space: gym.Space, n: int) -> tuple[list[np.ndarray], Any]:
 def copy_batch(space: gym.Space, arrays: list[np.ndarray], index: Any = slice(None)) -> Any:
     """A structured copy of rows ``index`` of each leaf array (never aliases the source)."""
     return build(space, [a[index].copy() for a in arrays])
+
+
+@dataclass(frozen=True)
+class ImageLayout:
+    channels_first: bool
+    channels: int
+    height: int
+    width: int
+
+
+def image_layout(shape: tuple[int, ...]) -> ImageLayout:
+    """Where a rank-3 image keeps its channels: the smaller of the first and the last axis; ties are
+    channels-last (MinAtar Seaquest's [10, 10, 10]). The CNN encoders and frame stacks both read it."""
+    first, middle, last = shape
+    if first < last:
+        return ImageLayout(True, first, middle, last)
+    return ImageLayout(False, last, first, middle)

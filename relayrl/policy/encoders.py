@@ -39,6 +39,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from relayrl.envs.spaces import ImageLayout, image_layout
 from relayrl.errors import EnvError
 from relayrl.policy.encoder import build_encoder
 
@@ -77,23 +78,6 @@ def _image_dtype(space: gym.spaces.Box) -> str | None:
 def is_image(space: gym.Space) -> bool:
     """A rank-3 Box of uint8, bool, or floats bounded in [0, 1]."""
     return isinstance(space, gym.spaces.Box) and len(space.shape) == 3 and _image_dtype(space) is not None
-
-
-@dataclass(frozen=True)
-class ImageLayout:
-    channels_first: bool
-    channels: int
-    height: int
-    width: int
-
-
-def image_layout(shape: tuple[int, ...]) -> ImageLayout:
-    """Where a rank-3 image keeps its channels: the smaller of the first and the last axis; ties are
-    channels-last (module docstring)."""
-    first, middle, last = shape
-    if first < last:
-        return ImageLayout(True, first, middle, last)
-    return ImageLayout(False, last, first, middle)
 
 
 def choose(space: gym.Space, key: str = "ppo.encoder") -> str:

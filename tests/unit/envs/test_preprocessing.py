@@ -34,18 +34,13 @@ def test_an_atari_id_gets_the_standard_preprocessing_and_four_stacked_frames():
         raw.close()
 
 
-def test_a_minatar_id_gives_channel_first_uint8_channels():
+def test_a_minatar_id_registers_on_first_use_and_keeps_its_boolean_planes():
     env = make("MinAtar/Breakout-v1")
-    raw = gym.make("MinAtar/Breakout-v1")
     try:
         obs, _ = env.reset(seed=3)
-        raw_obs, _ = raw.reset(seed=3)
-        assert env.observation_space == gym.spaces.Box(0, 1, (raw_obs.shape[-1], 10, 10), np.uint8)
-        np.testing.assert_array_equal(obs, np.moveaxis(raw_obs, -1, 0).astype(np.uint8))
-        assert env.observation_space.contains(obs)
+        assert env.observation_space.shape == (10, 10, 4) and obs.dtype == bool
     finally:
         env.close()
-        raw.close()
 
 
 def test_frame_stacks_keep_the_newest_observation_last_and_images_one_image():
@@ -60,19 +55,26 @@ def test_frame_stacks_keep_the_newest_observation_last_and_images_one_image():
     np.testing.assert_array_equal(new[-1], step)
     np.testing.assert_array_equal(new[-2], first)
 
-    first_layout = make("MinAtar/Breakout-v1", frame_stack=2)  # [C, H, W] -> [2C, H, W], older frame first
+    minatar = make("MinAtar/Seaquest-v1", frame_stack=2)  # [10, 10, 10]: a tie reads channels-last -> [10, 10, 20]
+    obs, _ = minatar.reset(seed=0)
+    assert obs.shape == (10, 10, 20)
+    newer, *_ = minatar.step(0)
+    np.testing.assert_array_equal(newer[..., :10], obs[..., 10:])
+
+    first_layout = make("relayrl.testing.envs:relayrl-test/ImageBandit-v0", frame_stack=3,
+                        channels=2, channels_first=True)  # [2, 8, 8] -> [6, 8, 8]
     obs, _ = first_layout.reset(seed=0)
-    channels = first_layout.observation_space.shape[0] // 2
-    assert obs.shape == (2 * channels, 10, 10)
+    assert obs.shape == (6, 8, 8)
     newer, *_ = first_layout.step(0)
-    np.testing.assert_array_equal(newer[:channels], obs[channels:])
+    np.testing.assert_array_equal(newer[:4], obs[2:])
+    assert make("ALE/Breakout-v5", frame_stack=2).observation_space.shape == (2, 84, 84)  # instead of Atari's 4
 
     last_layout = make("ALE/Breakout-v5", atari_preprocessing=False, frame_stack=2)  # [H, W, C] -> [H, W, 2C]
     obs, _ = last_layout.reset(seed=0)
     assert obs.shape == (210, 160, 6)
     newer, *_ = last_layout.step(0)
     np.testing.assert_array_equal(newer[..., :3], obs[..., 3:])
-    for env in (stacked, plain, first_layout, last_layout):
+    for env in (stacked, plain, minatar, first_layout, last_layout):
         env.close()
 
 
