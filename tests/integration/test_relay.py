@@ -103,7 +103,7 @@ def _env_steps_logged(run_dir) -> int:
 KILL_AT_STEPS = 4000  # past the warm-up (start_training 1000) and learning, far from solved
 
 
-@pytest.mark.slow
+@pytest.mark.solve
 def test_sac_learns_pendulum_through_the_relay_with_a_restart(tmp_path):
     """relayrl serve + relayrl train sac --server + two relayrl worker processes, all over CURVE;
     the relay is killed while training is under way and restarted; the trainer and both workers
