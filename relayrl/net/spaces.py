@@ -168,20 +168,22 @@ def _scalar(x: Any, what: str, dtype: np.dtype) -> Any:
     return x
 
 
+def _checked_lists(node: Any, what: str, leaf: Any, depth: int = 0) -> Any:
+    """Nested lists with every leaf checked by ``leaf``; at most MAX_DIMS levels deep."""
+    if isinstance(node, list):
+        if depth >= MAX_DIMS:
+            raise SpaceDataError(f"{what} is nested deeper than {MAX_DIMS} levels")
+        return [_checked_lists(v, what, leaf, depth + 1) for v in node]
+    return leaf(node)
+
+
 def _bound_array(data: dict, key: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     value = data.get(key)
     what = f"Box {key}"
     if not isinstance(value, list):
         return np.full(shape, _scalar(value, what, dtype), dtype=dtype)
 
-    def walk(node: Any, depth: int) -> Any:
-        if isinstance(node, list):
-            if depth >= MAX_DIMS:
-                raise SpaceDataError(f"{what} is nested deeper than {MAX_DIMS} levels")
-            return [walk(v, depth + 1) for v in node]
-        return _scalar(node, what, dtype)
-
-    nested = walk(value, 0)
+    nested = _checked_lists(value, what, lambda leaf: _scalar(leaf, what, dtype))
     try:
         array = np.array(nested, dtype=dtype)
     except (ValueError, OverflowError):  # ragged lists
@@ -195,14 +197,7 @@ def _int_array(value: Any, what: str, low: int | None = None) -> np.ndarray:
     if not isinstance(value, list):
         raise SpaceDataError(f"{what} must be a list of integers, got {value!r}")
 
-    def walk(node: Any, depth: int) -> Any:
-        if isinstance(node, list):
-            if depth >= MAX_DIMS:
-                raise SpaceDataError(f"{what} is nested deeper than {MAX_DIMS} levels")
-            return [walk(v, depth + 1) for v in node]
-        return _int(node, what, low)
-
-    nested = walk(value, 0)
+    nested = _checked_lists(value, what, lambda leaf: _int(leaf, what, low))
     try:
         array = np.array(nested, dtype=np.int64)
     except (ValueError, OverflowError):
