@@ -121,15 +121,24 @@ def test_appo_worker_keeps_at_most_rollouts_in_flight_unacknowledged(relay, trai
     with Running(worker):
         receive(trainer, 1)  # the announcement
         trainer.publish_weights(0, weights("appo"))
-        held, deadline = [], time.monotonic() + 10
-        while len(held) < 2 and time.monotonic() < deadline:
-            held.extend(trainer.receive(0.2))  # taken, not acknowledged (the trainer is busy learning)
+        held = take(trainer, 2)  # taken, not acknowledged (the trainer is busy learning)
         time.sleep(0.5)
         held.extend(trainer.receive(0.0))
         assert len(held) == 2 and worker.env_steps == 2 * T * N  # it waits for the trainer
         trainer.ack(held)
-        more = receive(trainer, 2)
+        more = take(trainer, 2)
+        time.sleep(0.5)
+        more.extend(trainer.receive(0.0))
         assert len(more) == 2 and all(m.version == 0 and m.arrays["reward"].shape == (T, N) for m in more)
+        assert worker.env_steps == 4 * T * N
+
+
+def take(trainer: RelayClient, count: int, timeout: float = 10.0) -> list[wire.Message]:
+    """The next ``count`` chunks, not acknowledged (so a worker holding its in-flight limit sends no more)."""
+    got, deadline = [], time.monotonic() + timeout
+    while len(got) < count and time.monotonic() < deadline:
+        got.extend(trainer.receive(0.2))
+    return got
 
 
 def test_saved_weights_of_a_known_version_let_an_on_policy_worker_start(relay, trainer, tmp_path):
