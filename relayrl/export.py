@@ -160,7 +160,8 @@ def _graph(policy: Policy) -> nn.Module:
 # ---------------------------------------------------------------- export
 
 
-def export_policy(policy: Policy, path: str | Path, fmt: Format = "onnx", info: dict[str, Any] | None = None) -> Exported:
+def export_policy(policy: Policy, path: str | Path, fmt: Format = "onnx",
+                  info: dict[str, Any] | None = None) -> Exported:
     """Write ``policy``'s deterministic graph to ``path`` and its sidecar to ``path + ".json"`` (module docstring);
     ``info`` adds keys to the sidecar (the run's algo, env, checkpoint)."""
     if fmt not in FORMATS:

@@ -72,7 +72,8 @@ def test_cli_trains_evaluates_resumes_and_loads_a_pettingzoo_run(tmp_path, capsy
 def test_image_observations_get_the_cnn(tmp_path):
     """Agents seeing uint8 [6, 7, 7] images train with the small CNN, and the run loads."""
     config = build_config("ppo", None, ["env.num_envs=2", "ppo.num_steps=16", "ppo.batch_size=32", "ppo.epochs=1",
-                                        "eval.freq=0", "eval.episodes=2", "eval.num_envs=1", "env.kwargs={image: true}"],
+                                        "eval.freq=0", "eval.episodes=2", "eval.num_envs=1",
+                                        "env.kwargs={image: true}"],
                           {"total_steps": 96, "env.id": ENV})
     summary = train(config, run_dir=tmp_path / "run", tensorboard=False)
     assert summary["env_steps"] >= 96 and summary["last_eval_return"] is not None
