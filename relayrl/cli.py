@@ -1,4 +1,4 @@
-"""The command line: ``relayrl train | eval | plot | config | serve | worker | keys``.
+"""The command line: ``relayrl train | eval | export | plot | config | serve | worker | keys``.
 
 Exit codes (docs/usage.md): 0 done, 1 the run failed, 2 bad input, 3 a peer died or timed out, 4 a
 protocol error, 130 interrupted.
@@ -75,6 +75,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--video-episodes", type=int, default=1, metavar="N",
                    help="with --video: episodes to record (default 1; seeds --seed, --seed + 1, ...)")
 
+    p = sub.add_parser("export", help="write a run's policy as an ONNX or TorchScript file for deployment",
+                       description="Write the deterministic policy of a run (its best checkpoint, else the last) or "
+                                   "checkpoint as one graph, observation in, action out, with its normaliser and "
+                                   "action post-processing, and FILE.json describing its inputs and outputs.",
+                       epilog=EPILOG)
+    p.add_argument("path", metavar="RUN_DIR|CHECKPOINT", type=Path)
+    p.add_argument("--format", default="onnx", choices=["onnx", "torchscript"],
+                   help="onnx (needs the export extra: pip install 'relayrl[export]') or torchscript (default onnx)")
+    p.add_argument("-o", "--out", type=Path, metavar="FILE",
+                   help="where to write (default RUN_DIR/policy.onnx or .pt; beside a checkpoint, its name)")
+
     p = sub.add_parser("plot", help="draw learning curves of one or more runs")
     p.add_argument("runs", metavar="RUN_DIR", type=Path, nargs="+")
     p.add_argument("-o", "--output", type=Path, default=Path("curve.png"))
@@ -127,8 +138,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _log_to_stderr()
     try:
-        return {"train": cmd_train, "eval": cmd_eval, "plot": cmd_plot, "config": cmd_config, "serve": cmd_serve,
-                "worker": cmd_worker, "keys": cmd_keys}[args.command](args)
+        return {"train": cmd_train, "eval": cmd_eval, "export": cmd_export, "plot": cmd_plot, "config": cmd_config,
+                "serve": cmd_serve, "worker": cmd_worker, "keys": cmd_keys}[args.command](args)
     except RelayRLError as exc:
         print(f"relayrl: error: {exc}", file=sys.stderr)
         return exc.exit_code or EXIT_FAILED  # an error never exits 0 (a simulator's normal close is 0 for it,
@@ -261,6 +272,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(f"episode written to {result['gif']}")
     for path in result.get("videos", []):
         print(f"video written to {path}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from relayrl.export import export_run
+
+    exported = export_run(args.path, args.format, args.out)
+    print(f"wrote {exported.path} ({exported.format}) and {exported.sidecar}")
     return 0
 
 

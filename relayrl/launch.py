@@ -3,6 +3,7 @@
 ``relayrl train`` and ``relayrl.train`` call ``train(config)``:
 
 - ``env.id`` "bridge:COMMAND": a simulator's agents through shared memory (``relayrl.bridge``);
+- ``env.id`` "pettingzoo:module:env_fn": PettingZoo ParallelEnv copies, agents as rows (``relayrl.envs.multiagent``);
 - ``net.server``: remote workers through a relay (``relayrl.net``);
 - ``workers`` > 1 or ``backend`` mp/ray: a pool of rollout workers (``relayrl.runtime``);
 - otherwise local envs in this process (``relayrl.training``).
@@ -14,6 +15,7 @@ from typing import Any
 
 from relayrl.algos import get_algo
 from relayrl.config import RunConfig
+from relayrl.envs.multiagent import is_pettingzoo, multiagent_envs
 from relayrl.errors import ConfigError
 from relayrl.io.metrics import check_tracking
 from relayrl.training.evaluator import ReportedEvaluator
@@ -32,6 +34,12 @@ def train(config: RunConfig, **options: Any) -> dict[str, Any]:
             raise ConfigError("a bridge simulator trains in this process: drop --server/--workers/--backend "
                               "(one simulator process holds all its agents)")
         return Trainer(config, AgentExperience(*make_bridge_envs(config)), **options).run()
+    if is_pettingzoo(config.env.id):  # PettingZoo copies in this process, every agent a row
+        if config.net.server is not None or config.workers != 1 or config.backend not in ("auto", "inline"):
+            raise ConfigError(f"{config.env.id}: PettingZoo envs train in this process (their agents come and go, "
+                              "which rollout workers do not carry yet): drop --server/--workers/--backend and "
+                              "raise env.num_envs for more env copies")
+        return Trainer(config, AgentExperience(*multiagent_envs(config)), **options).run()
     if config.net.server is not None:
         from relayrl.net.trainer import make_relay_source
 

@@ -30,10 +30,16 @@ Observations must be one array per agent (Box, Discrete, MultiBinary, MultiDiscr
 Tuple spaces are refused, since an ``AgentTurn`` holds one array of rows (flatten them first).
 Every agent must have the same observation and action space. ``stats`` counts ``resets`` (copies
 reset after their agents were all gone).
+
+From the command line the env is an id, ``"pettingzoo:package.module:env_fn"`` (``relayrl train ppo
+--env pettingzoo:pettingzoo.butterfly.cooperative_pong_v6:parallel_env``): ``pettingzoo_factory``
+imports the module, and ``env_fn(**env.kwargs)`` must return a ParallelEnv, or an AEC env that
+PettingZoo can convert (``aec_to_parallel``: its metadata says ``is_parallelizable``).
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, Callable
 
 import gymnasium as gym
@@ -42,9 +48,17 @@ import numpy as np
 from relayrl.envs import spaces
 from relayrl.envs.agents import AgentEnv, AgentTurn
 from relayrl.envs.vector import ActionSpec, check_actions
-from relayrl.errors import EnvError
+from relayrl.errors import ConfigError, EnvError
 
-__all__ = ["MultiAgentVectorEnv", "multiagent_envs"]
+__all__ = ["MultiAgentVectorEnv", "multiagent_envs", "pettingzoo_factory", "is_pettingzoo", "PREFIX"]
+
+PREFIX = "pettingzoo:"
+ID_FORM = '"pettingzoo:package.module:env_fn" (env_fn returns a PettingZoo ParallelEnv)'
+
+
+def is_pettingzoo(env_id: str) -> bool:
+    """Whether ``env_id`` names a PettingZoo env (``"pettingzoo:package.module:env_fn"``)."""
+    return env_id.startswith(PREFIX)
 
 
 class MultiAgentVectorEnv(AgentEnv):
@@ -183,16 +197,86 @@ class MultiAgentVectorEnv(AgentEnv):
         self.close()
 
 
-def multiagent_envs(config: Any, env_fn: Callable[..., Any]) -> tuple[MultiAgentVectorEnv, MultiAgentVectorEnv]:
+def pettingzoo_factory(env_id: str) -> Callable[..., Any]:
+    """The env function of ``"pettingzoo:package.module:env_fn"``, as a function returning a ParallelEnv.
+
+    The module and its attribute are checked here (an EnvError naming the id form otherwise); what the
+    function returns is checked when it is called: a ParallelEnv as it is, an AEC env converted by
+    PettingZoo's ``aec_to_parallel``, anything else refused.
+    """
+    reference = env_id[len(PREFIX):] if is_pettingzoo(env_id) else env_id
+    module_name, _, name = reference.strip().rpartition(":")
+    if not module_name or not name:
+        raise EnvError(f"env id {env_id!r}: a PettingZoo env is named {ID_FORM}, e.g. "
+                       "pettingzoo:pettingzoo.butterfly.cooperative_pong_v6:parallel_env")
+    _require_pettingzoo()
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise EnvError(f"env id {env_id!r}: cannot import {module_name!r} ({exc}); name an importable module in "
+                       f"{ID_FORM}") from None
+    env_fn = getattr(module, name, None)
+    if not callable(env_fn):
+        found = "has no attribute" if env_fn is None else "has a non-callable"
+        raise EnvError(f"env id {env_id!r}: module {module_name!r} {found} {name!r}; name a function returning a "
+                       f"ParallelEnv in {ID_FORM}")
+
+    def make_parallel(**kwargs: Any) -> Any:
+        from pettingzoo.utils.env import AECEnv, ParallelEnv
+
+        try:
+            env = env_fn(**kwargs)
+        except TypeError as exc:
+            raise EnvError(f"env id {env_id!r}: {name}(**{kwargs}) failed: {exc}; fix env.kwargs") from None
+        if isinstance(env, ParallelEnv):
+            return env
+        if isinstance(env, AECEnv):
+            from pettingzoo.utils.conversions import aec_to_parallel
+
+            try:
+                return aec_to_parallel(env)
+            except AssertionError:
+                env.close()
+                raise EnvError(f"env id {env_id!r}: {name} returned an AEC env whose metadata does not say "
+                               "is_parallelizable, so it cannot be stepped as a parallel env; name the module's "
+                               "parallel_env function instead") from None
+        raise EnvError(f"env id {env_id!r}: {name} returned {type(env).__name__}, not a PettingZoo ParallelEnv "
+                       f"(or AEC env); name a function returning one in {ID_FORM}")
+
+    make_parallel.__qualname__ = make_parallel.__name__ = name
+    return make_parallel
+
+
+def _require_pettingzoo() -> None:
+    try:
+        import pettingzoo  # noqa: F401
+    except ImportError:
+        raise ConfigError("PettingZoo envs need the pettingzoo package, which is not installed: install relayrl's "
+                          "multiagent extra, python -m pip install 'relayrl[multiagent]'") from None
+
+
+def multiagent_envs(config: Any, env_fn: Callable[..., Any] | None = None,
+                    evaluation: bool = True) -> tuple[MultiAgentVectorEnv, MultiAgentVectorEnv | None]:
     """The training and evaluation agent envs of a run (``relayrl.training.experience.AgentExperience``
-    takes them): ``env_fn(**config.env.kwargs)`` returns one PettingZoo ParallelEnv; training steps
-    ``config.env.num_envs`` copies, evaluation ``min(config.eval.num_envs, config.eval.episodes)``."""
-    kwargs = dict(config.env.kwargs)
+    takes them): ``env_fn(**config.env.kwargs)`` returns one PettingZoo ParallelEnv (default: the env
+    of ``config.env.id``, a ``pettingzoo:`` id); training steps ``config.env.num_envs`` copies,
+    evaluation ``min(config.eval.num_envs, config.eval.episodes)`` (none with ``evaluation=False``)."""
+    env = config.env
+    ignored = {"env.max_episode_steps": env.max_episode_steps, "env.frame_stack": (env.frame_stack or 1) > 1 or None,
+               "env.manager": env.manager if env.manager in ("subproc", "async") else None}
+    ignored = [key for key, value in ignored.items() if value is not None]
+    if ignored:
+        raise ConfigError(f"{', '.join(ignored)} do not apply to PettingZoo envs (their copies step in this process, "
+                          "as the env function makes them): drop them, and end episodes or stack frames in the env")
+    env_fn = pettingzoo_factory(env.id) if env_fn is None else env_fn
+    kwargs = dict(env.kwargs)
 
     def factory() -> Any:
         return env_fn(**kwargs)
 
     train_env = MultiAgentVectorEnv([factory] * config.env.num_envs)
+    if not evaluation:
+        return train_env, None
     try:
         return train_env, MultiAgentVectorEnv([factory] * min(config.eval.num_envs, config.eval.episodes))
     except BaseException:

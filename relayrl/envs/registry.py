@@ -62,6 +62,9 @@ def _check_id(env_id: str) -> str:
     if env_id.startswith("bridge:"):
         raise EnvError(f"{env_id!r} is an external simulator, not a Gymnasium env: it works with relayrl train "
                        "(which launches it); here give a Gymnasium env id")
+    if env_id.startswith("pettingzoo:"):
+        raise EnvError(f"{env_id!r} is a PettingZoo env, not a Gymnasium env: it works with relayrl train, eval and "
+                       "relayrl.load (agents as rows, in the training process); here give a Gymnasium env id")
     if ":" in env_id:
         module, _, env_id = env_id.partition(":")
         try:

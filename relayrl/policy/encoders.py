@@ -238,8 +238,9 @@ class OneHot(nn.Module):
         self.register_buffer("offsets", torch.as_tensor(offsets, dtype=torch.long), persistent=False)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        index = obs.reshape(len(obs), -1).long() + self.offsets
-        return torch.zeros(len(obs), self.features, dtype=torch.float32, device=obs.device).scatter_(1, index, 1.0)
+        n = obs.shape[0]  # (not len(obs): a traced graph, relayrl export, would fix the batch size)
+        index = obs.reshape(n, -1).long() + self.offsets
+        return torch.zeros(n, self.features, dtype=torch.float32, device=obs.device).scatter_(1, index, 1.0)
 
 
 # ---------------------------------------------------------------- the built-ins as encoder references

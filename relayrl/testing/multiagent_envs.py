@@ -1,5 +1,7 @@
-"""PettingZoo ParallelEnvs for tests of ``relayrl/envs/multiagent.py``: one whose agents come and go, and a
-cooperative one that a shared policy learns quickly."""
+"""PettingZoo ParallelEnvs for tests of ``relayrl/envs/multiagent.py``: one whose agents come and go, and
+cooperative ones that a shared policy learns quickly (``relay_team``: agents join and leave, vector or image
+observations, also as an AEC env; what ``relayrl train ppo --env pettingzoo:relayrl.testing.multiagent_envs:
+relay_team`` trains on)."""
 
 from __future__ import annotations
 
@@ -103,3 +105,80 @@ class TeamMatchEnv(ParallelEnv):
         if done:
             self.agents = []
         return obs, rewards, terminated, truncated, infos
+
+
+class RelayTeamEnv(ParallelEnv):
+    """TeamMatchEnv's task with agents that join and leave: a_0 and a_1 start, a_2 joins after step 2, a_0
+    terminates after step 5, and the rest are truncated after ``length`` steps. Each step every live agent k
+    sees a target (one-hot of 3) and its own number (one-hot of 3) and should answer (target + k) % 3; each
+    gets the team's reward, the fraction of live agents that answered right. Perfect play earns an agent one
+    per step it lived (a_0 5, a_1 ``length``, a_2 ``length`` - 2), random play a third of that.
+
+    ``image=True``: the same as a uint8 image [6, 7, 7], one plane per one-hot entry (255 where it is 1).
+    """
+
+    metadata = {"name": "relayrl_relay_team_v0", "is_parallelizable": True}
+    render_mode = None
+
+    def __init__(self, length: int = 8, image: bool = False):
+        self.length, self.image = length, image
+        self.possible_agents = ["a_0", "a_1", "a_2"]
+        self._obs_space = (gym.spaces.Box(0, 255, (6, 7, 7), np.uint8) if image
+                           else gym.spaces.Box(0.0, 1.0, (6,), np.float32))
+        self._act_space = gym.spaces.Discrete(3)
+        self._rng = np.random.default_rng()
+
+    def observation_space(self, agent):
+        return self._obs_space
+
+    def action_space(self, agent):
+        return self._act_space
+
+    def _observe(self, agents):
+        obs = {}
+        for agent in agents:
+            o = np.zeros(6, np.float32)
+            o[self.target] = 1.0
+            o[3 + int(agent[-1])] = 1.0
+            obs[agent] = (np.broadcast_to(o[:, None, None] * 255, (6, 7, 7)).astype(np.uint8) if self.image else o)
+        return obs
+
+    def reset(self, seed=None, options=None):
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        self.t, self.target = 0, int(self._rng.integers(3))
+        self.agents = ["a_0", "a_1"]
+        return self._observe(self.agents), {a: {} for a in self.agents}
+
+    def step(self, actions):
+        self.t += 1
+        right = [int(actions[a]) == (self.target + int(a[-1])) % 3 for a in self.agents]
+        team = float(np.mean(right))
+        self.target = int(self._rng.integers(3))
+        acted = list(self.agents)
+        terminated = {a: a == "a_0" and self.t == 5 for a in acted}
+        truncated = {a: self.t >= self.length and not terminated[a] for a in acted}
+        rewards = {a: team for a in acted}
+        self.agents = [a for a in acted if not (terminated[a] or truncated[a])]
+        if self.t == 2 and self.t < self.length:  # a newcomer gets an entry in every dict (PettingZoo's convention)
+            self.agents.append("a_2")
+            rewards["a_2"], terminated["a_2"], truncated["a_2"] = 0.0, False, False
+        obs = self._observe([*acted, *[a for a in self.agents if a not in acted]])
+        return obs, rewards, terminated, truncated, {a: {} for a in obs}
+
+
+def relay_team(length: int = 8, image: bool = False) -> RelayTeamEnv:
+    """``--env pettingzoo:relayrl.testing.multiagent_envs:relay_team`` (``env.kwargs``: length, image)."""
+    return RelayTeamEnv(length, image)
+
+
+def relay_team_aec(length: int = 8):
+    """The same env as PettingZoo's AEC API (``aec_to_parallel`` converts it back)."""
+    from pettingzoo.utils.conversions import parallel_to_aec
+
+    return parallel_to_aec(RelayTeamEnv(length))
+
+
+def not_an_env():
+    """Returns something that is not a PettingZoo env (tests of the refusal)."""
+    return object()

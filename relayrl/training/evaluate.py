@@ -11,10 +11,12 @@ import numpy as np
 
 from relayrl.algos import get_algo
 from relayrl.config import validate
+from relayrl.envs.multiagent import MultiAgentVectorEnv, is_pettingzoo, pettingzoo_factory
 from relayrl.envs.registry import make
 from relayrl.envs.vector import make_vec
 from relayrl.errors import CheckpointError, ConfigError, EnvError
 from relayrl.io.checkpoint import Checkpoint, explain_load_error, load_checkpoint
+from relayrl.training.agents import AgentEvaluator
 from relayrl.training.evaluator import Evaluator
 
 
@@ -23,7 +25,7 @@ def load_policy(ckpt: Checkpoint, env_id: str | None = None):
     algo_name = ckpt.meta.get("algo")
     config = validate(algo_name, ckpt.meta["config"])
     env_id = env_id or config.env.id
-    env = make(env_id, **config.env.wrapping(), **config.env.kwargs)
+    env = _spaces_env(env_id, config)
     try:
         policy = get_algo(algo_name).build_policy(config.algo_config, env.observation_space, env.action_space)
         policy.set_weights(ckpt.state["algo"])
@@ -36,6 +38,28 @@ def load_policy(ckpt: Checkpoint, env_id: str | None = None):
     finally:
         env.close()
     return policy, config, env_id
+
+
+class _AgentSpaces:
+    """An agent env's spaces under a Gymnasium env's names (what ``load_policy`` reads)."""
+
+    def __init__(self, env: MultiAgentVectorEnv):
+        self.env, self.observation_space, self.action_space = env, env.single_observation_space, env.single_action_space
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _spaces_env(env_id: str, config) -> gym.Env | _AgentSpaces:
+    """An env of ``env_id`` to read the spaces from (a PettingZoo id: one copy, one agent's spaces)."""
+    if is_pettingzoo(env_id):
+        return _AgentSpaces(_pettingzoo_envs(env_id, config, 1))
+    return make(env_id, **config.env.wrapping(), **config.env.kwargs)
+
+
+def _pettingzoo_envs(env_id: str, config, copies: int) -> MultiAgentVectorEnv:
+    factory, kwargs = pettingzoo_factory(env_id), dict(config.env.kwargs)
+    return MultiAgentVectorEnv([lambda: factory(**kwargs)] * copies)
 
 
 def evaluate_checkpoint(path: Path | Checkpoint, episodes: int = 10, env_id: str | None = None, seed: int = 0,
@@ -51,10 +75,17 @@ def evaluate_checkpoint(path: Path | Checkpoint, episodes: int = 10, env_id: str
             raise ConfigError(f"--video-episodes {video_episodes}: record at least 1 episode")
     ckpt = path if isinstance(path, Checkpoint) else load_checkpoint(path)
     policy, config, env_id = load_policy(ckpt, env_id)
-    env_args = dict(env_kwargs=config.env.kwargs, max_episode_steps=config.env.max_episode_steps,
-                    wrapping=config.env.wrapping())
-    with make_vec(env_id, min(episodes, 10), **env_args) as venv:
-        result = Evaluator(venv, episodes, seed=seed).evaluate(policy)
+    if is_pettingzoo(env_id):  # every agent of the copies is a row: episodes per agent (the training evaluator's)
+        if render is not None or video is not None:
+            raise ConfigError(f"{env_id}: --render and --video record single-agent Gymnasium envs; evaluate a "
+                              "PettingZoo run without them")
+        with _pettingzoo_envs(env_id, config, min(episodes, 10)) as env:
+            result = AgentEvaluator(env, episodes, seed=seed).evaluate(policy)
+    else:
+        env_args = dict(env_kwargs=config.env.kwargs, max_episode_steps=config.env.max_episode_steps,
+                        wrapping=config.env.wrapping())
+        with make_vec(env_id, min(episodes, 10), **env_args) as venv:
+            result = Evaluator(venv, episodes, seed=seed).evaluate(policy)
     out: dict[str, Any] = {
         "env": env_id, "checkpoint": str(ckpt.path), "episodes": len(result.returns),
         "return_mean": result.mean, "return_std": result.std,

@@ -1,0 +1,322 @@
+"""Export a trained policy for deployment: ``relayrl export RUN [--format onnx|torchscript] [--out FILE]``.
+
+The file holds the deterministic policy as one graph, observation in, action out, as ``predict``
+computes it: the observation normaliser with its statistics frozen (PPO/APPO ``obs_norm``), the
+encoders' image scaling, the network, and the action's post-processing (argmax for Discrete actions;
+for Box actions PPO's clip to the bounds, SAC's tanh squash scaled to them). A robot runs it with
+onnxruntime or ``torch.jit.load`` alone, without relayrl::
+
+    session = onnxruntime.InferenceSession("policy.onnx")
+    action = session.run(None, {"obs": obs[None]})[0][0]      # obs: the env's dtype; a batch axis first
+
+Inputs and outputs (a leading batch axis of any size): ``obs`` [n, *obs_shape] in the observation
+space's dtype (uint8 images stay uint8) -> ``action`` [n, *action_shape] (int64 for Discrete, float32
+for Box). A recurrent PPO policy takes and returns its state explicitly, as ``predict(obs, state)``
+does: ``obs``, ``state`` [n, state_size] float32 (zeros at an episode's start) -> ``action``,
+``next_state`` (the next call's ``state``).
+``FILE.json`` beside the file records the spaces, the names, shapes and dtypes of the inputs and
+outputs, the format and the relayrl version.
+
+``export`` checks the file it wrote against ``predict`` on a few observations (a batch size other
+than the traced one) before it renames it into place, so a graph that does not match is never left
+behind. ONNX uses PyTorch's TorchScript-based exporter (``dynamo=False``), which needs the ``onnx``
+package only; the newer exporter would also need ``onnxscript``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from relayrl.core import Policy
+from relayrl.errors import ConfigError, RelayRLError
+from relayrl.io.atomic import atomic_write_text
+
+Format = Literal["onnx", "torchscript"]
+FORMATS: tuple[str, ...] = ("onnx", "torchscript")
+SUFFIX = {"onnx": ".onnx", "torchscript": ".pt"}
+EXTRA = ("the export extra: python -m pip install 'relayrl[export]' (from a checkout: python -m pip install "
+         "-c constraints.txt -e '.[export]')")
+TRACE_BATCH, CHECK_BATCH = 2, 5
+
+__all__ = ["export_policy", "export_run", "FORMATS"]
+
+
+@dataclass(frozen=True)
+class Exported:
+    path: Path
+    sidecar: Path
+    format: str
+
+
+# ---------------------------------------------------------------- the graphs
+
+
+class _Prepare(nn.Module):
+    """Raw observations [n, *obs_shape] -> what the network reads: normalised as ``RunningMeanStd.normalize``
+    computes it (in float64, then float32, so the result is the same to the bit) or cast to float32, then
+    flattened or kept in shape for an encoder."""
+
+    def __init__(self, policy: Policy, view: tuple[int, ...]):
+        super().__init__()
+        self.view = view
+        rms = policy.obs_rms
+        self.normalize = rms is not None
+        if rms is not None:
+            self.register_buffer("mean", torch.as_tensor(rms.mean, dtype=torch.float64))
+            self.register_buffer("std", torch.as_tensor(rms.std, dtype=torch.float64))
+            self.clip = float(rms.clip)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.normalize:
+            x = ((obs.to(torch.float64) - self.mean) / self.std).clamp(-self.clip, self.clip).to(torch.float32)
+        else:
+            x = obs.to(torch.float32)
+        return x.reshape((x.shape[0],) + self.view)
+
+
+class _Bounds(nn.Module):
+    def __init__(self, low: np.ndarray, high: np.ndarray, shape: tuple[int, ...]):
+        super().__init__()
+        self.shape = shape
+        self.register_buffer("low", torch.as_tensor(np.asarray(low, np.float32)))
+        self.register_buffer("high", torch.as_tensor(np.asarray(high, np.float32)))
+
+
+class _PPOGraph(_Bounds):
+    """PPO and APPO: argmax of the logits, or the Gaussian mean clipped to the bounds (``predict``'s env action)."""
+
+    def __init__(self, policy: Any):
+        discrete = policy.discrete
+        super().__init__(np.zeros(1) if discrete else policy.low, np.zeros(1) if discrete else policy.high,
+                         tuple(policy.action_shape))
+        self.prepare, self.model, self.discrete = _Prepare(policy, tuple(policy.obs_view)), policy.model, discrete
+
+    def act(self, out: torch.Tensor) -> torch.Tensor:
+        if self.discrete:
+            return out.argmax(-1)
+        return torch.minimum(torch.maximum(out.reshape((out.shape[0],) + self.shape), self.low), self.high)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.act(self.model.actor(self.prepare(obs)))
+
+
+class _RecurrentPPOGraph(_PPOGraph):
+    """``predict(obs, state)``: one step of the recurrent network from an explicit state, the next state out."""
+
+    def forward(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out, _, state = self.model(self.prepare(obs)[:, None], state, critic=False)
+        return self.act(out[:, 0]), state
+
+
+class _DQNGraph(nn.Module):
+    def __init__(self, policy: Any):
+        super().__init__()
+        self.prepare, self.model = _Prepare(policy, tuple(policy.obs_view)), policy.model
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.model(self.prepare(obs)).argmax(-1)
+
+
+class _SACGraph(_Bounds):
+    """tanh of the actor's mean, scaled from [-1, 1] to the action bounds."""
+
+    def __init__(self, policy: Any):
+        super().__init__(policy.low, policy.scale, tuple(policy.action_shape))  # (high holds the scale)
+        self.prepare, self.actor = _Prepare(policy, tuple(policy.obs_view)), policy.actor
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        action = torch.tanh(self.actor(self.prepare(obs))[0])
+        return self.low + (action.reshape((action.shape[0],) + self.shape) + 1) * self.high
+
+
+def _graph(policy: Policy) -> nn.Module:
+    """The deterministic policy of ``policy`` as a module; a ConfigError for a policy it cannot export."""
+    from relayrl.algos.dqn import DQNPolicy
+    from relayrl.algos.ppo import PPOPolicy
+    from relayrl.algos.sac import SACPolicy
+
+    if isinstance(policy, PPOPolicy):
+        return _RecurrentPPOGraph(policy) if policy.recurrent else _PPOGraph(policy)
+    if isinstance(policy, DQNPolicy):
+        return _DQNGraph(policy)
+    if isinstance(policy, SACPolicy):
+        return _SACGraph(policy)
+    raise ConfigError(f"cannot export a {type(policy).__name__}: export knows the policies of PPO, APPO, DQN and SAC "
+                      "(for your own algorithm, save its network with torch.jit or torch.onnx from its policy)")
+
+
+# ---------------------------------------------------------------- export
+
+
+def export_policy(policy: Policy, path: str | Path, fmt: Format = "onnx",
+                  info: dict[str, Any] | None = None) -> Exported:
+    """Write ``policy``'s deterministic graph to ``path`` and its sidecar to ``path + ".json"`` (module docstring);
+    ``info`` adds keys to the sidecar (the run's algo, env, checkpoint)."""
+    if fmt not in FORMATS:
+        raise ConfigError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    if fmt == "onnx":
+        require_onnx()
+    graph = copy.deepcopy(_graph(policy)).eval().requires_grad_(False)  # (a deployment's outputs need no grad)
+    path = Path(path)
+    inputs = {"obs": _example(policy.observation_space, TRACE_BATCH, 0)}
+    if policy.recurrent:
+        inputs["state"] = torch.zeros(TRACE_BATCH, policy.state_size)
+    outputs = ["action", "next_state"] if policy.recurrent else ["action"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        _write(graph, tuple(inputs.values()), list(inputs), outputs, tmp, fmt)
+        _check(policy, tmp, fmt)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    sidecar = path.with_name(path.name + ".json")
+    atomic_write_text(sidecar, json.dumps(_describe(policy, fmt, path, inputs, outputs, info or {}), indent=2) + "\n")
+    return Exported(path=path, sidecar=sidecar, format=fmt)
+
+
+def export_run(run: str | Path, fmt: Format = "onnx", out: str | Path | None = None) -> Exported:
+    """``relayrl export``: the policy of a run directory (its best checkpoint, else the last) or of a
+    checkpoint file, to ``out`` (default: ``RUN/policy.onnx`` or ``.pt``; beside a checkpoint file, its name)."""
+    from relayrl import __version__
+    from relayrl.io.checkpoint import load_checkpoint
+    from relayrl.training.evaluate import load_policy
+
+    if fmt not in FORMATS:
+        raise ConfigError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    if fmt == "onnx":
+        require_onnx()  # before anything is read
+    run = Path(run)
+    ckpt = load_checkpoint(run)
+    policy, config, env_id = load_policy(ckpt)
+    if out is None:
+        out = run / f"policy{SUFFIX[fmt]}" if run.is_dir() else ckpt.path.with_suffix(SUFFIX[fmt])
+    info = {"algo": config.algo, "env": env_id, "checkpoint": str(ckpt.path),
+            "env_steps": ckpt.meta.get("run", {}).get("env_steps"), "relayrl_version": __version__}
+    return export_policy(policy, out, fmt, info)
+
+
+def require_onnx() -> None:
+    """Refuse ``--format onnx`` without onnx (the exporter writes with it) and onnxruntime (the check runs with it)."""
+    missing = []
+    for module in ("onnx", "onnxruntime"):
+        try:
+            __import__(module)
+        except ImportError:
+            missing.append(module)
+    if missing:
+        raise ConfigError(f"--format onnx needs {' and '.join(missing)}, not installed: install {EXTRA}; or export "
+                          "with --format torchscript")
+
+
+def _example(space: gym.Space, n: int, seed: int) -> torch.Tensor:
+    """``n`` observations of ``space`` (in its dtype) as a tensor."""
+    space = copy.deepcopy(space)  # seeding must not touch the policy's own space
+    space.seed(seed)
+    return torch.from_numpy(np.stack([np.asarray(space.sample(), dtype=space.dtype) for _ in range(n)]))
+
+
+def _write(graph: nn.Module, args: tuple[torch.Tensor, ...], inputs: list[str], outputs: list[str], path: Path,
+           fmt: str) -> None:
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the legacy exporter's deprecation notice, tracer notes
+            if fmt == "torchscript":
+                torch.jit.save(torch.jit.trace(graph, args, check_trace=False), str(path))
+            else:
+                torch.onnx.export(graph, args, str(path), dynamo=False, input_names=inputs, output_names=outputs,
+                                  dynamic_axes={name: {0: "batch"} for name in [*inputs, *outputs]},
+                                  opset_version=17)
+    except RelayRLError:
+        raise
+    except Exception as exc:  # an operation the tracer or the ONNX exporter does not handle (your own encoder?)
+        raise ConfigError(f"cannot export this policy as {fmt}: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+                          + ("; try --format torchscript" if fmt == "onnx" else "")) from None
+
+
+def _run_file(path: Path, fmt: str, obs: np.ndarray, state: np.ndarray | None) -> list[np.ndarray]:
+    """Run an exported file as a deployment would."""
+    if fmt == "torchscript":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # TorchScript's: the format is what was asked for
+            module = torch.jit.load(str(path))
+        with torch.no_grad():
+            out = module(torch.from_numpy(obs), *([] if state is None else [torch.from_numpy(state)]))
+        return [t.numpy() for t in (out if isinstance(out, tuple) else (out,))]
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    feed = {"obs": obs} if state is None else {"obs": obs, "state": state}
+    return session.run(None, feed)
+
+
+def _check(policy: Policy, path: Path, fmt: str) -> None:
+    """The file's actions equal ``predict``'s on a batch of another size than the traced one."""
+    obs = _example(policy.observation_space, CHECK_BATCH, 1).numpy()
+    state = np.random.default_rng(0).normal(0, 0.5, (CHECK_BATCH, policy.state_size)).astype(np.float32) \
+        if policy.recurrent else None
+    expected = policy.predict(obs, state) if policy.recurrent else policy.predict(obs)
+    expected = list(expected) if policy.recurrent else [expected]
+    try:
+        got = _run_file(path, fmt, obs, state)
+    except Exception as exc:
+        raise ConfigError(f"the exported {fmt} file does not run: {type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
+    for name, want, have in zip(("action", "next_state"), expected, got):
+        want = np.asarray(want)
+        same = have.shape == want.shape and (np.array_equal(have, want) if want.dtype.kind in "iub" else
+                                             np.allclose(have, want, rtol=1e-4, atol=1e-5))
+        if not same:
+            raise RelayRLError(f"the exported {fmt} graph's {name} differs from the policy's on {CHECK_BATCH} "
+                               f"observations (shape {have.shape} vs {want.shape}); nothing was written. An "
+                               "encoder that depends on the batch size (len(obs) instead of obs.shape[0]) "
+                               "cannot be traced")
+
+
+def _describe(policy: Policy, fmt: str, path: Path, inputs: dict[str, torch.Tensor], outputs: list[str],
+              info: dict[str, Any]) -> dict[str, Any]:
+    from relayrl import __version__
+    from relayrl.net.spaces import space_to_data
+
+    obs_space = policy.observation_space
+    obs_dtype = np.dtype(obs_space.dtype).name
+    action_dtype = "int64" if np.dtype(policy.action_dtype).kind == "i" else "float32"
+    state = {"dtype": "float32", "shape": ["batch", policy.state_size]}
+    described_inputs = [{"name": "obs", "dtype": obs_dtype, "shape": ["batch", *obs_space.shape]}]
+    described_outputs = [{"name": "action", "dtype": action_dtype, "shape": ["batch", *policy.action_shape]}]
+    if policy.recurrent:
+        described_inputs.append({"name": "state", **state})
+        described_outputs.append({"name": "next_state", **state})
+    return {"format": fmt, "file": path.name, "relayrl_version": __version__, **info,
+            "inputs": described_inputs, "outputs": described_outputs,
+            "observation_space": space_to_data(obs_space), "action_space": space_to_data(policy.action_space),
+            "recurrent": bool(policy.recurrent), "deterministic": True,
+            "includes": _includes(policy)}
+
+
+def _includes(policy: Policy) -> list[str]:
+    """What the graph does besides the network, for people reading the sidecar."""
+    parts = ["observation normaliser (frozen statistics, clip "
+             f"{policy.obs_rms.clip})"] if policy.obs_rms is not None else []
+    if isinstance(policy.action_space, gym.spaces.Discrete):
+        parts.append("argmax over the action's logits or Q values")
+    else:
+        from relayrl.algos.sac import SACPolicy
+
+        parts.append("tanh squash scaled to the action bounds" if isinstance(policy, SACPolicy) else
+                     "clip to the action bounds")
+    return parts
