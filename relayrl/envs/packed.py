@@ -154,7 +154,7 @@ class PackedDict(gym.spaces.Box):
         return f"PackedDict({self.space})"
 
     def __eq__(self, other: Any) -> bool:
-        return isinstance(other, PackedDict) and self.space == other.space
+        return isinstance(other, PackedDict) and self.space == other.space and self.fields == other.fields
 
     __hash__ = None  # type: ignore[assignment]  (as gymnasium's spaces: mutable, compared by value)
 
