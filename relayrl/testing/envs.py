@@ -206,14 +206,16 @@ class DictBandit(ImageBandit):
 
     In half the episodes (``shown`` 1) the picture shows the paying arm as ImageBandit's does and ``place``
     is 0; in the other half (``shown`` -1) the picture is dark and ``place`` is the arm's place in [-1, 1].
-    A policy reading only one key is right in about 1/2 + 1/(2 arms) of the episodes."""
+    A policy reading only one key is right in about 1/2 + 1/(2 arms) of the episodes. ``grid`` adds a key
+    "grid" of zeros, a rank-2 float Box that no built-in encoder takes."""
 
-    def __init__(self, size: int = 6, arms: int = 2, actions: str = "discrete", **kwargs: Any):
+    def __init__(self, size: int = 6, arms: int = 2, actions: str = "discrete", grid: bool = False, **kwargs: Any):
         super().__init__(size=size, arms=arms, actions=actions, **kwargs)
-        self.observation_space = gym.spaces.Dict({
-            "image": self.observation_space,
-            "cue": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
-            "noise": gym.spaces.Discrete(3)})
+        keys = {"image": self.observation_space, "cue": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+                "noise": gym.spaces.Discrete(3)}
+        if grid:
+            keys["grid"] = gym.spaces.Box(-1.0, 1.0, (3, 4), np.float32)
+        self.observation_space = gym.spaces.Dict(keys)
         self.shown = True
 
     def _obs(self) -> dict[str, Any]:
@@ -222,7 +224,10 @@ class DictBandit(ImageBandit):
         if not self.shown:
             image = image // 8 if image.dtype == np.uint8 else image / 8  # dark everywhere: no stripe to read
         cue = np.array([0.0 if self.shown else place, 1.0 if self.shown else -1.0], np.float32)
-        return {"image": image, "cue": cue, "noise": int(self.np_random.integers(3))}
+        obs = {"image": image, "cue": cue, "noise": int(self.np_random.integers(3))}
+        if "grid" in self.observation_space.spaces:
+            obs["grid"] = np.zeros((3, 4), np.float32)
+        return obs
 
     def reset(self, *, seed=None, options=None):
         gym.Env.reset(self, seed=seed)
