@@ -131,7 +131,7 @@ class PackedDict(gym.spaces.Box):
                 raise EnvError(f"observation key {field.name!r} has shape {array.shape}, expected {field.shape} "
                                f"(one observation) or (n, {', '.join(map(str, field.shape))}) (a batch of n, as the "
                                f"other keys) for {self.space}")
-            array = np.ascontiguousarray(array, dtype=field.dtype).reshape(*batch, -1)
+            array = np.ascontiguousarray(array, dtype=field.dtype).reshape((*batch, math.prod(field.shape)))
             out[..., field.offset:field.offset + field.nbytes] = array.view(np.uint8)
         return out
 

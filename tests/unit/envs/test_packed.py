@@ -75,3 +75,9 @@ def test_a_batch_whose_keys_disagree_is_refused_naming_the_key():
     space = PackedDict(gym.spaces.Dict({"a": gym.spaces.Box(0, 1, (2,)), "b": gym.spaces.Box(0, 1, (3,))}))
     with pytest.raises(EnvError, match=r"key 'b' has shape \(2, 2\), expected \(3,\)"):
         space.pack({"a": np.zeros((2, 2)), "b": np.zeros((2, 2))})
+
+
+def test_an_empty_batch_packs_to_no_rows():
+    space = PackedDict(gym.spaces.Dict({"a": gym.spaces.Box(0, 1, (2,)), "n": gym.spaces.Discrete(3)}))
+    rows = space.pack({"a": np.zeros((0, 2)), "n": np.zeros(0, np.int64)})
+    assert rows.shape == (0, space.nbytes) and space.unpack(rows)["a"].shape == (0, 2)
