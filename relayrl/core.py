@@ -45,6 +45,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from relayrl.envs.packed import PackedDict
 from relayrl.errors import EnvError
 from relayrl.types import Batch, Mode, PolicyOutput
 
@@ -130,8 +131,12 @@ class Policy(ABC):
         return out.env_action[0] if single else out.env_action
 
     def check_observation(self, obs: Any) -> tuple[np.ndarray, bool]:
-        """``obs`` as a batch, and whether it was one observation; a wrong shape or dtype is an EnvError."""
+        """``obs`` as a batch, and whether it was one observation; a wrong shape or dtype is an EnvError.
+        A Dict observation (one, or a batch: each key's array with a leading axis) is packed as the env
+        boundary packs it (envs/packed.py)."""
         space = self.observation_space
+        if isinstance(space, PackedDict) and isinstance(obs, (dict, tuple)):
+            obs = space.pack(obs)
         array = np.asarray(obs)
         shape = tuple(space.shape or ())
         if array.shape == shape:

@@ -26,6 +26,7 @@ from relayrl.core import Algorithm, Policy
 from relayrl.data.dtypes import stored_dtype, to_stored, to_tensor
 from relayrl.data.gae import compute_gae
 from relayrl.data.sequences import chunk, minibatches, pad, split_trajectories
+from relayrl.envs.packed import PackedDict
 from relayrl.errors import ConfigError, EnvError, NonFiniteError
 from relayrl.policy import distributions as D
 from relayrl.policy.encoder import EncoderRef
@@ -419,7 +420,8 @@ class PPO(Algorithm):
         policy = self.policy
         if self.cfg.mirror <= 0:
             return
-        if policy.obs_view not in ((-1,), (policy.obs_dim,)):  # an image or a category, not a vector to reflect
+        if policy.obs_view not in ((-1,), (policy.obs_dim,)) or isinstance(policy.observation_space, PackedDict):
+            # an image, a category or a Dict, not a vector to reflect
             name = type(self.cfg).__name__.removesuffix("Config").lower()
             raise ConfigError(f"{name}.mirror reflects observation vectors (signed indices), but "
                               f"{policy.observation_space} observations are not one: set {name}.mirror=0")

@@ -5,22 +5,32 @@ path is appended) and trains on one behaviour. ``env.kwargs`` may set ``behaviou
 the simulator has several), ``timeout_s``, ``args`` (extra simulator arguments), ``parameters``
 (named floats sent on the environment-parameters side channel) and ``engine`` (engine
 configuration: ``time_scale``, ``width``/``height``, ``quality_level``, ``target_frame_rate``,
-``capture_frame_rate``), both sent before the first reset. Observations
-are the behaviour's observations flattened and concatenated (float32); actions are continuous
-(a Box in [-1, 1]) or one discrete branch. Other behaviours get zero actions.
+``capture_frame_rate``), both sent before the first reset. Actions are continuous (a Box in
+[-1, 1]) or one discrete branch. Other behaviours get zero actions.
+
+Observations (``observation_space``): a behaviour without images (every observation of rank 1 or 2)
+gets them flattened and concatenated into one float32 vector, as before images existed. With an
+image (a rank-3 observation: uint8 pixels 0..255, or float32 read as [0, 1], ML-Agents' visual
+observations) each observation keeps its dtype, lower ranks flattened into vectors; one image alone
+is the policy's observation as it is, several observations become a Dict (``obs0``, ``obs1``, ... in
+the behaviour's order) packed into one uint8 row (envs/packed.py), so uint8 pixels reach the
+learner's batch as uint8 and each block gets its own encoder.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any, Sequence
 
 import gymnasium as gym
 import numpy as np
 
+from relayrl.bridge.layout import ObsSpec
 from relayrl.bridge.sidechannel import EngineConfigurationChannel, EnvironmentParametersChannel
 from relayrl.bridge.trainer import BridgeEnv
 from relayrl.errors import ConfigError, EnvError
 from relayrl.envs.agents import AgentEnv, AgentTurn
+from relayrl.envs.packed import PackedDict
 
 PREFIX = "bridge:"
 KWARGS = {"behaviour", "timeout_s", "args", "spin_us", "parameters", "engine"}
@@ -53,8 +63,7 @@ class BridgeAgents(AgentEnv):
                 raise ConfigError(f"the simulator has no behaviour {behaviour!r}; it has {names}")
             self.behaviour = behaviour
             spec = self.bridge.behaviours[behaviour]
-            size = sum(o.size for o in spec.observations)
-            self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (size,), np.float32)
+            self.single_observation_space = observation_space(spec.observations)
             if spec.continuous and not spec.branches:
                 self.single_action_space: gym.Space = gym.spaces.Box(-1.0, 1.0, (spec.continuous,), np.float32)
             elif len(spec.branches) == 1 and not spec.continuous:
@@ -74,8 +83,9 @@ class BridgeAgents(AgentEnv):
 
     def _turn(self) -> AgentTurn:
         decisions, ends = self.bridge.get_steps(self.behaviour)
-        return AgentTurn(ids=decisions.agent_id.copy(), obs=_flat(decisions.obs), reward=decisions.reward.copy(),
-                         end_ids=ends.agent_id.copy(), end_obs=_flat(ends.obs), end_reward=ends.reward.copy(),
+        space = self.single_observation_space
+        return AgentTurn(ids=decisions.agent_id.copy(), obs=rows(space, decisions.obs), reward=decisions.reward.copy(),
+                         end_ids=ends.agent_id.copy(), end_obs=rows(space, ends.obs), end_reward=ends.reward.copy(),
                          interrupted=ends.interrupted.copy())
 
     def reset(self, seed: int | None = None) -> AgentTurn:
@@ -96,10 +106,32 @@ class BridgeAgents(AgentEnv):
         self.bridge.close()
 
 
-def _flat(arrays: list[np.ndarray]) -> np.ndarray:
+def observation_space(observations: Sequence[ObsSpec]) -> gym.Space:
+    """The policy's observation space for a behaviour's observation blocks (module docstring)."""
+    if all(len(o.shape) <= 2 for o in observations):  # no image: one float32 vector, as before images existed
+        return gym.spaces.Box(-np.inf, np.inf, (sum(o.size for o in observations),), np.float32)
+    blocks = [_block_space(o) for o in observations]
+    if len(blocks) == 1:
+        return blocks[0]
+    return PackedDict(gym.spaces.Dict(OrderedDict((f"obs{k}", b) for k, b in enumerate(blocks))))
+
+
+def _block_space(obs: ObsSpec) -> gym.spaces.Box:
+    shape = tuple(obs.shape) if len(obs.shape) == 3 else (obs.size,)
+    if obs.dtype == np.uint8:
+        return gym.spaces.Box(0, 255, shape, np.uint8)
+    return gym.spaces.Box(0.0, 1.0, shape, np.float32) if len(shape) == 3 else \
+        gym.spaces.Box(-np.inf, np.inf, shape, np.float32)
+
+
+def rows(space: gym.Space, arrays: list[np.ndarray]) -> np.ndarray:
+    """One row per agent of ``space`` from the behaviour's [n, ...] observation blocks (copies)."""
     n = len(arrays[0])
-    return np.concatenate([a.reshape(n, a[0].size if n else int(np.prod(a.shape[1:]))).astype(np.float32)
-                           for a in arrays], axis=1)
+    if isinstance(space, PackedDict):
+        return space.pack({key: a.reshape(n, *sub.shape) for (key, sub), a in zip(space.space.spaces.items(), arrays)})
+    if len(space.shape) == 3:  # one image
+        return arrays[0].reshape(n, *space.shape).copy()
+    return np.concatenate([a.reshape(n, int(np.prod(a.shape[1:]))).astype(np.float32) for a in arrays], axis=1)  # vectors, side by side
 
 
 def make_bridge_envs(config: Any, evaluation: bool = True) -> tuple[BridgeAgents, BridgeAgents | None]:

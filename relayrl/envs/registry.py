@@ -13,6 +13,10 @@ Two families get the preprocessing their users expect, in every process that mak
 first observation fills the stack): vectors become [k, n], channel-first images [k*C, H, W] and
 channel-last ones [H, W, k*C] (the channel axis is the smaller of the first and last), so a stacked
 image is still one image for the CNN encoders.
+
+Dict and Tuple observations are packed into one uint8 row per observation (envs/packed.py:
+``PackDict``), so every store keeps one array and the policy's encoder reads each key apart;
+``pack_dict=False`` keeps them as dicts (the env managers carry either).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from relayrl.envs.packed import PackDict, packable
 from relayrl.envs.spaces import image_layout
 from relayrl.errors import EnvError
 
@@ -90,7 +95,8 @@ def _check_id(env_id: str) -> str:
 
 
 def make(env_id: str, *, max_episode_steps: int | None = None, render_mode: str | None = None,
-         frame_stack: int | None = None, atari_preprocessing: bool = True, **kwargs: Any) -> gym.Env:
+         frame_stack: int | None = None, atari_preprocessing: bool = True, pack_dict: bool = True,
+         **kwargs: Any) -> gym.Env:
     """``gymnasium.make`` with a clear error for an unknown id or bad keyword arguments, and the
     preprocessing of the module docstring (``frame_stack`` None: 4 for Atari games, else none).
 
@@ -105,7 +111,15 @@ def make(env_id: str, *, max_episode_steps: int | None = None, render_mode: str 
     env = _make(env_id, max_episode_steps, render_mode, kwargs)
     if atari:
         env = _atari(env, env_id)
-    return stack_frames(env, frame_stack) if frame_stack and frame_stack > 1 else env
+    if frame_stack and frame_stack > 1:
+        env = stack_frames(env, frame_stack)
+    if pack_dict and packable(env.observation_space):
+        try:
+            env = PackDict(env)
+        except BaseException:
+            env.close()
+            raise
+    return env
 
 
 def _make(env_id: str, max_episode_steps: int | None, render_mode: str | None, kwargs: dict[str, Any]) -> gym.Env:

@@ -86,7 +86,8 @@ class RealTimeConfig:
     last_act_on_reset: bool = False
     """reset() applies the previous episode's last action instead of the default action."""
     flatten_obs: bool = False
-    """Concatenate the observation and action buffer into one float32 Box (what relayrl's nets take)."""
+    """Concatenate the observation and action buffer into one float32 Box (an MLP's input; images become floats).
+    False: the Tuple, which relayrl.envs.make packs so each part gets its own encoder and images stay uint8."""
 
     def __post_init__(self) -> None:
         def check(name: str, ok: bool, fix: str) -> None:

@@ -7,7 +7,10 @@ The data is JSON-able (and msgpack-able): dicts, lists, strings, numbers. Suppor
 (``dtype``, ``shape``, ``low`` and ``high`` each a scalar when uniform, else nested lists of the
 space's shape; infinite bounds as the strings ``"inf"`` and ``"-inf"``), ``Discrete`` (``n``,
 ``start``), ``MultiDiscrete`` (``nvec``, ``start``, ``dtype``) and ``MultiBinary`` (``n``: an
-integer or a shape). Any other space is refused with ``EnvError`` by ``space_to_data`` (a worker's
+integer or a shape), and a Dict or Tuple observation as relayrl packs it (envs/packed.py):
+``{"type": "Dict", "spaces": [[key, space], ...]}`` or ``{"type": "Tuple", "spaces": [space, ...]}``,
+nested at most ``MAX_NESTING`` levels with at most ``MAX_KEYS`` keys, which ``space_from_data``
+returns as the ``PackedDict`` the worker's env has. Any other space is refused with ``EnvError`` by ``space_to_data`` (a worker's
 env that cannot be described); ``space_from_data`` raises ``SpaceDataError`` for data that does
 not describe a space (the trainer refuses such a chunk, cause ``spaces``). docs/wire-protocol.md
 ("Spaces") is the specification.
@@ -16,11 +19,13 @@ not describe a space (the trainer refuses such a chunk, cause ``spaces``). docs/
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
+from relayrl.envs.packed import PackedDict
 from relayrl.errors import EnvError
 
 # what relayrl can learn from and send: numpy's plain numeric dtypes, by name
@@ -29,7 +34,10 @@ DTYPES = {np.dtype(t).name: np.dtype(t) for t in
            np.float16, np.float32, np.float64)}
 MAX_DIMS = 8
 MAX_ELEMENTS = 2**22  # larger observations (16 MiB of float32) are not what a relay carries: a confused or hostile peer
-SUPPORTED = "Box, Discrete, MultiDiscrete and MultiBinary"
+SUPPORTED = "Box, Discrete, MultiDiscrete and MultiBinary, and Dicts and Tuples of those"
+MAX_KEYS = 64  # of all Dicts and Tuples of one space together
+MAX_NESTING = 4
+MAX_KEY_CHARS = 64
 
 
 class SpaceDataError(ValueError):
@@ -38,6 +46,28 @@ class SpaceDataError(ValueError):
 
 def space_to_data(space: gym.Space) -> dict[str, Any]:
     """A JSON-able description of ``space``; EnvError for a space the relay cannot describe."""
+    if isinstance(space, PackedDict):
+        return _structure_to_data(space.space)
+    if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
+        raise EnvError(f"the env's space {space} is a Dict or Tuple that was not packed: relayrl carries Dict "
+                       "observations packed into one row, as relayrl.envs.make packs them; make the env with "
+                       "relayrl.envs.make (or wrap it in relayrl.envs.packed.PackDict)")
+    return _leaf_to_data(space)
+
+
+def _structure_to_data(space: gym.Space) -> dict[str, Any]:
+    if isinstance(space, gym.spaces.Dict):
+        keys = [key for key in space.spaces if not isinstance(key, str)]
+        if keys:
+            raise EnvError(f"the env's space {space} has keys {keys} that are not strings: the relay carries Dict "
+                           "observations with string keys")
+        return {"type": "Dict", "spaces": [[key, _structure_to_data(sub)] for key, sub in space.spaces.items()]}
+    if isinstance(space, gym.spaces.Tuple):
+        return {"type": "Tuple", "spaces": [_structure_to_data(sub) for sub in space.spaces]}
+    return _leaf_to_data(space)
+
+
+def _leaf_to_data(space: gym.Space) -> dict[str, Any]:
     if isinstance(space, gym.spaces.Box):
         return {"type": "Box", "dtype": _dtype_name(space), "shape": list(space.shape),
                 "low": _bound(space.low), "high": _bound(space.high)}
@@ -49,12 +79,51 @@ def space_to_data(space: gym.Space) -> dict[str, Any]:
     if isinstance(space, gym.spaces.MultiBinary):
         n = space.n
         return {"type": "MultiBinary", "n": int(n) if np.ndim(n) == 0 else [int(d) for d in n]}
-    raise EnvError(f"the env's space {space} cannot be described to the trainer: the relay carries {SUPPORTED} "
-                   "spaces; wrap the env to flatten it (gymnasium.wrappers.FlattenObservation for Dict and Tuple)")
+    raise EnvError(f"the env's space {space} cannot be described to the trainer: the relay carries {SUPPORTED}; "
+                   "wrap the env to convert it to one of them")
 
 
 def space_from_data(data: Any) -> gym.Space:
     """The space ``space_to_data`` described; SpaceDataError for anything else."""
+    if isinstance(data, dict) and data.get("type") in ("Dict", "Tuple"):
+        space = _structure_from_data(data, 0, [0])
+        try:
+            packed = PackedDict(space)
+        except EnvError as exc:
+            raise SpaceDataError(str(exc)) from None
+        if packed.nbytes > MAX_ELEMENTS * 4:
+            raise SpaceDataError(f"the Dict's observations take {packed.nbytes} bytes, more than {MAX_ELEMENTS * 4}")
+        return packed
+    return _leaf_from_data(data)
+
+
+def _structure_from_data(data: Any, depth: int, count: list[int]) -> gym.Space:
+    """A Dict or Tuple (nested at most MAX_NESTING deep, MAX_KEYS keys in all) or a leaf space."""
+    if not isinstance(data, dict) or data.get("type") not in ("Dict", "Tuple"):
+        return _leaf_from_data(data)
+    if depth >= MAX_NESTING:
+        raise SpaceDataError(f"Dict and Tuple spaces are nested deeper than {MAX_NESTING} levels")
+    items = data.get("spaces")
+    if not isinstance(items, list) or not items:
+        raise SpaceDataError(f"a {data['type']}'s \"spaces\" must be a non-empty list, got {items!r}")
+    count[0] += len(items)
+    if count[0] > MAX_KEYS:
+        raise SpaceDataError(f"Dict and Tuple spaces hold more than {MAX_KEYS} keys in all")
+    if data["type"] == "Tuple":
+        return gym.spaces.Tuple([_structure_from_data(sub, depth + 1, count) for sub in items])
+    spaces: dict[str, gym.Space] = {}
+    for item in items:
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
+                and 0 < len(item[0]) <= MAX_KEY_CHARS):
+            raise SpaceDataError(f"a Dict's entries are [key, space] with a key of 1 to {MAX_KEY_CHARS} characters, "
+                                 f"got {str(item)[:80]}")
+        if item[0] in spaces:
+            raise SpaceDataError(f"a Dict has key {item[0]!r} twice")
+        spaces[item[0]] = _structure_from_data(item[1], depth + 1, count)
+    return gym.spaces.Dict(OrderedDict(spaces))  # keys in the order sent (the packing order), not sorted
+
+
+def _leaf_from_data(data: Any) -> gym.Space:
     if not isinstance(data, dict):
         raise SpaceDataError(f"a space is a map with a \"type\", got {type(data).__name__}")
     kind = data.get("type")

@@ -8,6 +8,10 @@ heads on the features (PPO's actor and critic heads, DQN's Q head, SAC's actor a
 heads, each an MLP of the section's ``hidden_sizes``; ``[]``: one linear layer), so the factory
 never needs to know the algorithm, and F is found by one forward pass on a dummy batch.
 
+A Dict observation (envs/packed.py: packed into one uint8 row at the env boundary) gives the factory
+the Dict space itself, and its module a dict of float32 tensors [n, *shape], one per key (Tuple:
+a tuple), unpacked from the packed bytes by ``policy.packed.OnPacked``, which wraps it.
+
 The factory is called once per encoder the algorithm needs (PPO: one for the actor and one for the
 critic; DQN: one, its target network is a copy; SAC: one for the actor, one for the twin critics,
 their target a copy), so it must return a new module on each call.
@@ -30,7 +34,10 @@ import torch
 from pydantic import AfterValidator
 from torch import nn
 
+from relayrl.envs import spaces as leaf_spaces
+from relayrl.envs.packed import PackedDict
 from relayrl.errors import ConfigError
+from relayrl.policy.packed import OnPacked
 
 __all__ = ["EncoderRef", "check_reference", "load_factory", "build_encoder"]
 
@@ -88,29 +95,36 @@ def build_encoder(reference: str, observation_space: gym.Space, action_space: gy
     reference and the shape expected.
     """
     factory = load_factory(reference, key)
-    shape = tuple(observation_space.shape or ())
+    packed = observation_space if isinstance(observation_space, PackedDict) else None
+    given = packed.space if packed is not None else observation_space  # a Dict observation: the Dict itself
     try:
-        module = factory(observation_space, action_space)
+        module = factory(given, action_space)
     except Exception as exc:  # noqa: BLE001 - user code; one line naming it
-        raise ConfigError(f"{key} {reference!r}: calling it with ({observation_space}, {action_space}) raised "
+        raise ConfigError(f"{key} {reference!r}: calling it with ({given}, {action_space}) raised "
                           f"{_one_line(exc)}: it must be a {CONTRACT}") from None
+    if packed is None:
+        shape = tuple(observation_space.shape or ())
+        batch = f"[2, {_dims(shape)}]"
+        dummy = torch.as_tensor(_zeros(observation_space, shape), dtype=torch.float32)
+    else:
+        batch = "[2, *shape] per key (a dict)"
+        dummy = torch.as_tensor(packed.pack(leaf_spaces.build(
+            packed.space, [_zeros(f.space, f.shape) for f in packed.fields])), dtype=torch.float32)
     if not isinstance(module, nn.Module):
         raise ConfigError(f"{key} {reference!r} returned a {type(module).__name__}, not a torch.nn.Module: return "
-                          f"a module that maps observations [n, {_dims(shape)}] (float32) to features [n, F]")
-    low = np.broadcast_to(getattr(observation_space, "low", getattr(observation_space, "start", -np.inf)), shape)
-    high = np.broadcast_to(getattr(observation_space, "high", np.inf), shape)
-    dummy = torch.as_tensor(np.clip(np.zeros((2, *shape)), low, high), dtype=torch.float32)
+                          f"a module that maps observations {batch} (float32) to features [n, F]")
+    if packed is not None:
+        module = OnPacked(packed, module)
     try:
         with torch.no_grad():
             features = module(dummy)
     except Exception as exc:  # noqa: BLE001 - user code; one line naming it
-        raise ConfigError(f"{key} {reference!r}: its module failed on a batch of observations of shape "
-                          f"[2, {_dims(shape)}] (float32): {_one_line(exc)}; it must map [n, {_dims(shape)}] "
-                          "to features [n, F]") from None
+        raise ConfigError(f"{key} {reference!r}: its module failed on a batch of observations of shape {batch} "
+                          f"(float32): {_one_line(exc)}; it must map them to features [n, F]") from None
     got = tuple(features.shape) if isinstance(features, torch.Tensor) else type(features).__name__
     if not isinstance(features, torch.Tensor) or features.ndim != 2 or features.shape[0] != 2 \
             or features.shape[1] < 1:
-        raise ConfigError(f"{key} {reference!r}: its module returned {got} for observations [2, {_dims(shape)}], "
+        raise ConfigError(f"{key} {reference!r}: its module returned {got} for observations {batch}, "
                           "expected features [2, F] (one row of F >= 1 features per observation): end it with "
                           "nn.Flatten() to flatten feature maps")
     if not features.is_floating_point():
@@ -118,8 +132,15 @@ def build_encoder(reference: str, observation_space: gym.Space, action_space: gy
                           "expected floating point (float32)")
     if not torch.isfinite(features).all():
         raise ConfigError(f"{key} {reference!r}: its module returned non-finite features for observations of "
-                          f"zeros [2, {_dims(shape)}]: check its initialisation and normalisation")
+                          f"zeros {batch}: check its initialisation and normalisation")
     return module, int(features.shape[1])
+
+
+def _zeros(space: gym.Space, shape: tuple[int, ...]) -> np.ndarray:
+    """Two observations of zeros, clipped into the space's bounds."""
+    low = np.broadcast_to(getattr(space, "low", getattr(space, "start", -np.inf)), shape)
+    high = np.broadcast_to(getattr(space, "high", np.inf), shape)
+    return np.clip(np.zeros((2, *shape)), low, high)
 
 
 def _dims(shape: tuple[int, ...]) -> str:

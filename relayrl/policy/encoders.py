@@ -13,9 +13,15 @@ The choice (``choose``), from the observation space alone:
   value of each component, the components side by side), then the algorithm's MLP heads.
 - **Flat observations** (a ``Box`` of rank 0 or 1, ``MultiBinary``) -> no encoder: the algorithm's
   built-in MLP on the flattened observation, exactly as before these encoders existed.
+- **Dict (and Tuple) observations**, which the env boundary packs into one uint8 row
+  (envs/packed.py) -> one encoder per key (``DictEncoder``): the CNN the key's image gets, one-hot
+  for a category, the flattened values for a vector (the algorithm's MLP heads then read them with
+  the rest, as Stable-Baselines3's ``CombinedExtractor``), the features concatenated in key order.
+  Images are scaled inside the network as above. ``ppo.obs_norm`` is refused with a Dict (it
+  normalises one vector, not bytes); a key no encoder takes is refused naming the key.
 - Anything else is refused with an ``EnvError`` naming the space, what is supported and the fix
   (``check_space`` and ``choose``): a rank-2 or rank >= 4 Box, a rank-3 Box of another dtype
-  (int16, ...) or of floats outside [0, 1], a Dict or Tuple space.
+  (int16, ...) or of floats outside [0, 1], a Dict or Tuple space not packed by ``relayrl.envs.make``.
 
 Channel layout (``image_layout``): the channels are the smaller of the first and the last axis
 ((4, 84, 84) is channels-first, (84, 84, 3) and MinAtar's (10, 10, 4) channels-last); when the two
@@ -33,17 +39,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
 
+from relayrl.envs import spaces as leaf_spaces
+from relayrl.envs.packed import PackedDict
 from relayrl.envs.spaces import ImageLayout, image_layout
-from relayrl.errors import EnvError
+from relayrl.errors import ConfigError, EnvError
 from relayrl.policy.encoder import build_encoder
+from relayrl.policy.packed import OnPacked
 
-__all__ = ["NATURE_MIN", "ImageLayout", "NatureCNN", "SmallCNN", "OneHot", "check_space", "is_image",
+__all__ = ["NATURE_MIN", "ImageLayout", "NatureCNN", "SmallCNN", "OneHot", "DictEncoder", "check_space", "is_image",
            "image_layout", "choose", "make_encoder", "nature_cnn", "small_cnn", "one_hot", "auto"]
 
 NATURE_MIN = 36  # the smallest side the Nature CNN's three convolutions fit in (36 -> 8 -> 3 -> 1)
@@ -56,7 +66,12 @@ SUPPORTED = ("a Box of rank 0 or 1 (an MLP on it), an image (a rank-3 Box of uin
 
 
 def check_space(space: gym.Space, key: str) -> None:
-    """Refuse observation spaces no policy can read as one array (a Dict or Tuple, a Text...)."""
+    """Refuse observation spaces no policy can read as one array (an unpacked Dict or Tuple, a Text...)."""
+    if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
+        raise EnvError(f"observation space {space} cannot be read by {key.split('.')[0]}'s networks as it is: a "
+                       f"Dict observation is packed into one row when relayrl makes the env (relayrl.envs.make), and "
+                       f"the policy is built on that packed space. Fix: make the env with relayrl.envs.make, or wrap "
+                       f"it in relayrl.envs.packed.PackDict and build the policy on its observation_space")
     if not isinstance(space, ARRAY_SPACES):
         raise EnvError(f"observation space {space} cannot be read by {key.split('.')[0]}'s networks: they take "
                        f"{SUPPORTED}. Convert it with a Gymnasium wrapper (e.g. FlattenObservation for a Dict or "
@@ -82,9 +97,11 @@ def is_image(space: gym.Space) -> bool:
 
 def choose(space: gym.Space, key: str = "ppo.encoder") -> str:
     """The built-in network for ``space``: "mlp" (no encoder: the MLP on flattened observations),
-    "nature_cnn", "small_cnn" or "one_hot"; an EnvError naming the space and the fix when none fits.
-    ``key`` ("ppo.encoder", ...) is the config field the fix names."""
+    "nature_cnn", "small_cnn", "one_hot" or "dict" (a packed Dict: one per key); an EnvError naming the
+    space and the fix when none fits. ``key`` ("ppo.encoder", ...) is the config field the fix names."""
     check_space(space, key)
+    if isinstance(space, PackedDict):
+        return "dict"
     if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
         return "one_hot"
     if isinstance(space, gym.spaces.MultiBinary):
@@ -136,11 +153,20 @@ def make_encoder(reference: str | None, observation_space: gym.Space, action_spa
     returns a new module.
     """
     check_space(observation_space, key)
+    if isinstance(observation_space, PackedDict) and normalized:
+        name = key.split(".")[0]
+        raise ConfigError(f"{name}.obs_norm=true normalises observations as one vector, but {observation_space.space} "
+                          f"observations are a Dict (its images are scaled inside the network): set "
+                          f"{name}.obs_norm=false, and scale vector keys that need it in the env (e.g. "
+                          f"gymnasium.wrappers.TransformObservation)")
     if reference is not None:
         return build_encoder(reference, observation_space, action_space, key)
     kind = choose(observation_space, key)
     if kind == "mlp":
         return None
+    if kind == "dict":
+        encoder = DictEncoder(observation_space.space, key)
+        return OnPacked(observation_space, encoder), encoder.features
     if kind == "one_hot":
         module: nn.Module = OneHot(observation_space)
     else:
@@ -243,6 +269,53 @@ class OneHot(nn.Module):
         return torch.zeros(n, self.features, dtype=torch.float32, device=obs.device).scatter_(1, index, 1.0)
 
 
+class _Flat(nn.Module):
+    """A vector key as it is: [n, *shape] -> [n, prod(shape)] (rank 0 gives one column)."""
+
+    def __init__(self, features: int):
+        super().__init__()
+        self.features = features
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return obs.reshape(len(obs), -1)
+
+
+class DictEncoder(nn.Module):
+    """One encoder per key of a Dict (or Tuple) observation, features concatenated in key order: a key's
+    image gets its CNN (scaled inside), a category one-hot, a vector its values (``_Flat``; the algorithm's
+    MLP heads read them). Reads the Dict of float32 tensors ``policy.packed.Unpack`` gives."""
+
+    def __init__(self, space: gym.spaces.Dict | gym.spaces.Tuple, key: str = "encoder"):
+        super().__init__()
+        self.space = space
+        parts: list[nn.Module] = []
+        for field in PackedDict(space).fields:
+            kind = _choose_key(space, field.name, field.space, key)
+            if kind == "mlp":
+                parts.append(_Flat(max(1, int(np.prod(field.shape)))))
+            elif kind == "one_hot":
+                parts.append(OneHot(field.space))
+            else:
+                parts.append((NatureCNN if kind == "nature_cnn" else SmallCNN)(field.space))
+        self.parts = nn.ModuleList(parts)
+        self.features = sum(part.features for part in parts)
+
+    def forward(self, obs: Any) -> torch.Tensor:
+        values = leaf_spaces.flatten(self.space, obs)
+        return torch.cat([part(value) for part, value in zip(self.parts, values)], dim=-1)
+
+
+def _choose_key(space: gym.Space, name: str, leaf: gym.Space, key: str) -> str:
+    """``choose`` for one key of a Dict; its refusal names the key, the Dict and the fixes that apply to one key."""
+    try:
+        return choose(leaf, key)
+    except EnvError as exc:
+        raise EnvError(f"observation space {space}: key {name!r} has no built-in encoder: {exc}. A Dict observation "
+                       f"gets one encoder per key ({SUPPORTED}); for this key: drop it "
+                       f"(gymnasium.wrappers.FilterObservation), convert it with a wrapper, or give {key}: "
+                       f"\"package.module:function\" (your own network, which gets the whole Dict)") from None
+
+
 # ---------------------------------------------------------------- the built-ins as encoder references
 
 
@@ -262,6 +335,9 @@ def one_hot(observation_space: gym.Space, action_space: gym.Space) -> nn.Module:
 
 
 def auto(observation_space: gym.Space, action_space: gym.Space) -> nn.Module:
-    """The automatic choice as a module (flat observations: ``nn.Flatten``, the MLP heads then read them)."""
+    """The automatic choice as a module (flat observations: ``nn.Flatten``, the MLP heads then read them;
+    a Dict: ``DictEncoder``)."""
+    if isinstance(observation_space, (gym.spaces.Dict, gym.spaces.Tuple)):
+        return DictEncoder(observation_space)
     built = make_encoder(None, observation_space, action_space, "encoder")
     return nn.Flatten() if built is None else built[0]

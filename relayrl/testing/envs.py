@@ -12,12 +12,16 @@ Registered ids (``import relayrl.testing.envs`` registers them):
   and ``shape``, with ``actions`` "discrete" (Discrete(3), for DQN) or "box" (Box(-1, 1, (2,))).
 - ``relayrl-test/ImageBandit-v0``: one-step episodes whose picture shows which action pays (a CNN's
   smallest learning task): ``size`` x ``size`` images of ``channels`` channels, first or last.
+- ``relayrl-test/DictBandit-v0``: ImageBandit with a Dict observation: ``image`` (uint8), ``cue`` (float32
+  vector) and ``noise`` (Discrete); in half the episodes the picture is dark and the cue tells the arm, so
+  only a policy that reads both keys is right every time.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -197,6 +201,41 @@ class ImageBandit(gym.Env):
         return self._obs(), reward, True, False, {"arm": self.arm}
 
 
+class DictBandit(ImageBandit):
+    """ImageBandit seen through a Dict: {"image": the picture, "cue": [place, shown], "noise": Discrete(3)}.
+
+    In half the episodes (``shown`` 1) the picture shows the paying arm as ImageBandit's does and ``place``
+    is 0; in the other half (``shown`` -1) the picture is dark and ``place`` is the arm's place in [-1, 1].
+    A policy reading only one key is right in about 1/2 + 1/(2 arms) of the episodes. ``grid`` adds a key
+    "grid" of zeros, a rank-2 float Box that no built-in encoder takes."""
+
+    def __init__(self, size: int = 6, arms: int = 2, actions: str = "discrete", grid: bool = False, **kwargs: Any):
+        super().__init__(size=size, arms=arms, actions=actions, **kwargs)
+        keys = {"image": self.observation_space, "cue": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+                "noise": gym.spaces.Discrete(3)}
+        if grid:
+            keys["grid"] = gym.spaces.Box(-1.0, 1.0, (3, 4), np.float32)
+        self.observation_space = gym.spaces.Dict(keys)
+        self.shown = True
+
+    def _obs(self) -> dict[str, Any]:
+        image = super()._obs()
+        place = -1.0 + 2.0 * self.arm / max(self.arms - 1, 1)
+        if not self.shown:
+            image = image // 8 if image.dtype == np.uint8 else image / 8  # dark everywhere: no stripe to read
+        cue = np.array([0.0 if self.shown else place, 1.0 if self.shown else -1.0], np.float32)
+        obs = {"image": image, "cue": cue, "noise": int(self.np_random.integers(3))}
+        if "grid" in self.observation_space.spaces:
+            obs["grid"] = np.zeros((3, 4), np.float32)
+        return obs
+
+    def reset(self, *, seed=None, options=None):
+        gym.Env.reset(self, seed=seed)
+        self.arm = int(self.np_random.integers(self.arms))
+        self.shown = bool(self.np_random.integers(2))
+        return self._obs(), {"arm": self.arm}
+
+
 class NanRewardEnv(gym.Env):
     """Returns a NaN reward after a few steps: drives the non-finite guard."""
 
@@ -217,6 +256,6 @@ class NanRewardEnv(gym.Env):
 for _id, _entry in (("relayrl-test/Faulty-v0", FaultyEnv), ("relayrl-test/NanReward-v0", NanRewardEnv), ("relayrl-test/DictObs-v0", DictObsEnv),
                     ("relayrl-test/SlowCartPole-v0", SlowCartPole), ("relayrl-test/SlowPendulum-v0", SlowPendulum),
                     ("relayrl-test/DtypeObs-v0", DtypeObsEnv),
-                    ("relayrl-test/ImageBandit-v0", ImageBandit)):
+                    ("relayrl-test/ImageBandit-v0", ImageBandit), ("relayrl-test/DictBandit-v0", DictBandit)):
     if _id not in gym.registry:
         gym.register(_id, entry_point=_entry, disable_env_checker=True)

@@ -117,5 +117,5 @@ def test_state_dict_round_trip_restores_optimizer_and_normalizer():
 def test_unsupported_spaces_are_refused_clearly():
     with pytest.raises(EnvError, match="Discrete and Box"):
         make_algo(act_space=gym.spaces.MultiBinary(3))
-    with pytest.raises(EnvError, match="cannot be read by ppo's networks"):  # (Discrete: one-hot, test_encoders.py)
+    with pytest.raises(EnvError, match="cannot be read by ppo's networks as it is"):  # unpacked (test_dict_obs.py)
         make_algo(obs_space=gym.spaces.Dict({"a": gym.spaces.Discrete(4)}))

@@ -72,3 +72,61 @@ def test_hybrid_actions_are_refused_with_the_reason():
     """)
     with pytest.raises(EnvError, match="continuous actions or one discrete branch"):
         BridgeAgents([sys.executable, "-c", sim])
+
+
+IMAGE_SIM = textwrap.dedent("""
+    import numpy as np
+    from relayrl.bridge.world import CLOSED, World
+    world = World(timeout_s=30)
+    world.register("see", 3, [(2,), ((6, 6, 3), "uint8"), ((4, 4, 1), "float32")], branches=(2,))
+    ids, t = np.arange(3), 0
+
+    def observe():
+        vec = np.stack([ids, np.full(3, t)], 1).astype(np.float32)
+        image = np.broadcast_to(((ids * 10 + t) % 200).astype(np.uint8)[:, None, None, None], (3, 6, 6, 3)).copy()
+        image[:, 0, 0, 0] = 255
+        return [vec, image, np.full((3, 4, 4, 1), 0.5, np.float32)]
+
+    while True:
+        if t and t % 5 == 0:  # every agent's episode ends, and the next begins in the same turn
+            world.set_terminations("see", ids, observe(), np.ones(3, np.float32))
+        world.set_decisions("see", ids, observe(), np.ones(3, np.float32))
+        if world.step() == CLOSED:
+            break
+        t += 1
+""")
+
+
+def test_images_and_several_observations_become_a_dict_of_blocks_whose_pixels_stay_uint8(tmp_path):
+    from relayrl.envs.packed import PackedDict
+
+    sim = tmp_path / "image_sim.py"
+    sim.write_text(IMAGE_SIM)
+    env = BridgeAgents([sys.executable, str(sim)])
+    try:
+        space = env.single_observation_space
+        assert isinstance(space, PackedDict) and list(space.space.spaces) == ["obs0", "obs1", "obs2"]
+        assert space.space["obs1"] == gym.spaces.Box(0, 255, (6, 6, 3), np.uint8)  # an image, its own dtype
+        assert space.space["obs2"] == gym.spaces.Box(0.0, 1.0, (4, 4, 1), np.float32)  # a float image in [0, 1]
+        env.reset()
+        turn = env.step(np.zeros(3, np.int64))
+        assert turn.obs.dtype == np.uint8 and turn.obs.shape == (3, space.nbytes)
+        blocks = space.unpack(turn.obs)
+        t = int(blocks["obs0"][0, 1])  # the simulator's turn count (a reset turn counts too)
+        np.testing.assert_array_equal(blocks["obs0"], [[0, t], [1, t], [2, t]])
+        assert blocks["obs1"].dtype == np.uint8 and blocks["obs1"][:, 1, 1, 0].tolist() == [t, 10 + t, 20 + t]
+        assert blocks["obs1"][0, 0, 0, 0] == 255 and (blocks["obs2"] == 0.5).all()
+    finally:
+        env.close()
+
+
+def test_ppo_trains_on_a_simulator_s_images_through_the_bridge(tmp_path):
+    import relayrl
+
+    sim = tmp_path / "image_sim.py"
+    sim.write_text(IMAGE_SIM)
+    config = {"ppo": {"num_steps": 16, "batch_size": 16, "epochs": 1},
+              "eval": {"freq": 0, "episodes": 3}, "threads": 1}
+    run = relayrl.train("ppo", f"bridge:{sys.executable} {sim}", config, total_steps=96, seed=0,
+                        run_dir=tmp_path / "run", tensorboard=False)
+    assert run.summary["updates"] > 0 and run.summary["last_eval_return"] > 0, run.summary

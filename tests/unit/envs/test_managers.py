@@ -41,7 +41,9 @@ def test_managers_match_sync_step_for_step(manager, options):
 
 
 def test_dict_observations_round_trip_through_shared_memory():
-    with make_vec(DICT_OBS, 4) as sync, make_vec(DICT_OBS, 4, manager="subproc", workers=2) as sub:
+    keep = {"pack_dict": False}  # (relayrl.envs.make packs Dicts into one row: tests/unit/envs/test_packed.py)
+    with make_vec(DICT_OBS, 4, wrapping=keep) as sync, \
+            make_vec(DICT_OBS, 4, manager="subproc", workers=2, wrapping=keep) as sub:
         o1, o2 = sync.reset(seed=3), sub.reset(seed=3)
         for _ in range(10):
             actions = np.full((4, 2), 0.25, np.float32)

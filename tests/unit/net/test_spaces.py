@@ -54,12 +54,16 @@ def test_uniform_bounds_are_one_number():
     assert data["low"] == "-inf" and data["high"] == "inf"
 
 
+def test_a_space_the_relay_cannot_describe_is_refused_naming_the_fix():
+    with pytest.raises(EnvError, match="Box, Discrete, MultiDiscrete and MultiBinary, and Dicts and Tuples of those; "
+                                       "wrap the env to convert it"):
+        space_to_data(gym.spaces.Text(5))
+
+
 @pytest.mark.parametrize("space", [gym.spaces.Dict({"a": gym.spaces.Discrete(2)}),
-                                   gym.spaces.Tuple([gym.spaces.Discrete(2)]), gym.spaces.Text(5)],
-                         ids=["Dict", "Tuple", "Text"])
-def test_a_space_the_relay_cannot_describe_is_refused_naming_the_fix(space):
-    with pytest.raises(EnvError, match="Box, Discrete, MultiDiscrete and MultiBinary spaces; wrap the env to "
-                                       "flatten it"):
+                                   gym.spaces.Tuple([gym.spaces.Discrete(2)])], ids=["Dict", "Tuple"])
+def test_a_dict_that_was_not_packed_is_refused_naming_the_fix(space):
+    with pytest.raises(EnvError, match="was not packed: .* make the env with relayrl.envs.make"):
         space_to_data(space)
 
 

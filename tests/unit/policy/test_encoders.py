@@ -106,7 +106,8 @@ CANNOT = [
                                              "high 1)", "Images are uint8 (0..255), bool, or floats in [0, 1]"]),
     (Box(0, 1000, (3, 8, 8), np.int16), ["its dtype int16 is not an image's"]),
     (Box(-1.0, 1.0, (5, 6), np.float32), ["a rank-2 Box that is not an image", "FlattenObservation"]),
-    (gym.spaces.Dict({"pos": Box(-1, 1, (2,))}), ["cannot be read by ppo's networks", "FlattenObservation"]),
+    (gym.spaces.Dict({"pos": Box(-1, 1, (2,))}), ["cannot be read by ppo's networks as it is",
+                                                  "make the env with relayrl.envs.make", "PackDict"]),
 ]
 
 
