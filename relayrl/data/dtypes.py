@@ -63,8 +63,11 @@ def store_transitions(batch: Batch) -> Batch:
 
 def to_tensor(array: np.ndarray) -> torch.Tensor:
     """The learner's float32 tensor of a stored array (observations, rewards, weights...), same shape:
-    zero-copy for float32, one cast otherwise."""
+    zero-copy for float32, one cast otherwise (and one copy of a view with negative strides, such as
+    ``obs[::-1]``, which torch cannot share)."""
     array = np.asarray(array)
     if array.dtype != FLOAT:
         array = array.astype(FLOAT)
+    elif any(stride < 0 for stride in array.strides):
+        array = array.copy()
     return torch.from_numpy(array)

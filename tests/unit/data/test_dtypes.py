@@ -39,6 +39,7 @@ def test_to_tensor_shares_float32_memory_and_casts_the_rest_without_scaling():
     assert to_tensor(image).tolist() == [[0.0, 7.0, 255.0]]  # a plain cast: no scaling to [0, 1]
     assert to_tensor(np.array([True, False])).tolist() == [1.0, 0.0]
     assert to_tensor(np.ones((2, 2), np.float64)).dtype == torch.float32
+    assert to_tensor(obs[::-1]).tolist() == obs[::-1].tolist()  # a reversed view (negative strides) is copied
 
 
 def test_store_transitions_makes_floats_float32_and_leaves_the_rest():
