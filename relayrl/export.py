@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from relayrl.core import Policy
+from relayrl.envs.packed import PackedDict
 from relayrl.errors import ConfigError, RelayRLError
 from relayrl.io.atomic import atomic_write_text
 
@@ -147,6 +148,13 @@ def _graph(policy: Policy) -> nn.Module:
     from relayrl.algos.ppo import PPOPolicy
     from relayrl.algos.sac import SACPolicy
 
+    space = policy.observation_space
+    if isinstance(space, PackedDict) and any(f.dtype != np.uint8 for f in space.fields):
+        others = ", ".join(f"{f.name!r} ({f.dtype})" for f in space.fields if f.dtype != np.uint8)
+        raise ConfigError(f"cannot export a policy of the Dict observation {space.space}: its keys {others} are "
+                          "not uint8, and reading their packed bytes back (a dtype view) has no ONNX or TorchScript "
+                          "op. Export works for array observations and for Dicts of uint8 keys (images); for this "
+                          "policy, deploy with relayrl.load(RUN).predict")
     if isinstance(policy, PPOPolicy):
         return _RecurrentPPOGraph(policy) if policy.recurrent else _PPOGraph(policy)
     if isinstance(policy, DQNPolicy):
@@ -305,6 +313,9 @@ def _describe(policy: Policy, fmt: str, path: Path, inputs: dict[str, torch.Tens
             "inputs": described_inputs, "outputs": described_outputs,
             "observation_space": space_to_data(obs_space), "action_space": space_to_data(policy.action_space),
             "recurrent": bool(policy.recurrent), "deterministic": True,
+            **({"packed_fields": [{"key": f.name, "offset": f.offset, "nbytes": f.nbytes, "shape": list(f.shape),
+                                   "dtype": f.dtype.name} for f in obs_space.fields]}
+               if isinstance(obs_space, PackedDict) else {}),
             "includes": _includes(policy)}
 
 

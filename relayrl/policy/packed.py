@@ -40,10 +40,17 @@ class Unpack(nn.Module):
 
     def forward(self, rows: torch.Tensor) -> Any:
         data = rows if rows.dtype == torch.uint8 else rows.to(torch.uint8)
-        n = len(data)
-        arrays = [data[:, f.offset:f.offset + f.nbytes].clone(memory_format=torch.contiguous_format).view(_TORCH[f.dtype]).reshape(n, *f.shape)
-                  .to(torch.float32) for f in self.space.fields]
+        n = data.shape[0]  # (not len(): a traced graph would fix the batch size)
+        arrays = [self._field(data[:, f.offset:f.offset + f.nbytes], f.dtype).reshape(n, *f.shape).to(torch.float32)
+                  for f in self.space.fields]
         return leaf_spaces.build(self.space.space, arrays)
+
+    @staticmethod
+    def _field(columns: torch.Tensor, dtype: np.dtype) -> torch.Tensor:
+        """A key's bytes as its values: uint8 keys (pixels) as they are, others reinterpreted (``view``)."""
+        if dtype == np.uint8:
+            return columns
+        return columns.clone(memory_format=torch.contiguous_format).view(_TORCH[dtype])
 
 
 class OnPacked(nn.Module):

@@ -155,3 +155,22 @@ def test_a_policy_it_does_not_know_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="cannot export a ScriptedPolicy"):
         export_policy(ScriptedPolicy(), tmp_path / "p.pt", "torchscript")
     assert not list(tmp_path.iterdir())
+
+
+def test_a_dict_of_images_exports_as_packed_rows_and_other_dicts_are_refused_by_key(tmp_path):
+    from relayrl.envs.packed import PackedDict
+
+    images = PackedDict(gym.spaces.Dict({"left": gym.spaces.Box(0, 255, (6, 6, 1), np.uint8),
+                                         "right": gym.spaces.Box(0, 255, (6, 6, 1), np.uint8)}))
+    policy = build("ppo", images, gym.spaces.Discrete(3), [])
+    exported = export_policy(policy, tmp_path / "policy.onnx", "onnx")
+    rows = images.pack({key: observations(sub) for key, sub in images.space.spaces.items()})
+    np.testing.assert_array_equal(run_exported(exported.path, "onnx", rows)[0], policy.predict(rows))
+    fields = json.loads(exported.sidecar.read_text())["packed_fields"]
+    assert [(f["key"], f["offset"], f["nbytes"]) for f in fields] == [("left", 0, 36), ("right", 36, 36)]
+
+    mixed = PackedDict(gym.spaces.Dict({"image": gym.spaces.Box(0, 255, (6, 6, 1), np.uint8),
+                                        "cue": gym.spaces.Box(-1, 1, (2,), np.float32)}))
+    with pytest.raises(ConfigError, match=r"keys 'cue' \(float32\) are not uint8.*relayrl.load"):
+        export_policy(build("ppo", mixed, gym.spaces.Discrete(3), []), tmp_path / "mixed.onnx", "onnx")
+    assert not list(tmp_path.glob("mixed*"))
