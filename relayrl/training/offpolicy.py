@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
+import gymnasium as gym
 import numpy as np
 
 
@@ -25,7 +26,7 @@ from relayrl.core import Algorithm, Policy, SampleSource
 from relayrl.training.rounds import Rounds
 from relayrl.data.dtypes import store_transitions
 from relayrl.data.nstep import NStepAccumulator
-from relayrl.data.replay import ReplayBuffer
+from relayrl.data.replay import ReplayBuffer, choose_layout
 from relayrl.envs.vector import VectorEnv
 from relayrl.training.collector import EpisodeStats
 from relayrl.types import Batch
@@ -85,8 +86,11 @@ class ReplayRounds(Rounds):
         self.algo, self.cfg, self.total_steps = algo, cfg, total_steps
         options: dict[str, Any] = {"alpha": cfg.priority_alpha, "beta": cfg.priority_beta,
                                    "beta_steps": max(1, total_steps)} if cfg.prioritized else {}
+        space = algo.policy.observation_space  # images keep each frame once (data/replay/framestorage.py)
+        layout = choose_layout(space.shape if isinstance(space, gym.spaces.Box) else None)
         self.buffer = ReplayBuffer(cfg.buffer_size, sampler="prioritized" if cfg.prioritized else "uniform",
-                                   max_use=cfg.max_use, max_staleness=cfg.max_staleness, seed=seed, **options)
+                                   max_use=cfg.max_use, max_staleness=cfg.max_staleness, seed=seed, layout=layout,
+                                   **options)
         self.samples = samples
         self.learning = ReplayLearning(algo, self.buffer, cfg.batch_size, publish, cfg.update_model_interval)
         if cfg.update_buffer_interval is not None and self.samples.can_poll:
