@@ -6,7 +6,9 @@ stacks made like Gymnasium's FrameStackObservation (reset padding), episodes of 
 random frames (content does not change memory: neither buffer compresses). Capacity CAP (default
 50k) and the 1M figures scaled linearly from it (every per-item cost is proportional; fixed costs are
 a few KB). Memory: bytes of the arrays the buffer holds (nbytes) and the process RSS growth while it
-fills (pages touched). sample(32): median over rounds alternating relayrl and SB3, 200 calls each.
+fills (pages touched). sample(32): median over rounds alternating relayrl and SB3, 200 calls each;
+SB3's sample returns torch tensors made with ``torch.tensor`` (a copy), so its numpy gathers alone
+are timed too. "add us/item" includes making the stream (the same for both).
 
     python benchmarks/replay_images.py [--capacity 50000]
 """
@@ -80,22 +82,32 @@ def main() -> None:
         start = time.perf_counter()
         buf, nbytes = fill(cap)
         rows[name] = {"buf": buf, "nbytes": nbytes, "rss": rss_bytes() - before,
-                      "fill_us": (time.perf_counter() - start) / (cap + 100 * ENVS) * 1e6, "times": []}
+                      "fill_us": (time.perf_counter() - start) / (cap + 100 * ENVS) * 1e6}
+    sb3 = rows["sb3"]["buf"]
+
+    def sb3_gather(n: int = 32) -> None:  # SB3's two gathers without its torch.tensor copies
+        rows_ = (np.random.randint(1, sb3.buffer_size, size=n) + sb3.pos) % sb3.buffer_size
+        envs = np.random.randint(0, ENVS, size=n)
+        sb3.observations[rows_, envs]
+        sb3.observations[(rows_ + 1) % sb3.buffer_size, envs]
+
+    samplers = {"relayrl": rows["relayrl"]["buf"].sample, "sb3": sb3.sample, "sb3 gather only": sb3_gather}
+    times: dict[str, list[float]] = {name: [] for name in samplers}
     for _ in range(args.rounds):  # alternating
-        for name, row in rows.items():
-            buf = row["buf"]
+        for name, sample in samplers.items():
             start = time.perf_counter()
             for _ in range(200):
-                buf.sample(32)
-            row["times"].append((time.perf_counter() - start) / 200 * 1e6)
+                sample(32)
+            times[name].append((time.perf_counter() - start) / 200 * 1e6)
     print(f"capacity {cap} transitions, 1M figures scaled x{scale:g}")
     print(f"{'':10} {'nbytes 1M (GB)':>15} {'RSS 1M (GB)':>12} {'sample(32) us':>14} {'add us/item':>12}")
     for name, row in rows.items():
         print(f"{name:10} {row['nbytes'] * scale / 1e9:15.2f} {row['rss'] * scale / 1e9:12.2f} "
-              f"{statistics.median(row['times']):14.1f} {row['fill_us']:12.2f}")
-    ours, sb3 = rows["relayrl"], rows["sb3"]
-    print(f"memory sb3/relayrl: nbytes {sb3['nbytes'] / ours['nbytes']:.2f}x, RSS {sb3['rss'] / ours['rss']:.2f}x; "
-          f"sample time relayrl/sb3 {statistics.median(ours['times']) / statistics.median(sb3['times']):.2f}")
+              f"{statistics.median(times[name]):14.1f} {row['fill_us']:12.2f}")
+    print(f"{'sb3 gather only (numpy, no torch.tensor)':>41} sample(32) {statistics.median(times['sb3 gather only']):.1f} us")
+    ours, peer = rows["relayrl"], rows["sb3"]
+    print(f"memory sb3/relayrl: nbytes {peer['nbytes'] / ours['nbytes']:.2f}x, RSS {peer['rss'] / ours['rss']:.2f}x; "
+          f"sample time relayrl/sb3 {statistics.median(times['relayrl']) / statistics.median(times['sb3']):.2f}")
 
 
 if __name__ == "__main__":
