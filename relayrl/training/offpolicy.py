@@ -75,19 +75,23 @@ class OffPolicyCollector(SampleSource):
         return self.episodes.pop()
 
 
+def replay_layout(space: gym.Space) -> str:
+    """The replay layout for observations of ``space``: "frames" (each frame held once) for images."""
+    return choose_layout(space.shape if isinstance(space, gym.spaces.Box) else None)
+
+
 class ReplayRounds(Rounds):
     """Collection into replay plus the update schedule; ``gather`` returns (updates due, env steps)."""
 
     def __init__(self, algo: Algorithm, samples: SampleSource, cfg: ReplayLoopConfig, seed: int, total_steps: int,
-                 publish: Callable[[dict, int], None] | None = None):
+                 publish: Callable[[dict, int], None] | None = None, layout: str = "plain"):
         """``samples``: where transitions come from (a local ``OffPolicyCollector``, workers, the relay);
         ``publish(weights, version)``: where weights go every ``update_model_interval`` updates (None:
-        the collectors act with ``algo.policy``)."""
+        the collectors act with ``algo.policy``); ``layout``: the replay's ("frames" for images:
+        ``replay_layout(observation_space)``)."""
         self.algo, self.cfg, self.total_steps = algo, cfg, total_steps
         options: dict[str, Any] = {"alpha": cfg.priority_alpha, "beta": cfg.priority_beta,
                                    "beta_steps": max(1, total_steps)} if cfg.prioritized else {}
-        space = algo.policy.observation_space  # images keep each frame once (data/replay/framestorage.py)
-        layout = choose_layout(space.shape if isinstance(space, gym.spaces.Box) else None)
         self.buffer = ReplayBuffer(cfg.buffer_size, sampler="prioritized" if cfg.prioritized else "uniform",
                                    max_use=cfg.max_use, max_staleness=cfg.max_staleness, seed=seed, layout=layout,
                                    **options)

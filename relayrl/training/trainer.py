@@ -35,7 +35,7 @@ from relayrl.io.rundir import RunLock, new_run_dir, write_summary
 from relayrl.policy.device import resolve_device
 from relayrl.training.experience import Experience, GymExperience, SourceExperience
 from relayrl.training.learner import HookContext, Learner
-from relayrl.training.offpolicy import ReplayRounds
+from relayrl.training.offpolicy import ReplayRounds, replay_layout
 from relayrl.training.onpolicy import OnPolicyRounds
 from relayrl.training.progress import ProgressDisplay
 from relayrl.training.rounds import Rounds
@@ -159,7 +159,7 @@ class Trainer:
         publish = None if experience.shares_policy else samples.publish
         self.rounds: Rounds = (OnPolicyRounds(self.algo, samples, publish) if self.on_policy else
                                ReplayRounds(self.algo, samples, cfg, seed=config.seed, total_steps=config.total_steps,
-                                            publish=publish))
+                                            publish=publish, layout=replay_layout(experience.observation_space)))
         if resume:
             self.rounds.restore(self.run_dir / "checkpoints", source_state)
         self.publish = publish
