@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=["auto", "inline", "mp", "ray"],
                    help="where rollout workers run (default auto: inline for one worker, mp for more)")
     p.add_argument("--workers", type=int, help="rollout workers, each with env.num_envs envs")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"],
+                   help="where the learner's networks and batches live (default auto: CUDA when there is one); "
+                        "rollout workers and evaluation act on the CPU")
     p.add_argument("--ray-address", help="backend ray: join this cluster (auto or HOST:PORT) instead of a local Ray")
     p.add_argument("--server", metavar="HOST:PORT", help="learn from remote workers through the relay there")
     p.add_argument("--keys", metavar="DIR", help="with --server: this machine's keys (relayrl keys generate)")
@@ -177,6 +180,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     overrides = {"env.id": args.env, "seed": args.seed, "total_steps": args.total_steps,
                  "stop_value": args.stop_value, "backend": args.backend, "workers": args.workers,
+                 "device": args.device,
                  "ray_address": args.ray_address, "net.server": args.server, "net.keys": args.keys,
                  "net.remote_env": True if args.remote_env else None,
                  "logging.wandb.enabled": True if args.track else None}

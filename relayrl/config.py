@@ -224,6 +224,11 @@ class RunConfig(Section):
     """torch threads for the learner (0: torch's default; -1: the fastest of 1, 2, 4, ... up to the
     cores, by timing a few updates of the algorithm's network size at start, roadrunner's
     backprop_workers). One is fastest for small MLPs."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where the learner's networks and each update's batch live (auto: CUDA when torch finds a CUDA
+    device and the algorithm learns on it, else the CPU). Rollout workers act on the CPU with the
+    published weights, which are always CPU tensors. DQN and SAC learn on CUDA; PPO and APPO on the
+    CPU only for now."""
     backend: Literal["auto", "inline", "mp", "ray"] = "auto"
     """Where rollout workers run: inline (this process), mp (local processes), ray (a Ray cluster);
     auto: inline for one worker, mp for more."""

@@ -78,6 +78,7 @@ class Policy(ABC):
     action_shape: tuple[int, ...]
     action_dtype: np.dtype
     obs_dtype: np.dtype
+    device: torch.device = torch.device("cpu")  # where its networks run (the learner's device; workers: CPU)
     version: int = 0
 
     @abstractmethod
@@ -160,6 +161,8 @@ class Algorithm(ABC):
     """
 
     policy: Policy
+    devices: ClassVar[tuple[str, ...]] = ("cpu",)  # device types ``to`` accepts (policy/device.py)
+    device: torch.device = torch.device("cpu")
 
     @abstractmethod
     def learn(self, batch: Batch, progress: float = 0.0) -> dict[str, float]:
@@ -172,6 +175,13 @@ class Algorithm(ABC):
     @abstractmethod
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore ``state_dict()``."""
+
+    def to(self, device: torch.device) -> None:
+        """Learn on ``device`` (one of ``devices``): networks, optimiser state and batches move there, while
+        ``policy.get_weights()`` stays on the CPU. Called once, right after the algorithm is built. The
+        default learns on the CPU only."""
+        if torch.device(device).type not in self.devices:
+            raise ValueError(f"{type(self).__name__} learns on {', '.join(self.devices)}, not {device}")
 
     def bind_env(self, env_id: str) -> None:
         """What depends on the env itself (e.g. PPO's built-in mirror specs), checked before training starts."""

@@ -20,6 +20,7 @@ from relayrl.algos import register
 from relayrl.config import ReplayLoopConfig
 from relayrl.core import Algorithm, Policy
 from relayrl.data.dtypes import stored_dtype, to_tensor
+from relayrl.policy.device import cpu_state
 from relayrl.errors import EnvError, NonFiniteError
 from relayrl.policy.encoder import EncoderRef
 from relayrl.policy.encoders import check_space, make_encoder
@@ -137,8 +138,8 @@ class DQNPolicy(Policy):
 
     @torch.inference_mode()
     def act(self, obs: np.ndarray, mode: Mode = "collect") -> PolicyOutput:
-        x = to_tensor(obs).reshape(len(obs), *self.obs_view)
-        greedy = self.model(x).argmax(-1).numpy()
+        x = to_tensor(obs, self.device).reshape(len(obs), *self.obs_view)
+        greedy = self.model(x).argmax(-1).cpu().numpy()
         if mode == "collect" and self.epsilon > 0:
             explore = self.rng.random(len(greedy)) < self.epsilon
             greedy = np.where(explore, self.rng.integers(0, self.n_actions, len(greedy)), greedy)
@@ -151,7 +152,7 @@ class DQNPolicy(Policy):
         self.epsilon = cfg.epsilon_start + frac * (cfg.epsilon_end - cfg.epsilon_start)
 
     def get_weights(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict()}
+        return {"model": cpu_state(self.model)}
 
     def set_weights(self, weights: dict[str, Any], version: int | None = None) -> None:
         self.model.load_state_dict(weights["model"])
@@ -178,12 +179,20 @@ class DQN(Algorithm):
         self.optim = torch.optim.Adam(self.policy.model.parameters(), lr=cfg.lr, fused=True)
         self.updates = 0
 
+    devices = ("cpu", "cuda")
+
+    def to(self, device: torch.device) -> None:
+        self.device = self.policy.device = device
+        self.policy.model.to(device)  # (parameters move in place: the optimiser keeps them)
+        self.target.to(device)
+
     def learn(self, batch: Batch, progress: float = 0.0) -> dict[str, float]:
         cfg, model = self.cfg, self.policy.model
         view = self.policy.obs_view
-        obs = to_tensor(batch["obs"]).reshape(len(batch["obs"]), *view)
-        next_obs = to_tensor(batch["next_obs"]).reshape(len(obs), *view)
-        actions = torch.from_numpy(batch["action"]).long()
+        device = self.device  # the batch moves to the learner's device once, as stored
+        obs = to_tensor(batch["obs"], device).reshape(len(batch["obs"]), *view)
+        next_obs = to_tensor(batch["next_obs"], device).reshape(len(obs), *view)
+        actions = torch.from_numpy(batch["action"]).to(device).long()
         # ---- double-Q target: y = r + γ^m (1 - terminated) Q_target(s', argmax_a Q_online(s', a));
         # one online pass over [s; s'] serves both the prediction and the argmax (half the op overhead)
         online = model(torch.cat([obs, next_obs])) if cfg.double else model(obs)
@@ -195,10 +204,10 @@ class DQN(Algorithm):
                 next_value = next_q.gather(-1, best).squeeze(-1)
             else:
                 next_value = next_q.max(-1).values
-            not_done = 1.0 - to_tensor(batch["terminated"])
-            target = to_tensor(batch["reward"]) + to_tensor(batch["discount"]) * not_done * next_value
+            not_done = 1.0 - to_tensor(batch["terminated"], device)
+            target = to_tensor(batch["reward"], device) + to_tensor(batch["discount"], device) * not_done * next_value
         td = q - target
-        weight = to_tensor(batch["weight"]) if "weight" in batch else torch.ones_like(td)
+        weight = to_tensor(batch["weight"], device) if "weight" in batch else torch.ones_like(td)
         loss = (weight * F.smooth_l1_loss(q, target, reduction="none")).mean()
         if not torch.isfinite(loss):
             raise NonFiniteError(f"DQN loss became {loss.item()}: lower lr, or check the rewards for NaN")
@@ -215,7 +224,7 @@ class DQN(Algorithm):
                     p_t.lerp_(p, cfg.tau)
         elif self.updates % cfg.target_update_period == 0:
             self.target.load_state_dict(model.state_dict())
-        batch["priority"] = td.detach().abs().numpy()
+        batch["priority"] = td.detach().abs().cpu().numpy()
         self.policy.version += 1
         return {"loss/td": loss.item(), "q_mean": q.mean().item(), "epsilon": self.policy.epsilon, "updates": 1.0}
 

@@ -22,6 +22,7 @@ from relayrl.algos import register
 from relayrl.config import ReplayLoopConfig
 from relayrl.core import Algorithm, Policy
 from relayrl.data.dtypes import stored_dtype, to_tensor
+from relayrl.policy.device import cpu_state
 from relayrl.errors import EnvError, NonFiniteError
 from relayrl.policy.encoder import EncoderRef
 from relayrl.policy.encoders import check_space, make_encoder
@@ -183,11 +184,11 @@ class SACPolicy(Policy):
         if mode == "collect" and self.random_actions:
             action = self.rng.uniform(-1, 1, (n, self.act_dim)).astype(np.float32)
         else:
-            x = to_tensor(obs).reshape(n, *self.obs_view)
+            x = to_tensor(obs, self.device).reshape(n, *self.obs_view)
             if mode == "collect":
-                action = self.actor.sample(x)[0].numpy()
+                action = self.actor.sample(x)[0].cpu().numpy()
             else:
-                action = torch.tanh(self.actor(x)[0]).numpy()
+                action = torch.tanh(self.actor(x)[0]).cpu().numpy()
         action = action.reshape(n, *self.action_shape)
         return PolicyOutput(action=action, env_action=self.low + (action + 1) * self.scale)
 
@@ -195,7 +196,7 @@ class SACPolicy(Policy):
         self.random_actions = env_steps < self.start_training
 
     def get_weights(self) -> dict[str, Any]:
-        return {"actor": self.actor.state_dict()}
+        return {"actor": cpu_state(self.actor)}
 
     def set_weights(self, weights: dict[str, Any], version: int | None = None) -> None:
         self.actor.load_state_dict(weights["actor"])
@@ -227,12 +228,22 @@ class SAC(Algorithm):
         self.alpha_optim = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr)
         self.updates = 0
 
+    devices = ("cpu", "cuda")
+
+    def to(self, device: torch.device) -> None:
+        self.device = self.policy.device = device
+        for net in (self.policy.actor, self.critic, self.target):
+            net.to(device)  # (parameters move in place: the optimisers keep them)
+        self.log_alpha = self.log_alpha.detach().to(device).requires_grad_(True)  # a new tensor: a new optimiser
+        self.alpha_optim = torch.optim.Adam([self.log_alpha], lr=self.cfg.alpha_lr)
+
     def learn(self, batch: Batch, progress: float = 0.0) -> dict[str, float]:
         cfg, actor = self.cfg, self.policy.actor
         n = len(batch["obs"])
-        obs = to_tensor(batch["obs"]).reshape(n, *self.policy.obs_view)
-        next_obs = to_tensor(batch["next_obs"]).reshape(n, *self.policy.obs_view)
-        action = to_tensor(batch["action"]).reshape(n, -1)
+        device = self.device  # the batch moves to the learner's device once, as stored
+        obs = to_tensor(batch["obs"], device).reshape(n, *self.policy.obs_view)
+        next_obs = to_tensor(batch["next_obs"], device).reshape(n, *self.policy.obs_view)
+        action = to_tensor(batch["action"], device).reshape(n, -1)
         alpha = self.log_alpha.exp().detach()
         # one actor pass over [s; s'] serves the target (s', detached) and the actor loss (s)
         sampled, sampled_logp = actor.sample(torch.cat([obs, next_obs]))
@@ -240,10 +251,10 @@ class SAC(Algorithm):
         # ---- critics: y = r + γ^m (1 - terminated) (min Q_target(s', a') - α log π(a'|s'))
         with torch.no_grad():
             next_q = self.target(next_obs, sampled[n:]).min(0).values - alpha * sampled_logp[n:]
-            not_done = 1.0 - to_tensor(batch["terminated"])
-            y = to_tensor(batch["reward"]) + to_tensor(batch["discount"]) * not_done * next_q
+            not_done = 1.0 - to_tensor(batch["terminated"], device)
+            y = to_tensor(batch["reward"], device) + to_tensor(batch["discount"], device) * not_done * next_q
         q = self.critic(obs, action)
-        weight = to_tensor(batch["weight"]) if "weight" in batch else torch.ones(n)
+        weight = to_tensor(batch["weight"], device) if "weight" in batch else torch.ones(n, device=device)
         critic_loss = 0.5 * (weight * (q - y).pow(2)).sum(0).mean()
         # ---- actor: maximise min Q(s, π(s)) - α log π(π(s)|s); the critics are frozen in this term, so
         # one backward pass over both losses gives each network exactly its own gradient
@@ -268,7 +279,7 @@ class SAC(Algorithm):
             torch._foreach_lerp_(list(self.target.parameters()), list(self.critic.parameters()), cfg.tau)
         self.updates += 1
         self.policy.version += 1
-        batch["priority"] = (q - y).detach().abs().mean(0).numpy()
+        batch["priority"] = (q - y).detach().abs().mean(0).cpu().numpy()
         return {"loss/critic": critic_loss.item(), "loss/actor": actor_loss.item(), "alpha": alpha.item(),
                 "entropy": -logp.mean().item(), "q_mean": q.mean().item(), "updates": 1.0}
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
+import gymnasium as gym
 import numpy as np
 
 
@@ -25,7 +26,7 @@ from relayrl.core import Algorithm, Policy, SampleSource
 from relayrl.training.rounds import Rounds
 from relayrl.data.dtypes import store_transitions
 from relayrl.data.nstep import NStepAccumulator
-from relayrl.data.replay import ReplayBuffer
+from relayrl.data.replay import ReplayBuffer, choose_layout
 from relayrl.envs.vector import VectorEnv
 from relayrl.training.collector import EpisodeStats
 from relayrl.types import Batch
@@ -74,19 +75,26 @@ class OffPolicyCollector(SampleSource):
         return self.episodes.pop()
 
 
+def replay_layout(space: gym.Space) -> str:
+    """The replay layout for observations of ``space``: "frames" (each frame held once) for images."""
+    return choose_layout(space.shape if isinstance(space, gym.spaces.Box) else None)
+
+
 class ReplayRounds(Rounds):
     """Collection into replay plus the update schedule; ``gather`` returns (updates due, env steps)."""
 
     def __init__(self, algo: Algorithm, samples: SampleSource, cfg: ReplayLoopConfig, seed: int, total_steps: int,
-                 publish: Callable[[dict, int], None] | None = None):
+                 publish: Callable[[dict, int], None] | None = None, layout: str = "plain"):
         """``samples``: where transitions come from (a local ``OffPolicyCollector``, workers, the relay);
         ``publish(weights, version)``: where weights go every ``update_model_interval`` updates (None:
-        the collectors act with ``algo.policy``)."""
+        the collectors act with ``algo.policy``); ``layout``: the replay's ("frames" for images:
+        ``replay_layout(observation_space)``)."""
         self.algo, self.cfg, self.total_steps = algo, cfg, total_steps
         options: dict[str, Any] = {"alpha": cfg.priority_alpha, "beta": cfg.priority_beta,
                                    "beta_steps": max(1, total_steps)} if cfg.prioritized else {}
         self.buffer = ReplayBuffer(cfg.buffer_size, sampler="prioritized" if cfg.prioritized else "uniform",
-                                   max_use=cfg.max_use, max_staleness=cfg.max_staleness, seed=seed, **options)
+                                   max_use=cfg.max_use, max_staleness=cfg.max_staleness, seed=seed, layout=layout,
+                                   **options)
         self.samples = samples
         self.learning = ReplayLearning(algo, self.buffer, cfg.batch_size, publish, cfg.update_model_interval)
         if cfg.update_buffer_interval is not None and self.samples.can_poll:

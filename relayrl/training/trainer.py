@@ -32,9 +32,10 @@ from relayrl.errors import CheckpointError, ConfigError, NonFiniteError
 from relayrl.io.checkpoint import explain_load_error, load_checkpoint, load_newest, save_checkpoint
 from relayrl.io.metrics import MetricsLogger, check_tracking
 from relayrl.io.rundir import RunLock, new_run_dir, write_summary
+from relayrl.policy.device import resolve_device
 from relayrl.training.experience import Experience, GymExperience, SourceExperience
 from relayrl.training.learner import HookContext, Learner
-from relayrl.training.offpolicy import ReplayRounds
+from relayrl.training.offpolicy import ReplayRounds, replay_layout
 from relayrl.training.onpolicy import OnPolicyRounds
 from relayrl.training.progress import ProgressDisplay
 from relayrl.training.rounds import Rounds
@@ -143,6 +144,7 @@ class Trainer:
         cfg.check(config.algo)  # combinations of options that would silently do nothing, e.g. PPO's prenorm
         self.algo = entry.algo_cls(cfg, experience.observation_space, experience.action_space, experience.columns)
         self.algo.bind_env(config.env.id)  # what depends on the env itself, e.g. PPO's built-in mirror specs
+        self.algo.to(resolve_device(config.device, self.algo.devices, config.algo))  # (refused before any file)
         if config.threads == -1:  # before config.yaml is written, so it records the pick
             config = resolve_threads(config, self.algo)
             torch.set_num_threads(config.threads)
@@ -157,7 +159,7 @@ class Trainer:
         publish = None if experience.shares_policy else samples.publish
         self.rounds: Rounds = (OnPolicyRounds(self.algo, samples, publish) if self.on_policy else
                                ReplayRounds(self.algo, samples, cfg, seed=config.seed, total_steps=config.total_steps,
-                                            publish=publish))
+                                            publish=publish, layout=replay_layout(experience.observation_space)))
         if resume:
             self.rounds.restore(self.run_dir / "checkpoints", source_state)
         self.publish = publish

@@ -2,7 +2,8 @@
 
 from relayrl.data.replay.buffer import ReplayBuffer
 from relayrl.data.replay.episodes import EpisodeBuffer
+from relayrl.data.replay.framestorage import FrameStorage, choose_layout
 from relayrl.data.replay.sampler import PrioritizedSampler, UniformSampler
 from relayrl.data.replay.storage import ArrayStorage
 
-__all__ = ["ArrayStorage", "EpisodeBuffer", "PrioritizedSampler", "ReplayBuffer", "UniformSampler"]
+__all__ = ["ArrayStorage", "EpisodeBuffer", "FrameStorage", "PrioritizedSampler", "ReplayBuffer", "UniformSampler", "choose_layout"]

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from relayrl.data.replay.framestorage import FrameStorage
 from relayrl.data.replay.sampler import PrioritizedSampler, UniformSampler
 from relayrl.data.replay.storage import ArrayStorage
 from relayrl.errors import CheckpointError, ConfigError
@@ -58,12 +59,23 @@ class ReplayBuffer:
         max_staleness: evict items whose ``version`` is this many versions behind the learner's
             (``sample(n, version=...)``); batches must then carry a ``version`` column.
         seed: seeds the sampling generator.
+        layout: "plain" (one record per transition, every field in it) or "frames" (image
+            observations' frames held once and shared: framestorage.py; ``choose_layout`` picks it
+            for images). With "frames" the buffer tracks live items, as it may drop the oldest early.
+        frame_slots: frames the "frames" layout holds (default: 1.25 per item).
     """
 
     def __init__(self, capacity: int, *, sampler: str = "uniform", max_use: int | None = None,
-                 max_staleness: int | None = None, seed: int | None = None, **sampler_options: Any):
-        self.storage = ArrayStorage(capacity)
-        evicting = max_use is not None or max_staleness is not None
+                 max_staleness: int | None = None, seed: int | None = None, layout: str = "plain",
+                 frame_slots: int | None = None, **sampler_options: Any):
+        if layout == "plain":
+            self.storage: ArrayStorage | FrameStorage = ArrayStorage(capacity)
+        elif layout == "frames":
+            self.storage = FrameStorage(capacity, slots=frame_slots)
+        else:
+            raise ConfigError(f"unknown replay layout {layout!r}: use 'plain' or 'frames'")
+        self.layout = layout
+        evicting = max_use is not None or max_staleness is not None or layout == "frames"
         if sampler == "uniform":
             if sampler_options:
                 raise ConfigError(f"options {sorted(sampler_options)} need sampler='prioritized'")
@@ -97,6 +109,8 @@ class ReplayBuffer:
             self.use_count[rows] = 0
         if self.live is not None:
             self.live[rows] = True
+        if isinstance(self.storage, FrameStorage):
+            self._evict(self.storage.pop_dropped())
         self.monitor.record("push", len(rows))
         return self.storage.generation[rows] * self.capacity + rows
 
@@ -168,7 +182,8 @@ class ReplayBuffer:
     def save(self, path: str | Path) -> Path:
         from relayrl.io.checkpoint import save_checkpoint
 
-        return save_checkpoint(Path(path), self.state_dict(), {"kind": "replay_buffer", "capacity": self.capacity})
+        return save_checkpoint(Path(path), self.state_dict(), {"kind": "replay_buffer", "capacity": self.capacity,
+                                                               "layout": self.layout})
 
     def load(self, path: str | Path) -> None:
         from relayrl.io.checkpoint import load_checkpoint
@@ -176,6 +191,11 @@ class ReplayBuffer:
         ckpt = load_checkpoint(path)
         if ckpt.meta.get("kind") != "replay_buffer":
             raise CheckpointError(f"{str(ckpt.path)!r} is not a replay buffer file")
+        saved = ckpt.meta.get("layout", "plain")
+        if saved != self.layout:
+            raise CheckpointError(f"replay buffer file {str(ckpt.path)!r} has the {saved!r} layout, this buffer the "
+                                  f"{self.layout!r} one (images keep frames once): start the replay afresh "
+                                  "(move the file away) or load it into a buffer of its layout")
         try:
             self.load_state_dict(ckpt.state)
         except (KeyError, ValueError, TypeError) as exc:

@@ -1,0 +1,38 @@
+"""The learner's device: ``device: auto | cpu | cuda`` resolved against the machine and the algorithm.
+
+The learner's networks, optimiser state and each update's batch live on that device; whatever leaves
+the learner (published weights, checkpoints, priorities, actions) is on the CPU, so rollout workers,
+remote workers and evaluators never see a GPU tensor. ``auto`` is CUDA when torch has a CUDA device and
+the algorithm learns on it, else the CPU.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from relayrl.errors import ConfigError
+
+CPU = torch.device("cpu")
+
+
+def resolve_device(requested: str, supported: tuple[str, ...], algo: str) -> torch.device:
+    """The device ``requested`` ("auto", "cpu", "cuda") means here, for an algorithm learning on ``supported``."""
+    if requested == "cpu":
+        return CPU
+    cuda = torch.cuda.is_available()
+    if requested == "auto":
+        return torch.device("cuda") if cuda and "cuda" in supported else CPU
+    if requested != "cuda":
+        raise ConfigError(f"device={requested!r}: use auto, cpu or cuda")
+    if not cuda:
+        raise ConfigError("device=cuda, but torch finds no CUDA device on this machine (torch.cuda.is_available() is "
+                          "False): use --device cpu, or auto to take CUDA only where there is one")
+    if "cuda" not in supported:
+        raise ConfigError(f"{algo} learns on the CPU only: use --device cpu (or auto)")
+    return torch.device("cuda")
+
+
+def cpu_state(module: nn.Module) -> dict[str, torch.Tensor]:
+    """``module.state_dict()`` on the CPU (the tensors themselves when they already are: no copy)."""
+    return {key: value.cpu() for key, value in module.state_dict().items()}
