@@ -94,6 +94,8 @@ class Policy(ABC):
         if action_mask is None:
             return self.act(obs, mode)
         if not self.masks_actions:
+            if action_mask.all():  # a mask that allows everything restricts nothing (a bridge behaviour's default)
+                return self.act(obs, mode)
             raise EnvError(f"the env gives action masks, but {type(self).__name__} cannot honour them and would "
                            "take forbidden actions: train with ppo, appo or dqn, or set masks_actions = True on the "
                            "policy and restrict act(obs, mode, action_mask) to the allowed actions")
