@@ -81,9 +81,27 @@ class Policy(ABC):
     device: torch.device = torch.device("cpu")  # where its networks run (the learner's device; workers: CPU)
     version: int = 0
 
+    masks_actions: ClassVar[bool] = False  # act() honours action_mask (PPO, APPO, DQN)
+
     @abstractmethod
-    def act(self, obs: np.ndarray, mode: Mode = "collect") -> PolicyOutput:
-        """Actions for a batch ``obs`` ([n, *obs_shape]): sampled in "collect" mode, deterministic in "eval"."""
+    def act(self, obs: np.ndarray, mode: Mode = "collect", action_mask: np.ndarray | None = None) -> PolicyOutput:
+        """Actions for a batch ``obs`` ([n, *obs_shape]): sampled in "collect" mode, deterministic in "eval".
+
+        ``action_mask`` ([n, width] bool, True = allowed; relayrl/envs/masks.py) restricts the actions of a
+        policy with ``masks_actions``; others are never given one (``act_masked`` refuses the env instead).
+        """
+
+    def act_masked(self, obs: np.ndarray, mode: Mode, action_mask: np.ndarray | None) -> PolicyOutput:
+        """``act`` with the env's action masks (None: the env gives none): what collectors and evaluators call."""
+        if action_mask is None:
+            return self.act(obs, mode)
+        if not self.masks_actions:
+            if action_mask.all():  # a mask that allows everything restricts nothing (a bridge behaviour's default)
+                return self.act(obs, mode)
+            raise EnvError(f"the env gives action masks, but {type(self).__name__} cannot honour them and would "
+                           "take forbidden actions: train with ppo, appo or dqn, or set masks_actions = True on the "
+                           "policy and restrict act(obs, mode, action_mask) to the allowed actions")
+        return self.act(obs, mode, action_mask=action_mask)
 
     @abstractmethod
     def get_weights(self) -> dict[str, Any]:
@@ -121,15 +139,28 @@ class Policy(ABC):
         """New episodes begin: zero the state of the envs in ``done`` ([n] bool; None: every env)."""
 
     # ---- deployment
-    def predict(self, obs: Any, deterministic: bool = True) -> np.ndarray:
+    def predict(self, obs: Any, deterministic: bool = True, action_mask: Any = None) -> np.ndarray:
         """The action for one observation, or for a batch of them (a leading batch axis), as the env takes it.
 
-        Recurrent policies carry their state between calls: call ``reset_hidden("eval")`` when an
-        episode starts (``predict_step`` takes and returns the state explicitly).
+        ``action_mask``: the allowed actions (True = allowed; one row, or one per observation of a batch),
+        for policies with ``masks_actions``. Recurrent policies carry their state between calls: call
+        ``reset_hidden("eval")`` when an episode starts (``predict_step`` takes and returns the state explicitly).
         """
         batch, single = self.check_observation(obs)
-        out = self.act(batch, "eval" if deterministic else "collect")
+        out = self.act_masked(batch, "eval" if deterministic else "collect",
+                              self.check_action_mask(action_mask, len(batch), single))
         return out.env_action[0] if single else out.env_action
+
+    def check_action_mask(self, action_mask: Any, n: int, single: bool) -> np.ndarray | None:
+        """``predict``'s ``action_mask`` as [n, width] bool rows (None stays None); an ActionMaskError if it does
+        not fit the action space."""
+        if action_mask is None:
+            return None
+        from relayrl.envs.masks import check_mask
+
+        mask = check_mask(np.asarray(action_mask)[None] if single else action_mask, self.action_space,
+                          "predict's action_mask", rows=n)
+        return mask
 
     def check_observation(self, obs: Any) -> tuple[np.ndarray, bool]:
         """``obs`` as a batch, and whether it was one observation; a wrong shape or dtype is an EnvError.

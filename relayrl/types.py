@@ -50,7 +50,9 @@ class StepResult:
 
     ``obs`` is the observation to act on next (after an autoreset, the first observation of the new
     episode). ``final_obs[i]`` is the last observation of the episode that just ended when
-    ``terminated[i] or truncated[i]``; other rows of ``final_obs`` are undefined.
+    ``terminated[i] or truncated[i]``; other rows of ``final_obs`` are undefined. ``action_mask`` and
+    ``final_action_mask``: the actions allowed at ``obs`` and at ``final_obs`` ([n, width] bool, True =
+    allowed; relayrl/envs/masks.py), or None when the envs give no masks.
     """
 
     obs: np.ndarray
@@ -60,6 +62,8 @@ class StepResult:
     final_obs: np.ndarray
     env_ids: np.ndarray
     info: list[dict[str, Any]] = field(default_factory=list)
+    action_mask: np.ndarray | None = None
+    final_action_mask: np.ndarray | None = None
 
     @property
     def done(self) -> np.ndarray:

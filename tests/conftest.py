@@ -18,3 +18,16 @@ def tiny_config():
         return build_config("ppo", None, [*base, *sets], {"total_steps": 128, **overrides})
 
     return make
+
+
+@pytest.fixture(autouse=True)
+def _relayrl_logger_restored():
+    """``relayrl.cli.main`` called in-process sends the "relayrl" logger to the stderr of that moment
+    and stops its propagation, as a CLI process should; put it back after each test, so a later test's
+    caplog sees the records and no handler writes to a capture stream pytest has closed."""
+    import logging
+
+    logger = logging.getLogger("relayrl")
+    saved = (list(logger.handlers), logger.propagate, logger.level)
+    yield
+    logger.handlers[:], logger.propagate, logger.level = saved[0], saved[1], saved[2]

@@ -66,7 +66,9 @@ class APPO(PPO):
         n = steps * width
         obs = to_tensor(rollout["obs"].reshape(n, *self.policy.obs_view))
         actions = torch.from_numpy(rollout["action"].reshape(n, *rollout["action"].shape[2:]))
-        logp, _ = model.logp_entropy(obs, actions)
+        mask = rollout.get("action_mask")
+        mask = None if mask is None else torch.from_numpy(mask.reshape(n, -1))
+        logp, _ = self.policy.logp_entropy(model.actor(obs), actions, mask)
         values = model.critic(obs).squeeze(-1).numpy().reshape(steps, width)
         log_rhos = logp.numpy().reshape(steps, width) - rollout["logp"]
         done = rollout["terminated"] | rollout["truncated"]

@@ -2,6 +2,13 @@
 
 Reads top to bottom: config, network, policy (epsilon-greedy in "collect", argmax in "eval"), the
 algorithm (Huber TD loss on replay minibatches, target network), registration.
+
+Action masks (relayrl/envs/masks.py): the greedy action is the best allowed one, exploration draws
+among the allowed actions, and the target's max runs over the actions allowed at the next
+observation (replay stores ``next_action_mask``). MultiDiscrete actions use action branching (BDQ,
+Tavakoli et al. 2018): one Q head per branch on the shared network (the output layer holds the
+branches side by side, dueling centres each branch's advantages), each branch greedy on its own,
+one target for all branches (the mean of the branches' next values) and a loss averaged over them.
 """
 
 from __future__ import annotations
@@ -20,8 +27,10 @@ from relayrl.algos import register
 from relayrl.config import ReplayLoopConfig
 from relayrl.core import Algorithm, Policy
 from relayrl.data.dtypes import stored_dtype, to_tensor
-from relayrl.policy.device import cpu_state
+from relayrl.envs.masks import branch_sizes, check_mask
 from relayrl.errors import EnvError, NonFiniteError
+from relayrl.policy import distributions as D
+from relayrl.policy.device import cpu_state
 from relayrl.policy.encoder import EncoderRef
 from relayrl.policy.encoders import check_space, make_encoder
 from relayrl.policy.networks import mlp
@@ -77,8 +86,9 @@ class DQNConfig(ReplayLoopConfig):
 
 
 class QNetwork(nn.Module):
-    def __init__(self, obs_dim: int, n_actions: int, cfg: DQNConfig):
+    def __init__(self, obs_dim: int, n_actions: int, cfg: DQNConfig, branches: tuple[int, ...] | None = None):
         super().__init__()
+        self.branches = branches or (n_actions,)  # Q values of every branch, side by side
         self.dueling = cfg.dueling
         if cfg.dueling:
             self.trunk = mlp(obs_dim, cfg.hidden_sizes[:-1], cfg.hidden_sizes[-1], cfg.activation)
@@ -92,14 +102,18 @@ class QNetwork(nn.Module):
             return self.q(obs)
         h = F.relu(self.trunk(obs))
         advantage = self.advantage(h)
+        if len(self.branches) > 1:  # each branch's advantages centred on their own mean
+            return self.value(h) + torch.cat([a - a.mean(-1, keepdim=True)
+                                              for a in advantage.split(self.branches, -1)], -1)
         return self.value(h) + advantage - advantage.mean(-1, keepdim=True)
 
 
 class EncodedQNetwork(QNetwork):
     """The Q head (``hidden_sizes``, ``dueling``) on the features of your encoder (``encoder``)."""
 
-    def __init__(self, encoder: nn.Module, features: int, n_actions: int, cfg: DQNConfig):
-        super().__init__(features, n_actions, cfg)
+    def __init__(self, encoder: nn.Module, features: int, n_actions: int, cfg: DQNConfig,
+                 branches: tuple[int, ...] | None = None):
+        super().__init__(features, n_actions, cfg, branches)
         self.encoder = encoder
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -113,37 +127,58 @@ class DQNPolicy(Policy):
     """Epsilon-greedy in "collect" mode (epsilon decays linearly over ``epsilon_decay_steps`` env steps as
     ``set_progress`` reports them), greedy in "eval"."""
 
+    masks_actions = True
+
     def __init__(self, obs_space: gym.Space, act_space: gym.Space, cfg: DQNConfig):
-        if not isinstance(act_space, gym.spaces.Discrete):
-            raise EnvError(f"DQN needs a Discrete action space, got {act_space}: use SAC or PPO for continuous actions")
+        self.branches = branch_sizes(act_space)
+        if self.branches is None:
+            raise EnvError(f"DQN needs a Discrete or MultiDiscrete (one axis of branches) action space, got "
+                           f"{act_space}: use SAC or PPO for continuous actions")
         check_space(obs_space, "dqn.encoder")
         self.observation_space, self.action_space = obs_space, act_space
         self.obs_dtype = stored_dtype(obs_space.dtype)  # (refuses dtypes no network can read)
         self.cfg = cfg
-        self.n_actions = int(act_space.n)
+        self.n_actions = sum(self.branches)  # Q values per observation: every branch's options
+        self.multi = isinstance(act_space, gym.spaces.MultiDiscrete)
+        self.start = np.asarray(act_space.start, dtype=np.int64)  # env action = index + start
         # yours (encoder), a built-in one for images and categories, or None (flat observations: the MLP)
         encoder = make_encoder(cfg.encoder, obs_space, act_space, "dqn.encoder")
         if encoder is None:
-            self.model: QNetwork = QNetwork(int(np.prod(obs_space.shape)), self.n_actions, cfg)
+            self.model: QNetwork = QNetwork(int(np.prod(obs_space.shape)), self.n_actions, cfg, self.branches)
         else:
-            self.model = EncodedQNetwork(*encoder, self.n_actions, cfg)
+            self.model = EncodedQNetwork(*encoder, self.n_actions, cfg, self.branches)
         self.encoded = encoder is not None
         # what the network reads: flattened observations, or [n, *obs_shape] as an encoder takes them
         self.obs_view: tuple[int, ...] = (-1,) if encoder is None else tuple(obs_space.shape)
-        self.action_shape: tuple[int, ...] = ()
+        self.action_shape: tuple[int, ...] = tuple(act_space.shape)  # () for Discrete, (B,) for MultiDiscrete
         self.action_dtype = np.dtype(np.int64)
         self.epsilon = cfg.epsilon_start
         self.version = 0
         self.rng = np.random.default_rng(int(torch.randint(2**31, ()).item()))  # follows torch.manual_seed
 
     @torch.inference_mode()
-    def act(self, obs: np.ndarray, mode: Mode = "collect") -> PolicyOutput:
+    def act(self, obs: np.ndarray, mode: Mode = "collect", action_mask: np.ndarray | None = None) -> PolicyOutput:
         x = to_tensor(obs, self.device).reshape(len(obs), *self.obs_view)
-        greedy = self.model(x).argmax(-1).cpu().numpy()
-        if mode == "collect" and self.epsilon > 0:
+        q = self.model(x)
+        if action_mask is None and not self.multi:  # (the plain Discrete path, unchanged)
+            greedy = q.argmax(-1).cpu().numpy()
+            if mode == "collect" and self.epsilon > 0:
+                explore = self.rng.random(len(greedy)) < self.epsilon
+                greedy = np.where(explore, self.rng.integers(0, self.n_actions, len(greedy)), greedy)
+            return PolicyOutput(action=greedy, env_action=greedy + self.start if self.start.any() else greedy)
+        if action_mask is not None:
+            action_mask = check_mask(action_mask, self.action_space, "the action mask", rows=len(obs))
+        greedy = branch_argmax(q, self.branches, None if action_mask is None else
+                               torch.from_numpy(action_mask).to(q.device))
+        if mode == "collect" and self.epsilon > 0:  # a random allowed option of each branch
             explore = self.rng.random(len(greedy)) < self.epsilon
-            greedy = np.where(explore, self.rng.integers(0, self.n_actions, len(greedy)), greedy)
-        return PolicyOutput(action=greedy, env_action=greedy)
+            scores = self.rng.random((len(greedy), self.n_actions))
+            if action_mask is not None:
+                scores[~action_mask] = -1.0
+            randoms = branch_argmax(torch.from_numpy(scores), self.branches)
+            greedy = np.where(explore[:, None], randoms, greedy)
+        action = greedy if self.multi else greedy[:, 0]
+        return PolicyOutput(action=action, env_action=action + self.start if self.start.any() else action)
 
     def set_progress(self, env_steps: int, total_steps: int) -> None:
         """Linear epsilon decay over ``epsilon_decay_steps`` env steps."""
@@ -160,6 +195,12 @@ class DQNPolicy(Policy):
             self.version = version
 
 
+def branch_argmax(q: torch.Tensor, branches: tuple[int, ...], mask: torch.Tensor | None = None) -> np.ndarray:
+    """[n, B]: each branch's best option among those ``mask`` allows (None: all)."""
+    q = D.mask_logits(q, mask)
+    return torch.stack([part.argmax(-1) for part in q.split(branches, -1)], -1).cpu().numpy()
+
+
 # ---------------------------------------------------------------- algorithm
 
 
@@ -171,7 +212,7 @@ class DQN(Algorithm):
         self.cfg = cfg
         self.policy = DQNPolicy(obs_space, act_space, cfg)
         if not self.policy.encoded:
-            self.target = QNetwork(int(np.prod(obs_space.shape)), self.policy.n_actions, cfg)
+            self.target = QNetwork(int(np.prod(obs_space.shape)), self.policy.n_actions, cfg, self.policy.branches)
             self.target.load_state_dict(self.policy.model.state_dict())
         else:  # the encoder too (one factory call per network trained)
             self.target = copy.deepcopy(self.policy.model)
@@ -192,23 +233,31 @@ class DQN(Algorithm):
         device = self.device  # the batch moves to the learner's device once, as stored
         obs = to_tensor(batch["obs"], device).reshape(len(batch["obs"]), *view)
         next_obs = to_tensor(batch["next_obs"], device).reshape(len(obs), *view)
-        actions = torch.from_numpy(batch["action"]).to(device).long()
+        branches = self.policy.branches
+        actions = torch.from_numpy(batch["action"]).to(device).long().reshape(len(obs), len(branches))  # [n, B]
         # ---- double-Q target: y = r + γ^m (1 - terminated) Q_target(s', argmax_a Q_online(s', a));
-        # one online pass over [s; s'] serves both the prediction and the argmax (half the op overhead)
+        # one online pass over [s; s'] serves both the prediction and the argmax (half the op overhead).
+        # Branches (MultiDiscrete): Q of each branch's action [n, B], one target from the branches' mean.
         online = model(torch.cat([obs, next_obs])) if cfg.double else model(obs)
-        q = online[:len(obs)].gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+        q = torch.stack([part.gather(-1, actions[:, b:b + 1]).squeeze(-1)
+                         for b, part in enumerate(online[:len(obs)].split(branches, -1))], -1)
         with torch.no_grad():
+            next_mask = batch.get("next_action_mask")  # the max runs over the actions allowed at s'
+            next_mask = None if next_mask is None else torch.from_numpy(next_mask).to(device)
             next_q = self.target(next_obs)
             if cfg.double:
-                best = online[len(obs):].argmax(-1, keepdim=True)
-                next_value = next_q.gather(-1, best).squeeze(-1)
+                chooser = D.mask_logits(online[len(obs):], next_mask).split(branches, -1)
+                values = [part.gather(-1, pick.argmax(-1, keepdim=True)).squeeze(-1)
+                          for part, pick in zip(next_q.split(branches, -1), chooser)]
             else:
-                next_value = next_q.max(-1).values
+                values = [part.max(-1).values for part in D.mask_logits(next_q, next_mask).split(branches, -1)]
+            next_value = values[0] if len(values) == 1 else torch.stack(values, -1).mean(-1)
             not_done = 1.0 - to_tensor(batch["terminated"], device)
-            target = to_tensor(batch["reward"], device) + to_tensor(batch["discount"], device) * not_done * next_value
-        td = q - target
+            target = (to_tensor(batch["reward"], device) + to_tensor(batch["discount"], device) * not_done
+                      * next_value)[:, None]
+        td = (q - target).abs().mean(-1)  # |TD error| (branches: their mean), the priority
         weight = to_tensor(batch["weight"], device) if "weight" in batch else torch.ones_like(td)
-        loss = (weight * F.smooth_l1_loss(q, target, reduction="none")).mean()
+        loss = (weight[:, None] * F.smooth_l1_loss(q, target.expand_as(q), reduction="none")).mean()
         if not torch.isfinite(loss):
             raise NonFiniteError(f"DQN loss became {loss.item()}: lower lr, or check the rewards for NaN")
         self.optim.zero_grad(set_to_none=True)

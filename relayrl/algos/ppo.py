@@ -26,6 +26,7 @@ from relayrl.core import Algorithm, Policy
 from relayrl.data.dtypes import stored_dtype, to_stored, to_tensor
 from relayrl.data.gae import compute_gae
 from relayrl.data.sequences import chunk, minibatches, pad, split_trajectories
+from relayrl.envs.masks import branch_sizes, check_mask
 from relayrl.envs.packed import PackedDict
 from relayrl.errors import ConfigError, EnvError, NonFiniteError
 from relayrl.policy import distributions as D
@@ -230,9 +231,12 @@ class PPOPolicy(Policy):
     def __init__(self, obs_space: gym.Space, act_space: gym.Space, cfg: PPOConfig):
         key = f"{type(cfg).__name__.removesuffix('Config').lower()}.encoder"  # ppo.encoder, appo.encoder
         check_space(obs_space, key)
-        self.discrete = isinstance(act_space, gym.spaces.Discrete)
+        # categorical branches: (n,) for Discrete(n), nvec for MultiDiscrete (one categorical head per branch)
+        self.branches = branch_sizes(act_space)
+        self.discrete = self.branches is not None
         if not self.discrete and not isinstance(act_space, gym.spaces.Box):
-            raise EnvError(f"PPO handles Discrete and Box action spaces, got {act_space}")
+            raise EnvError(f"PPO handles Discrete, MultiDiscrete (one axis of branches) and Box action spaces, "
+                           f"got {act_space}")
         if cfg.obs_norm and isinstance(obs_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
             name = key.split(".")[0]
             raise ConfigError(f"{name}.obs_norm=true normalises observations, but {obs_space} observations are "
@@ -241,10 +245,13 @@ class PPOPolicy(Policy):
         self.observation_space, self.action_space = obs_space, act_space
         self.obs_shape = tuple(obs_space.shape)
         self.obs_dim = int(np.prod(obs_space.shape))
-        self.act_dim = int(act_space.n) if self.discrete else int(np.prod(act_space.shape))
-        self.action_shape: tuple[int, ...] = () if self.discrete else act_space.shape
+        self.act_dim = sum(self.branches) if self.discrete else int(np.prod(act_space.shape))
+        self.multi = isinstance(act_space, gym.spaces.MultiDiscrete)  # actions [n, B], logits side by side
+        self.action_shape: tuple[int, ...] = tuple(act_space.shape)  # () for Discrete
         self.action_dtype = np.dtype(np.int64) if self.discrete else np.dtype(np.float32)
-        if not self.discrete:
+        if self.discrete:
+            self.start = np.asarray(act_space.start, dtype=np.int64)  # env action = index + start
+        else:
             self.low = act_space.low.astype(np.float32)
             self.high = act_space.high.astype(np.float32)
         # the actor's encoder: yours (encoder), a built-in one for images and categories, or None (flat: the MLPs)
@@ -284,8 +291,18 @@ class PPOPolicy(Policy):
             self._seen.update(obs)
         return self.obs_rms.normalize(obs)
 
+    masks_actions = True
+
+    def logp_entropy(self, out: torch.Tensor, actions: torch.Tensor, mask: torch.Tensor | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probability of ``actions`` and entropy from the actor's output, under the masked distribution
+        (forbidden actions have probability 0) when ``mask`` is given; a sum over the branches of MultiDiscrete."""
+        if self.multi:
+            return D.multi_categorical_logp_entropy(D.mask_logits(out, mask), self.branches, actions)
+        return logp_entropy(D.mask_logits(out, mask) if self.discrete else out, actions, self.model.log_std)
+
     @torch.inference_mode()
-    def act(self, obs: np.ndarray, mode: Mode = "collect") -> PolicyOutput:
+    def act(self, obs: np.ndarray, mode: Mode = "collect", action_mask: np.ndarray | None = None) -> PolicyOutput:
         collect = mode == "collect"
         x = self.preprocess(obs, update=collect and self.update_norm, observe=collect)
         xt = to_tensor(x).reshape(len(x), *self.obs_view)
@@ -296,10 +313,18 @@ class PPOPolicy(Policy):
             out = self.model.actor(xt)
             value = self.model.critic(xt).squeeze(-1) if collect else None
         if self.discrete:
-            action = D.categorical_sample(out) if collect else out.argmax(-1)
-            logp = D.categorical_logp(out, action) if collect else None
+            if action_mask is not None:  # forbidden actions are never sampled nor chosen
+                out = D.mask_logits(out, torch.from_numpy(check_mask(action_mask, self.action_space,
+                                                                     "the action mask", rows=len(x))))
+            if self.multi:
+                action = D.multi_categorical_sample(out, self.branches) if collect else \
+                    D.multi_categorical_mode(out, self.branches)
+                logp = D.multi_categorical_logp_entropy(out, self.branches, action)[0] if collect else None
+            else:
+                action = D.categorical_sample(out) if collect else out.argmax(-1)
+                logp = D.categorical_logp(out, action) if collect else None
             action_np = action.numpy()
-            env_action = action_np
+            env_action = action_np + self.start if self.start.any() else action_np
         else:
             std = self.model.log_std.exp()
             action = out + std * torch.randn_like(out) if collect else out
@@ -324,20 +349,23 @@ class PPOPolicy(Policy):
             state = state[torch.from_numpy(rows)]
         return self.model(xt[:, None], state)[1][:, 0].numpy()
 
-    def predict(self, obs: Any, state: np.ndarray | None = None, deterministic: bool = True) -> Any:
+    def predict(self, obs: Any, state: np.ndarray | None = None, deterministic: bool = True,
+                action_mask: Any = None) -> Any:
         """Feed-forward: the action(s) for one observation or a batch. Recurrent: ``(actions, state)``, the state
         given explicitly ([n, state_size], or None at an episode's start) and returned for the next call.
+        ``action_mask``: the allowed actions (True = allowed), one row or one per observation.
         Neither the observation statistics nor the collection and evaluation states change."""
         if not self.recurrent and state is not None:
             raise ConfigError("this PPO policy is feed-forward: predict(obs) takes no state")
         batch, single = self.check_observation(obs)
+        mask = self.check_action_mask(action_mask, len(batch), single)
         mode: Mode = "eval" if deterministic else "collect"
         saved, update_norm, self.update_norm = self._hidden.get(mode), self.update_norm, False
         if self.recurrent:
             self._hidden[mode] = (self.model.initial_state(len(batch)) if state is None
                                   else torch.as_tensor(np.asarray(state, np.float32)).reshape(len(batch), -1))
         try:
-            out = self.act(batch, mode)
+            out = self.act(batch, mode, action_mask=mask)
             new_state = self._hidden.get(mode)
         finally:
             self.update_norm = update_norm
@@ -425,6 +453,10 @@ class PPO(Algorithm):
             name = type(self.cfg).__name__.removesuffix("Config").lower()
             raise ConfigError(f"{name}.mirror reflects observation vectors (signed indices), but "
                               f"{policy.observation_space} observations are not one: set {name}.mirror=0")
+        if policy.multi:
+            name = type(self.cfg).__name__.removesuffix("Config").lower()
+            raise ConfigError(f"{name}.mirror swaps the options of one action, but {policy.action_space} has "
+                              f"several branches: set {name}.mirror=0")
         spec = MirrorSpec.load(self.cfg.mirror_spec, env_id, policy.obs_dim, policy.act_dim)
         if policy.discrete and (spec.act_sign < 0).any():
             raise ConfigError(f"mirror spec {self.cfg.mirror_spec!r}: discrete actions can only be swapped, not "
@@ -458,6 +490,8 @@ class PPO(Algorithm):
         adv, ret = self.targets(rollout, self.scale_rewards(rollout))
         steps = {"obs": rollout["obs"], "action": rollout["action"], "logp": rollout["logp"],
                  "value": rollout["value"], "advantage": adv, "return": ret}  # [T, N, ...] each
+        if "action_mask" in rollout:  # the loss uses the distribution the actions were sampled from
+            steps["action_mask"] = rollout["action_mask"]
         epoch = self.sequence_minibatches(steps, rollout) if self.policy.recurrent else self.step_minibatches(steps)
 
         frac = max(0.0, 1.0 - progress)
@@ -549,7 +583,7 @@ class PPO(Algorithm):
         cfg, model = self.cfg, self.policy.model
         out, value = self.forward(mb)
         # ---- clipped surrogate
-        logp, entropy = logp_entropy(out, mb["action"], model.log_std)
+        logp, entropy = self.policy.logp_entropy(out, mb["action"], mb.get("action_mask"))
         log_ratio = logp - mb["logp"]
         ratio = log_ratio.exp()
         adv = mb["advantage"]

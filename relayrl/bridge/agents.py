@@ -6,7 +6,9 @@ the simulator has several), ``timeout_s``, ``args`` (extra simulator arguments),
 (named floats sent on the environment-parameters side channel) and ``engine`` (engine
 configuration: ``time_scale``, ``width``/``height``, ``quality_level``, ``target_frame_rate``,
 ``capture_frame_rate``), both sent before the first reset. Actions are continuous (a Box in
-[-1, 1]) or one discrete branch. Other behaviours get zero actions.
+[-1, 1]), one discrete branch (Discrete) or several (MultiDiscrete), with the simulator's action
+masks turned into the trainer's convention (True = allowed, ``AgentTurn.action_mask``). Other
+behaviours get zero actions.
 
 Observations (``observation_space``): a behaviour without images (every observation of rank 1 or 2)
 gets them flattened and concatenated into one float32 vector, as before images existed. With an
@@ -68,9 +70,12 @@ class BridgeAgents(AgentEnv):
                 self.single_action_space: gym.Space = gym.spaces.Box(-1.0, 1.0, (spec.continuous,), np.float32)
             elif len(spec.branches) == 1 and not spec.continuous:
                 self.single_action_space = gym.spaces.Discrete(spec.branches[0])
+            elif spec.branches and not spec.continuous:
+                self.single_action_space = gym.spaces.MultiDiscrete(list(spec.branches))
             else:
                 raise EnvError(f"behaviour {behaviour!r} has {spec.continuous} continuous actions and branches "
-                               f"{list(spec.branches)}: training handles continuous actions or one discrete branch")
+                               f"{list(spec.branches)}: training handles continuous actions or discrete branches, "
+                               "not both; give the behaviour one kind")
             self.num_envs = spec.max_agents
             self.turns = 0
         except BaseException:
@@ -84,9 +89,11 @@ class BridgeAgents(AgentEnv):
     def _turn(self) -> AgentTurn:
         decisions, ends = self.bridge.get_steps(self.behaviour)
         space = self.single_observation_space
+        # the bridge's mask block says True = forbidden; everything past this point, True = allowed
+        mask = ~np.concatenate(decisions.action_mask, axis=1) if decisions.action_mask else None
         return AgentTurn(ids=decisions.agent_id.copy(), obs=rows(space, decisions.obs), reward=decisions.reward.copy(),
                          end_ids=ends.agent_id.copy(), end_obs=rows(space, ends.obs), end_reward=ends.reward.copy(),
-                         interrupted=ends.interrupted.copy())
+                         interrupted=ends.interrupted.copy(), action_mask=mask)
 
     def reset(self, seed: int | None = None) -> AgentTurn:
         self.bridge.reset()  # the simulator seeds itself (pass --seed through env.kwargs.args)
@@ -94,8 +101,9 @@ class BridgeAgents(AgentEnv):
 
     def step(self, actions: np.ndarray) -> AgentTurn:
         actions = np.asarray(actions)
-        if isinstance(self.single_action_space, gym.spaces.Discrete):
-            self.bridge.set_actions(self.behaviour, discrete=actions.reshape(-1, 1))
+        if isinstance(self.single_action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+            branches = len(self.bridge.behaviours[self.behaviour].branches)
+            self.bridge.set_actions(self.behaviour, discrete=actions.reshape(-1, branches))
         else:
             self.bridge.set_actions(self.behaviour, continuous=actions)
         self.bridge.step()

@@ -23,9 +23,12 @@ class NStepAccumulator:
         self.pending: list[deque] = [deque() for _ in range(num_envs)]  # (obs, action, return, steps)
 
     def push(self, obs: np.ndarray, action: np.ndarray, reward: np.ndarray, next_obs: np.ndarray,
-             terminated: np.ndarray, truncated: np.ndarray) -> Batch:
+             terminated: np.ndarray, truncated: np.ndarray, next_action_mask: np.ndarray | None = None) -> Batch:
         """One vector step; ``next_obs[i]`` is the final observation where env i's episode ended.
-        Returns the transitions completed by this step (possibly none)."""
+        ``next_action_mask[i]``: the actions allowed at ``next_obs[i]`` (relayrl/envs/masks.py), emitted
+        as the transitions' ``next_action_mask`` column. Returns the transitions completed by this step
+        (possibly none)."""
+        masks = next_action_mask
         out: list[tuple] = []
         for i, queue in enumerate(self.pending):
             r = float(reward[i])
@@ -36,12 +39,15 @@ class NStepAccumulator:
             if terminated[i] or truncated[i]:
                 while queue:
                     o, a, ret, m = queue.popleft()
-                    out.append((o, a, ret, next_obs[i], bool(terminated[i]), self.gamma ** m))
+                    out.append((o, a, ret, next_obs[i], bool(terminated[i]), self.gamma ** m, i))
             elif len(queue) == self.n:
                 o, a, ret, m = queue.popleft()
-                out.append((o, a, ret, next_obs[i], False, self.gamma ** m))
+                out.append((o, a, ret, next_obs[i], False, self.gamma ** m, i))
         if not out:
             return {}
-        o, a, ret, nxt, term, disc = zip(*out)
-        return {"obs": np.stack(o), "action": np.stack(a), "reward": np.array(ret, np.float32),
-                "next_obs": np.stack(nxt), "terminated": np.array(term), "discount": np.array(disc, np.float32)}
+        o, a, ret, nxt, term, disc, env = zip(*out)
+        batch = {"obs": np.stack(o), "action": np.stack(a), "reward": np.array(ret, np.float32),
+                 "next_obs": np.stack(nxt), "terminated": np.array(term), "discount": np.array(disc, np.float32)}
+        if masks is not None:
+            batch["next_action_mask"] = masks[list(env)]
+        return batch

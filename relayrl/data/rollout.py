@@ -17,6 +17,9 @@ class RolloutStore:
     step t: a sequence cut out of the rollout at any step starts from it (data/sequences.py).
     Observations are kept in the stored dtype of ``obs_dtype`` (data/dtypes.py: uint8 stays uint8,
     float64 becomes float32); the policy says which dtype its ``PolicyOutput.obs`` has.
+    ``action_mask[t]`` ([T, N, width] bool, True = allowed) is the mask the policy acted under at step t,
+    so the loss uses the distribution the action was sampled from; the column exists once an ``add``
+    brings a mask (envs that give masks give them from their reset on: earlier rows allow everything).
     """
 
     def __init__(self, num_steps: int, num_envs: int, obs_shape: tuple[int, ...],
@@ -40,8 +43,14 @@ class RolloutStore:
 
     def add(self, t: int, obs: np.ndarray, action: np.ndarray, logp: np.ndarray, value: np.ndarray,
             reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
-            hidden: np.ndarray | None = None) -> None:
+            hidden: np.ndarray | None = None, action_mask: np.ndarray | None = None) -> None:
         d = self.data
+        if action_mask is not None:
+            if "action_mask" not in d:
+                d["action_mask"] = np.ones((self.num_steps, self.num_envs, action_mask.shape[-1]), dtype=bool)
+            d["action_mask"][t] = action_mask
+        elif "action_mask" in d:
+            d["action_mask"][t] = True
         d["obs"][t] = obs
         d["action"][t] = action
         d["logp"][t] = logp

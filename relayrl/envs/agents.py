@@ -12,7 +12,8 @@ are the rows of every batch the one shared policy sees::
 An ``AgentTurn`` holds the agents that want a decision now (ids, obs, the reward each earned since
 its previous decision) and the agents whose episode ended since their last action (ids, final obs,
 last reward, interrupted = cut by a step limit). An agent may be in both: it ended an episode and
-began the next. Agents that skip turns simply keep their last action pending. An id belongs to one
+began the next. Agents that skip turns simply keep their last action pending. ``action_mask`` holds the
+actions each deciding agent may take (True = allowed, relayrl/envs/masks.py), or None. An id belongs to one
 live agent at a time; the collectors key what an agent owes them by id, so an env may reuse an id
 once its agent has ended (both kinds do). Observations are one array of rows (no Dict/Tuple).
 ``relayrl/training/agents.py`` turns turns into rollouts and transitions.
@@ -39,6 +40,7 @@ class AgentTurn:
     end_obs: np.ndarray  # [m, ...] final observations
     end_reward: np.ndarray  # [m]
     interrupted: np.ndarray  # [m] bool: truncated (step limit), not terminal
+    action_mask: np.ndarray | None = None  # [n, width] bool, True = allowed (None: the env gives no masks)
 
 
 class AgentEnv(ABC):

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 
+from relayrl.envs.masks import MASK_KEY, sample_allowed, with_masks
 from relayrl.envs.registry import make
 
 # Parent-side cost of one subprocess round trip (write, wake, poll, copy), measured on the project's
@@ -18,18 +19,18 @@ SUBPROC_OVERHEAD_S = 300e-6
 def measure_step_cost(env_id: str, kwargs: dict[str, Any] | None = None, steps: int = 50) -> float:
     """Median seconds per ``env.step`` with random actions: the median, not the mean, so that one
     preemption of this process on a busy machine cannot make a cheap env look expensive."""
-    env = make(env_id, **(kwargs or {}))
+    env = with_masks(make(env_id, **(kwargs or {})))
     try:
-        env.reset(seed=0)
+        _, info = env.reset(seed=0)
         env.action_space.seed(0)
         times = []
         for _ in range(steps):
-            action = env.action_space.sample()
+            action = sample_allowed(env.action_space, info.get(MASK_KEY))  # (an env's mask is binding)
             start = time.perf_counter()
-            _, _, terminated, truncated, _ = env.step(action)
+            _, _, terminated, truncated, info = env.step(action)
             times.append(time.perf_counter() - start)
             if terminated or truncated:
-                env.reset()
+                _, info = env.reset()
         return statistics.median(times)
     finally:
         env.close()

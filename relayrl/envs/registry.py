@@ -28,6 +28,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from relayrl.envs.masks import with_masks
 from relayrl.envs.packed import PackDict, packable
 from relayrl.envs.spaces import image_layout
 from relayrl.errors import EnvError
@@ -113,6 +114,7 @@ def make(env_id: str, *, max_episode_steps: int | None = None, render_mode: str 
         env = _atari(env, env_id)
     if frame_stack and frame_stack > 1:
         env = stack_frames(env, frame_stack)
+    env = with_masks(env)  # a Dict's action_mask entry goes to the info first: it is no observation to pack
     if pack_dict and packable(env.observation_space):
         try:
             env = PackDict(env)

@@ -20,6 +20,7 @@ import gymnasium as gym
 import numpy as np
 
 from relayrl.envs import spaces
+from relayrl.envs.masks import MASK_KEY, check_mask, mask_width
 from relayrl.errors import EnvError
 
 EnvFactory = Callable[[], gym.Env]
@@ -55,7 +56,12 @@ def last_error(tb: str) -> str:
 
 @dataclass
 class StepArrays:
-    """The arrays one step writes: obs and final_obs leaves, reward, flags, and the actions read."""
+    """The arrays one step writes: obs and final_obs leaves, reward, flags, and the actions read.
+
+    For Discrete and MultiDiscrete action spaces also the action masks (envs/masks.py, True = allowed)
+    of ``obs`` and of ``final_obs``, and ``mask_given`` ([n] bool): the env gave a mask at least once
+    (rows of envs that give none allow everything).
+    """
 
     obs: list[np.ndarray]
     final_obs: list[np.ndarray]
@@ -63,12 +69,14 @@ class StepArrays:
     terminated: np.ndarray
     truncated: np.ndarray
     actions: np.ndarray
+    action_mask: np.ndarray | None = None
+    final_action_mask: np.ndarray | None = None
+    mask_given: np.ndarray | None = None
 
     @classmethod
     def allocate(cls, obs_space: gym.Space, act_space: gym.Space, n: int) -> "StepArrays":
-        return cls(obs=spaces.allocate(obs_space, n)[0], final_obs=spaces.allocate(obs_space, n)[0],
-                   reward=np.zeros(n, np.float32), terminated=np.zeros(n, bool), truncated=np.zeros(n, bool),
-                   actions=np.zeros((n, *act_space.shape), dtype=action_dtype(act_space)))
+        layout = cls.layout(obs_space, act_space, n)
+        return cls.from_named({name: np.zeros(shape, dtype) for name, shape, dtype in layout})
 
     @staticmethod
     def layout(obs_space: gym.Space, act_space: gym.Space, n: int) -> list[tuple[str, tuple[int, ...], np.dtype]]:
@@ -79,6 +87,10 @@ class StepArrays:
         out += [("reward", (n,), np.dtype(np.float32)), ("terminated", (n,), np.dtype(bool)),
                 ("truncated", (n,), np.dtype(bool)),
                 ("actions", (n, *act_space.shape), action_dtype(act_space))]
+        width = mask_width(act_space)
+        if width:
+            out += [("action_mask", (n, width), np.dtype(bool)), ("final_action_mask", (n, width), np.dtype(bool)),
+                    ("mask_given", (n,), np.dtype(bool))]
         return out
 
     @classmethod
@@ -87,7 +99,8 @@ class StepArrays:
         return cls(obs=[arrays[f"obs.{i}"] for i in range(count)],
                    final_obs=[arrays[f"final_obs.{i}"] for i in range(count)],
                    reward=arrays["reward"], terminated=arrays["terminated"], truncated=arrays["truncated"],
-                   actions=arrays["actions"])
+                   actions=arrays["actions"], action_mask=arrays.get("action_mask"),
+                   final_action_mask=arrays.get("final_action_mask"), mask_given=arrays.get("mask_given"))
 
 
 def action_dtype(space: gym.Space) -> np.dtype:
@@ -105,6 +118,11 @@ class EnvRunner:
         self.factories, self.arrays, self.offset, self.max_restarts = factories, arrays, offset, max_restarts
         self.envs = [factory() for factory in factories]
         self.obs_space = self.envs[0].observation_space
+        self.act_space = self.envs[0].action_space
+        self._masked = False  # an env of this slice gave an action mask: rows without one are written too
+        if arrays.action_mask is not None:
+            arrays.action_mask[:] = True
+            arrays.final_action_mask[:] = True
         self.failures = [0] * len(self.envs)  # consecutive failures, per env
         self.errors = 0
         self._plain = len(arrays.obs) == 1  # one leaf: skip the structure walk on the hot path
@@ -116,12 +134,28 @@ class EnvRunner:
         for array, value in zip(target, spaces.flatten(self.obs_space, obs)):
             array[k] = value
 
+    def _take_mask(self, target: np.ndarray | None, k: int, info: dict) -> dict:
+        """Write env k's action mask from ``info`` into ``target[k]`` (all allowed when it gave none, once any
+        env did); returns ``info`` without it (the mask travels in the arrays, not in pickled infos)."""
+        if target is None:
+            return info
+        if info and MASK_KEY in info:
+            target[k] = check_mask(info[MASK_KEY], self.act_space, f"env {self.offset + k}'s info['{MASK_KEY}']")
+            if not self._masked:
+                self._masked = True
+                self.arrays.mask_given[:] = True
+            return {key: value for key, value in info.items() if key != MASK_KEY}
+        if self._masked:
+            target[k] = True
+        return info
+
     def reset(self, seed: int | None = None) -> dict[int, dict]:
         """Reset every env (env k gets ``seed + offset + k``); returns non-empty reset infos by row."""
         infos = {}
         for k in range(len(self.envs)):
             obs, info = self._reset_one(k, None if seed is None else seed + self.offset + k)
             self._write_obs(self.arrays.obs, k, obs)
+            info = self._take_mask(self.arrays.action_mask, k, info)
             if info:
                 infos[k] = info
         return infos
@@ -170,9 +204,12 @@ class EnvRunner:
                 tb = traceback.format_exc()
                 for src, dst in zip(a.obs, a.final_obs):  # the last good observation ends the episode
                     dst[k] = src[k]
+                if a.action_mask is not None:
+                    a.final_action_mask[k] = a.action_mask[k]
                 self._fail(k, tb)
                 obs, reset_info = self._reset_one(k, None)
                 self._write_obs(a.obs, k, obs)
+                reset_info = self._take_mask(a.action_mask, k, reset_info)
                 truncs[k] = True
                 infos[k] = {"env_error": tb, **({"reset_info": reset_info} if reset_info else {})}
                 continue
@@ -181,9 +218,13 @@ class EnvRunner:
             rewards[k], terms[k], truncs[k] = reward, terminated, truncated
             if terminated or truncated:
                 self._write_obs(a.final_obs, k, obs)
+                info = self._take_mask(a.final_action_mask, k, info)
                 obs, reset_info = self._reset_one(k, None)
+                reset_info = self._take_mask(a.action_mask, k, reset_info)
                 if reset_info:
                     info = {**info, "reset_info": reset_info}
+            else:
+                info = self._take_mask(a.action_mask, k, info)
             self._write_obs(a.obs, k, obs)
             if info:
                 infos[k] = info

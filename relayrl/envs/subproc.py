@@ -42,13 +42,14 @@ import numpy as np
 from relayrl.envs import spaces
 from relayrl.envs.runner import EnvFailure, EnvRunner, StepArrays, last_error
 from relayrl.envs.shm import AttachedArrays, Layout, SharedArrays
-from relayrl.envs.vector import EnvFactory, VectorEnv, result_from
+from relayrl.envs.masks import ActionMaskError, masked_factories
+from relayrl.envs.vector import EnvFactory, VectorEnv, given_masks, result_from
 from relayrl.errors import EnvError
 from relayrl.types import StepResult
 
 STEP, RESET, CLOSE = b"S", b"R", b"C"
-OK, INFO, FAIL = b"K", b"I", b"F"
-_WITH_PAYLOAD = (RESET, INFO, FAIL)
+OK, INFO, FAIL, BAD_MASK = b"K", b"I", b"F", b"M"
+_WITH_PAYLOAD = (RESET, INFO, FAIL, BAD_MASK)
 
 
 # Messages are one kind byte, plus a 4-byte length and a payload for the kinds that carry one, written
@@ -144,9 +145,9 @@ def _worker_main(factories: list[EnvFactory], offset: int, shm_name: str, layout
             else:
                 _send(fd, OK)
     except BaseException as exc:
-        text = str(exc) if isinstance(exc, EnvFailure) else traceback.format_exc()
+        text = str(exc) if isinstance(exc, (EnvFailure, ActionMaskError)) else traceback.format_exc()
         try:
-            _send(fd, FAIL, text.encode())
+            _send(fd, BAD_MASK if isinstance(exc, ActionMaskError) else FAIL, text.encode())
         except (OSError, ValueError):
             pass
     finally:
@@ -210,6 +211,7 @@ class SubprocVectorEnv(VectorEnv):
                  start_method: str = "forkserver"):
         if not factories:
             raise EnvError("a vector env needs at least one environment (num_envs >= 1)")
+        factories = masked_factories(factories)  # a Dict observation's action_mask entry goes to the info
         probe = factories[0]()
         self._setup_spaces(probe.observation_space, probe.action_space)
         probe.close()
@@ -323,6 +325,8 @@ class SubprocVectorEnv(VectorEnv):
             return "ok", infos
         text = payload.decode(errors="replace")
         self.close()
+        if kind == BAD_MASK:  # bad input, not a failing env: the env's own message (exit code 2)
+            raise ActionMaskError(text)
         summary = last_error(text) if text.lstrip().startswith("Traceback") else text  # (an EnvFailure's own line)
         raise EnvFailure(f"env worker {w.index} (envs {w.offset}-{w.offset + w.count - 1}) failed: {summary}",
                          details=text)
@@ -367,6 +371,9 @@ class SubprocVectorEnv(VectorEnv):
         for src, dst in zip(self.arrays.obs, self._last_obs):
             dst[:] = src
         return spaces.copy_batch(self.single_observation_space, self.arrays.obs)
+
+    def reset_action_mask(self) -> np.ndarray | None:
+        return self.arrays.action_mask.copy() if given_masks(self.arrays) else None
 
     def _drain(self) -> None:
         """Collect answers of workers still stepping (async), so a reset starts from a quiet state."""

@@ -21,6 +21,7 @@ import gymnasium as gym
 import numpy as np
 
 from relayrl.envs import spaces
+from relayrl.envs.masks import masked_factories
 from relayrl.envs.registry import make
 from relayrl.envs.runner import EnvFactory, EnvRunner, StepArrays, action_dtype
 from relayrl.errors import EnvError
@@ -42,6 +43,11 @@ class VectorEnv:
 
     def reset(self, seed: int | None = None) -> Any:
         raise NotImplementedError
+
+    def reset_action_mask(self) -> np.ndarray | None:
+        """The action masks ([num_envs, width] bool, True = allowed; envs/masks.py) of the observations the
+        last ``reset`` returned, or None when the envs give no masks. Steps carry theirs in ``StepResult``."""
+        return None
 
     def send(self, actions: np.ndarray) -> None:
         raise NotImplementedError
@@ -122,12 +128,20 @@ def _int_bounds(space: gym.Space) -> tuple[np.ndarray, np.ndarray]:
 def result_from(arrays: StepArrays, obs_space: gym.Space, rows: Any, env_ids: np.ndarray,
                 infos: list[dict]) -> StepResult:
     """A StepResult holding copies of ``rows`` of ``arrays`` (the next step cannot overwrite it)."""
+    masked = given_masks(arrays, rows)
     return StepResult(
         obs=spaces.copy_batch(obs_space, arrays.obs, rows),
         reward=arrays.reward[rows].copy(), terminated=arrays.terminated[rows].copy(),
         truncated=arrays.truncated[rows].copy(),
         final_obs=spaces.copy_batch(obs_space, arrays.final_obs, rows),
-        env_ids=env_ids, info=infos)
+        env_ids=env_ids, info=infos,
+        action_mask=arrays.action_mask[rows].copy() if masked else None,
+        final_action_mask=arrays.final_action_mask[rows].copy() if masked else None)
+
+
+def given_masks(arrays: StepArrays, rows: Any = slice(None)) -> bool:
+    """Whether the envs of ``rows`` give action masks (then every row has one: all allowed where none was given)."""
+    return arrays.mask_given is not None and bool(arrays.mask_given[rows].any())
 
 
 class SyncVectorEnv(VectorEnv):
@@ -136,6 +150,7 @@ class SyncVectorEnv(VectorEnv):
     def __init__(self, factories: list[EnvFactory], max_restarts: int = 3):
         if not factories:
             raise EnvError("a vector env needs at least one environment (num_envs >= 1)")
+        factories = masked_factories(factories)  # a Dict observation's action_mask entry goes to the info
         probe = factories[0]()
         self._setup_spaces(probe.observation_space, probe.action_space)
         probe.close()
@@ -153,6 +168,9 @@ class SyncVectorEnv(VectorEnv):
         self.runner.reset(seed)
         self._pending = False
         return spaces.copy_batch(self.single_observation_space, self.arrays.obs)
+
+    def reset_action_mask(self) -> np.ndarray | None:
+        return self.arrays.action_mask.copy() if given_masks(self.arrays) else None
 
     def send(self, actions: np.ndarray) -> None:
         self.arrays.actions[:] = self._check_actions(actions, self.num_envs)

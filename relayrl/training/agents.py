@@ -59,18 +59,18 @@ class AgentEpisodes:
 
 
 class _Steps:
-    """Growable columns of acted steps (slots) and their outcomes, filled as agents report back."""
+    """Growable columns of acted steps (slots) and their outcomes, filled as agents report back;
+    with ``masked``, the action mask each step was acted under too (the loss's distribution)."""
 
-    FIELDS = ("obs", "action", "logp", "value")
-
-    def __init__(self):
-        self.cols: dict[str, list[np.ndarray]] = {f: [] for f in self.FIELDS}
+    def __init__(self, masked: bool = False):
+        self.fields = ("obs", "action", "logp", "value") + (("action_mask",) if masked else ())
+        self.cols: dict[str, list[np.ndarray]] = {f: [] for f in self.fields}
         self.keys: list[np.ndarray] = []
         self.size = 0
         self.outcome: dict[int, tuple[float, bool, bool, float]] = {}  # slot -> reward, term, trunc, boot
 
     def add(self, keys: np.ndarray, **rows: np.ndarray) -> np.ndarray:
-        for f in self.FIELDS:
+        for f in self.fields:
             self.cols[f].append(np.asarray(rows[f]))
         self.keys.append(np.asarray(keys, np.int64))
         slots = np.arange(self.size, self.size + len(keys))
@@ -101,15 +101,15 @@ class AgentRolloutCollector(SampleSource):
         return rollout, rollout["reward"].size
 
     def collect(self) -> Batch:
-        steps, pending = _Steps(), {}
+        steps, pending = _Steps(masked=self._turn.action_mask is not None), {}
         for agent, row in self._pending.items():  # answers still owed from the previous rollout
-            pending[agent] = int(steps.add(np.array([agent]), obs=row[0][None], action=row[1][None],
-                                           logp=row[2][None], value=row[3][None])[0])
+            pending[agent] = int(steps.add(np.array([agent]), **{f: v[None] for f, v in zip(steps.fields, row)})[0])
         for _ in range(self.num_steps):
             turn = self._turn
             if len(turn.ids):
-                out = self.policy.act(turn.obs, "collect")
-                slots = steps.add(turn.ids, obs=out.obs, action=out.action, logp=out.logp, value=out.value)
+                out = self.policy.act_masked(turn.obs, "collect", turn.action_mask)
+                masks = {} if turn.action_mask is None else {"action_mask": turn.action_mask}
+                slots = steps.add(turn.ids, obs=out.obs, action=out.action, logp=out.logp, value=out.value, **masks)
                 pending.update(zip(turn.ids.tolist(), slots.tolist()))
                 env_action = out.env_action
             else:
@@ -136,7 +136,7 @@ class AgentRolloutCollector(SampleSource):
 
     def _finish(self, steps: _Steps, pending: dict[int, int]) -> Batch:
         keys, cols = steps.arrays()
-        self._pending = {agent: tuple(cols[f][slot] for f in _Steps.FIELDS) for agent, slot in pending.items()}
+        self._pending = {agent: tuple(cols[f][slot] for f in steps.fields) for agent, slot in pending.items()}
         if not steps.outcome:
             raise EnvError("no agent answered an action during a whole rollout: the env must report each agent "
                            "again (a decision or an episode end) after it acts; raise num_steps otherwise")
@@ -167,7 +167,7 @@ class AgentRolloutCollector(SampleSource):
             else:
                 next_value[i] = current_values.get(int(keys[slot]), cols["value"][slot])
                 cut[i] = True
-        batch = {f: cols[f][order] for f in _Steps.FIELDS}
+        batch = {f: cols[f][order] for f in steps.fields}
         batch.update(reward=reward.astype(np.float32), terminated=term, truncated=trunc | cut,
                      next_value=next_value)
         return {k: v.reshape(len(order), 1, *v.shape[1:]) for k, v in batch.items()}
@@ -195,17 +195,19 @@ class AgentTransitionCollector(SampleSource):
         self._pending = {}
 
     def pull(self) -> tuple[Batch, int]:
-        rows: dict[str, list] = {"obs": [], "action": [], "reward": [], "next_obs": [], "terminated": []}
+        rows: dict[str, list] = {"obs": [], "action": [], "reward": [], "next_obs": [], "terminated": [],
+                                 "next_action_mask": []}
+        masked = self._turn.action_mask is not None
 
-        def emit(agent: int, reward: float, next_obs: np.ndarray, terminated: bool) -> None:
+        def emit(agent: int, reward: float, next_obs: np.ndarray, terminated: bool, next_mask: np.ndarray) -> None:
             obs, action = self._pending.pop(agent)
-            for key, value in zip(rows, (obs, action, reward, next_obs, terminated)):
+            for key, value in zip(rows, (obs, action, reward, next_obs, terminated, next_mask)):
                 rows[key].append(value)
 
         for _ in range(self.turns):
             turn = self._turn
             if len(turn.ids):
-                out = self.policy.act(turn.obs, "collect")
+                out = self.policy.act_masked(turn.obs, "collect", turn.action_mask)
                 self._pending.update(zip(turn.ids.tolist(), zip(to_stored(np.asarray(turn.obs)), out.action)))
                 env_action = out.env_action
             else:
@@ -216,11 +218,12 @@ class AgentTransitionCollector(SampleSource):
             ended = set()
             for k, agent in enumerate(nxt.end_ids.tolist()):
                 ended.add(agent)
-                if agent in self._pending:
-                    emit(agent, float(nxt.end_reward[k]), nxt.end_obs[k], not bool(nxt.interrupted[k]))
+                if agent in self._pending:  # (a final observation takes no mask: everything allowed)
+                    emit(agent, float(nxt.end_reward[k]), nxt.end_obs[k], not bool(nxt.interrupted[k]), None)
             for k, agent in enumerate(nxt.ids.tolist()):
                 if agent not in ended and agent in self._pending:
-                    emit(agent, float(nxt.reward[k]), nxt.obs[k], False)
+                    emit(agent, float(nxt.reward[k]), nxt.obs[k], False,
+                         None if nxt.action_mask is None else nxt.action_mask[k])
             self._turn = nxt
         n = len(rows["reward"])
         if not n:
@@ -230,6 +233,10 @@ class AgentTransitionCollector(SampleSource):
                  "next_obs": to_stored(np.stack(rows["next_obs"])),
                  "terminated": np.array(rows["terminated"], bool),
                  "discount": np.full(n, self.gamma, np.float32)}
+        if masked:  # the actions allowed at next_obs, for DQN's target
+            width = self._turn.action_mask.shape[1]
+            batch["next_action_mask"] = np.stack([np.ones(width, bool) if m is None else m
+                                                  for m in rows["next_action_mask"]])
         return batch, n
 
     def pop_episodes(self) -> tuple[list[float], list[int]]:
@@ -257,7 +264,7 @@ class AgentEvaluator(Evaluation):
         returns, lengths = [], []
         for _ in range(MAX_EVAL_TURNS):
             acted = set(turn.ids.tolist())
-            action = policy.act(turn.obs, "eval").env_action if len(turn.ids) else \
+            action = policy.act_masked(turn.obs, "eval", turn.action_mask).env_action if len(turn.ids) else \
                 np.zeros((0, *policy.action_shape), policy.action_dtype)
             turn = self.env.step(action)
             tracker.track(turn, acted)

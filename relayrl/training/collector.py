@@ -56,10 +56,12 @@ class OnPolicyCollector(SampleSource):
                                   hidden_size=policy.state_size if self.recurrent else 0,
                                   obs_dtype=policy.obs_dtype)  # the dtype of out.obs
         self._obs: np.ndarray | None = None
+        self._mask: np.ndarray | None = None  # the actions the envs allow at self._obs (None: no masks)
         self.episodes = EpisodeStats(venv.num_envs)
 
     def reset(self, seed: int | None) -> None:
         self._obs = self.venv.reset(seed=seed)
+        self._mask = self.venv.reset_action_mask()
         self.episodes.reset()
         if self.recurrent:
             self.policy.reset_hidden("collect")
@@ -69,7 +71,7 @@ class OnPolicyCollector(SampleSource):
         saved, self.policy.update_norm = self.policy.update_norm, True
         try:
             for _ in range(steps):
-                out = self.policy.act(self._obs, "collect")
+                out = self.policy.act_masked(self._obs, "collect", self._mask)
                 self._obs = self._track(self.venv.step(out.env_action))
         finally:
             self.policy.update_norm = saved
@@ -79,10 +81,10 @@ class OnPolicyCollector(SampleSource):
         store, policy, venv = self.store, self.policy, self.venv
         for t in range(self.num_steps):
             hidden = policy.hidden("collect", venv.num_envs).numpy() if self.recurrent else None
-            out = policy.act(self._obs, "collect")
+            out = policy.act_masked(self._obs, "collect", self._mask)
             result = venv.step(out.env_action)
             store.add(t, out.obs, out.action, out.logp, out.value,
-                      result.reward, result.terminated, result.truncated, hidden)
+                      result.reward, result.terminated, result.truncated, hidden, self._mask)
             truncated = result.truncated & ~result.terminated
             if truncated.any():
                 store.bootstrap(t, truncated, self._value(result.final_obs[truncated], truncated))
@@ -99,6 +101,7 @@ class OnPolicyCollector(SampleSource):
 
     def _track(self, result) -> np.ndarray:
         self.episodes.track(result)
+        self._mask = result.action_mask
         if self.recurrent and result.done.any():
             self.policy.reset_hidden("collect", result.done)  # after bootstrapping from the old state
         return result.obs

@@ -80,12 +80,13 @@ class Evaluator(Evaluation):
         ep_return = np.zeros(n)
         ep_length = np.zeros(n, dtype=np.int64)
         obs = self.venv.reset(seed=self.seed + 100_003 * self.count)
+        mask = self.venv.reset_action_mask()  # forbidden actions are never chosen (None: the env gives no masks)
         self.count += 1
         recurrent = policy.recurrent  # a hidden state per env, reset with its episodes
         if recurrent:
             policy.reset_hidden("eval")
         while quota.any():
-            result = self.venv.step(policy.act(obs, "eval").env_action)
+            result = self.venv.step(policy.act_masked(obs, "eval", mask).env_action)
             if recurrent and result.done.any():
                 policy.reset_hidden("eval", result.done)
             ep_return += result.reward
@@ -96,5 +97,5 @@ class Evaluator(Evaluation):
                 quota[k] -= 1
             ep_return[result.done] = 0
             ep_length[result.done] = 0
-            obs = result.obs
+            obs, mask = result.obs, result.action_mask
         return EvalResult(np.array(returns), np.array(lengths))

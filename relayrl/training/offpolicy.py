@@ -47,24 +47,28 @@ class OffPolicyCollector(SampleSource):
         self.nstep = NStepAccumulator(n_step, gamma, venv.num_envs)
         self.episodes = EpisodeStats(venv.num_envs)
         self._obs = None
+        self._mask: np.ndarray | None = None  # the actions the envs allow at self._obs (None: no masks)
 
     def reset(self, seed: int | None) -> None:
         self._obs = self.venv.reset(seed=seed)
+        self._mask = self.venv.reset_action_mask()
         self.episodes.reset()
 
     def collect(self, steps: int) -> tuple[Batch, int]:
         chunks = []
         for _ in range(steps):
-            out = self.policy.act(self._obs, "collect")
+            out = self.policy.act_masked(self._obs, "collect", self._mask)
             result = self.venv.step(out.env_action)
             done = result.terminated | result.truncated
             next_obs = np.where(done.reshape(-1, *[1] * (result.obs.ndim - 1)), result.final_obs, result.obs)
+            next_mask = None if result.action_mask is None else \
+                np.where(done[:, None], result.final_action_mask, result.action_mask)  # (DQN's target max)
             chunk = self.nstep.push(self._obs, out.action, result.reward, next_obs, result.terminated,
-                                    result.truncated)
+                                    result.truncated, next_mask)
             if chunk:
                 chunks.append(chunk)
             self.episodes.track(result)
-            self._obs = result.obs
+            self._obs, self._mask = result.obs, result.action_mask
         batch = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]} if chunks else {}
         return store_transitions(batch), steps * self.venv.num_envs  # (workers send what replay stores)
 

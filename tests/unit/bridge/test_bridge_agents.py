@@ -70,7 +70,7 @@ def test_hybrid_actions_are_refused_with_the_reason():
         world.register("h", 2, [(1,)], continuous=1, branches=(2,))
         world.step()
     """)
-    with pytest.raises(EnvError, match="continuous actions or one discrete branch"):
+    with pytest.raises(EnvError, match="continuous actions or discrete branches, not both"):
         BridgeAgents([sys.executable, "-c", sim])
 
 

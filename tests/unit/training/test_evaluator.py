@@ -6,13 +6,13 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from relayrl.envs.vector import SyncVectorEnv
+from relayrl.envs.vector import SyncVectorEnv, VectorEnv
 from relayrl.training.evaluator import EvalResult, Evaluator
 from relayrl.core import Policy
 from relayrl.types import PolicyOutput, StepResult
 
 
-class FakeVectorEnv:
+class FakeVectorEnv(VectorEnv):
     """Env k has episodes of exactly k + 1 steps and reward k + 1 per step (return (k + 1) ** 2)."""
 
     def __init__(self, num_envs: int):
