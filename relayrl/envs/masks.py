@@ -90,6 +90,14 @@ def allowed_all(space: gym.Space, n: int) -> np.ndarray:
     return np.ones((n, mask_width(space)), dtype=bool)
 
 
+def info_mask(info: dict, space: gym.Space) -> np.ndarray | None:
+    """One env's mask from its ``info`` as a batch of one ([1, width]), or None when it gives none: for
+    the loops that step a single env (recorded episodes, a remote worker's test episodes)."""
+    if MASK_KEY not in info:
+        return None
+    return check_mask(info[MASK_KEY], space, 'info["action_mask"]')[None]
+
+
 class ActionMaskInfo(gym.Wrapper):
     """A Dict observation's ``action_mask`` entry moved to ``info["action_mask"]``.
 

@@ -49,6 +49,7 @@ from relayrl.algos import get_algo
 from relayrl.config import RunConfig
 from relayrl.core import SampleSource
 from relayrl.data.dtypes import stored_dtype
+from relayrl.envs.masks import mask_width
 from relayrl.errors import ConfigError, EnvError, RelayRLError
 from relayrl.net import wire
 from relayrl.net.client import RelayClient
@@ -142,6 +143,7 @@ class RelaySource(SampleSource):
         self.observation_space: gym.Space | None = None
         self.action_space: gym.Space | None = None
         self.normalises = False  # the trainer's policy keeps observation statistics (ppo.obs_norm)
+        self.optional: Schema = {}  # arrays a chunk may carry (action masks), set with the spaces
         if observation_space is not None:
             self._bind(observation_space, action_space)
 
@@ -150,6 +152,11 @@ class RelaySource(SampleSource):
         self.observation_space, self.action_space = observation_space, action_space
         self.obs_shape = tuple(observation_space.shape or ())
         self.action_shape = tuple(action_space.shape or ())
+        # a masked env's chunks also carry its action masks (envs/masks.py): the masks acted under
+        # (on-policy) or those of the next observations (off-policy, DQN's target max)
+        width = mask_width(action_space)
+        self.optional: Schema = {("action_mask" if self.on_policy else "next_action_mask"):
+                                 ((width,), (np.dtype(bool),))} if width else {}
         if self.on_policy:
             self.schema = self._rollout_schema()
             return
@@ -349,6 +356,7 @@ class RelaySource(SampleSource):
                 batches.append(batch)
         if msgs:
             self.client.ack(msgs, refusals)
+        batches = _all_masked(batches, self.optional, 1)
         batch = {k: np.concatenate([b[k] for b in batches]) for k in batches[0]} if batches else {}
         return batch, steps
 
@@ -419,6 +427,7 @@ class RelaySource(SampleSource):
     def _join(self, parts: list[tuple[int, Batch]]) -> Batch:
         """[T, n] rollouts joined along the env axis, each tagged with its env columns (runtime/pool.py)."""
         tagged = []
+        parts = list(zip([slot for slot, _ in parts], _all_masked([batch for _, batch in parts], self.optional, 2)))
         for slot, batch in parts:
             steps, width = batch["reward"].shape
             column = np.broadcast_to(slot * width + np.arange(width), (steps, width))
@@ -465,11 +474,12 @@ class RelaySource(SampleSource):
                 _check_crc(batch, meta.get("crc"))
             except CrcMismatch as exc:
                 raise RelayRLError(f"crc_debug: chunk {msg.seq} of worker {msg.sender!r}: {exc}") from None
+        schema = {**self.schema, **{key: entry for key, entry in self.optional.items() if key in batch}}
         if self.on_policy:
-            _check_rollout(batch, self.schema, (self.num_steps, self.num_envs), meta["env_steps"], self.env_name,
+            _check_rollout(batch, schema, (self.num_steps, self.num_envs), meta["env_steps"], self.env_name,
                            self.config.algo)
         else:
-            _check_schema(batch, self.schema, self.env_name)
+            _check_schema(batch, schema, self.env_name)
         self._check_spaces(msg)
         self._check_moments(meta)
         return batch
@@ -540,6 +550,16 @@ def _obs_dtypes(space_dtype: Any) -> tuple[np.dtype, ...]:
     except EnvError:  # a dtype no algorithm learns from: the trainer's algorithm refuses the env itself
         return (space_dtype,)
     return (stored,) if stored == space_dtype else (stored, space_dtype)
+
+
+def _all_masked(batches: list[Batch], optional: Schema, lead: int) -> list[Batch]:
+    """``batches``, where one carries an optional mask column and another does not (a worker whose env gave
+    no mask), with all-True rows for the latter (every action allowed), so the columns concatenate."""
+    for key, (shape, _) in optional.items():
+        if any(key in b for b in batches) and not all(key in b for b in batches):
+            batches = [b if key in b else {**b, key: np.ones((*b["reward"].shape[:lead], *shape), bool)}
+                       for b in batches]
+    return batches
 
 
 def _check_keys(batch: Batch, schema: Schema) -> None:

@@ -40,6 +40,7 @@ import numpy as np
 
 from relayrl.algos import get_algo
 from relayrl.config import RunConfig
+from relayrl.envs.masks import info_mask
 from relayrl.envs.registry import make
 from relayrl.errors import CheckpointError, ConfigError, RelayRLError
 from relayrl.io.atomic import atomic_write_bytes
@@ -320,12 +321,13 @@ class RemoteWorker:
         returns = []
         try:
             for k in range(episodes):
-                obs, _ = env.reset(seed=None if seed is None else seed + k)
+                obs, info = env.reset(seed=None if seed is None else seed + k)
                 self.worker.policy.reset_hidden("eval")  # (recurrent policies: a new episode)
                 total, done = 0.0, False
                 while not done:
-                    action = self.worker.policy.act(np.asarray(obs)[None], "eval").env_action[0]
-                    obs, reward, terminated, truncated, _ = env.step(action)
+                    mask = info_mask(info, env.action_space)
+                    action = self.worker.policy.act_masked(np.asarray(obs)[None], "eval", mask).env_action[0]
+                    obs, reward, terminated, truncated, info = env.step(action)
                     total += float(reward)
                     done = terminated or truncated
                 returns.append(total)

@@ -11,6 +11,7 @@ import numpy as np
 
 from relayrl.algos import get_algo
 from relayrl.config import validate
+from relayrl.envs.masks import info_mask
 from relayrl.envs.multiagent import MultiAgentVectorEnv, is_pettingzoo, pettingzoo_factory
 from relayrl.envs.registry import make
 from relayrl.envs.vector import make_vec
@@ -140,12 +141,13 @@ def record_videos(policy, env_id: str, config, folder: Path, episodes: int = 1, 
                           disable_logger=True)
     try:
         for k in range(episodes):
-            obs, _ = env.reset(seed=seed + k)
+            obs, info = env.reset(seed=seed + k)
             policy.reset_hidden("eval")
             done, steps = False, 0
             while not done and steps < max_steps:
-                action = policy.act(np.asarray(obs)[None], "eval").env_action[0]
-                obs, _, terminated, truncated, _ = env.step(action)
+                mask = info_mask(info, env.action_space)
+                action = policy.act_masked(np.asarray(obs)[None], "eval", mask).env_action[0]
+                obs, _, terminated, truncated, info = env.step(action)
                 done, steps = terminated or truncated, steps + 1
     except gym.error.DependencyNotInstalled as exc:
         raise EnvError(f"{env_id} cannot render here: {exc}") from None
@@ -163,7 +165,7 @@ def record_episode(policy, env_id: str, config, path: Path, seed: int = 0, max_f
     from relayrl.io.video import write_gif
 
     env = _rgb_env(env_id, config, "--render")
-    obs, _ = env.reset(seed=seed)
+    obs, info = env.reset(seed=seed)
     try:
         frames = [env.render()]
     except gym.error.DependencyNotInstalled as exc:
@@ -172,8 +174,8 @@ def record_episode(policy, env_id: str, config, path: Path, seed: int = 0, max_f
     policy.reset_hidden("eval")
     done = False
     while not done and len(frames) < max_frames:
-        action = policy.act(np.asarray(obs)[None], "eval").env_action[0]
-        obs, _, terminated, truncated, _ = env.step(action)
+        action = policy.act_masked(np.asarray(obs)[None], "eval", info_mask(info, env.action_space)).env_action[0]
+        obs, _, terminated, truncated, info = env.step(action)
         frames.append(env.render())
         done = terminated or truncated
     fps = int(env.metadata.get("render_fps") or 30)

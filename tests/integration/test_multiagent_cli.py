@@ -21,7 +21,7 @@ from relayrl.launch import train  # noqa: E402
 from relayrl.policy.encoders import SmallCNN  # noqa: E402
 from relayrl.testing.multiagent_envs import RelayTeamEnv  # noqa: E402
 from relayrl.training.agents import AgentEvaluator  # noqa: E402
-from relayrl.types import PolicyOutput  # noqa: E402
+from relayrl.testing.policies import UniformPolicy  # noqa: E402
 
 ENV = "pettingzoo:relayrl.testing.multiagent_envs:relay_team"
 LEARN = ["--set", "env.num_envs=4", "--set", "ppo.num_steps=32", "--set", "ppo.batch_size=128", "--set",
@@ -34,17 +34,6 @@ def relayrl_cli(*args, timeout=240):
                           timeout=timeout)
 
 
-class UniformPolicy:
-    action_shape, action_dtype = (), np.dtype(np.int64)
-
-    def __init__(self):
-        self.rng = np.random.default_rng(0)
-
-    def act(self, obs, mode="collect"):
-        action = self.rng.integers(0, 3, len(obs))
-        return PolicyOutput(action=action, env_action=action)
-
-
 def test_cli_trains_evaluates_resumes_and_loads_a_pettingzoo_run(tmp_path, capsys):
     """RelayTeamEnv: a_2 joins after step 2, a_0 leaves after step 5; perfect play earns 6.5 per evaluated
     agent episode, random play about 2.2."""
@@ -53,7 +42,7 @@ def test_cli_trains_evaluates_resumes_and_loads_a_pettingzoo_run(tmp_path, capsy
     assert run.returncode == 0, run.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     with MultiAgentVectorEnv([RelayTeamEnv] * 4) as env:
-        random_return = AgentEvaluator(env, 16, seed=1).evaluate(UniformPolicy()).mean
+        random_return = AgentEvaluator(env, 16, seed=1).evaluate(UniformPolicy(env.single_observation_space, env.single_action_space)).mean
     assert random_return < 3.0
     assert summary["env"] == ENV and summary["last_eval_return"] >= 4.3, (summary, random_return)
 

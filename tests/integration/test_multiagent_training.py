@@ -15,18 +15,7 @@ from relayrl.testing.multiagent_envs import SpawningEnv, TeamMatchEnv  # noqa: E
 from relayrl.training.agents import AgentEvaluator  # noqa: E402
 from relayrl.training.experience import AgentExperience  # noqa: E402
 from relayrl.training.trainer import train  # noqa: E402
-from relayrl.types import PolicyOutput  # noqa: E402
-
-
-class UniformPolicy:
-    action_shape, action_dtype = (), np.dtype(np.int64)
-
-    def __init__(self):
-        self.rng = np.random.default_rng(0)
-
-    def act(self, obs, mode="collect"):
-        action = self.rng.integers(0, 3, len(obs))
-        return PolicyOutput(action=action, env_action=action)
+from relayrl.testing.policies import UniformPolicy  # noqa: E402
 
 
 def test_ppo_learns_a_cooperative_pettingzoo_env(tmp_path):
@@ -38,7 +27,7 @@ def test_ppo_learns_a_cooperative_pettingzoo_env(tmp_path):
     summary = train(config, run_dir=tmp_path / "run", tensorboard=False,
                     experience=AgentExperience(*multiagent_envs(config, TeamMatchEnv)))
     with MultiAgentVectorEnv([TeamMatchEnv] * 4) as env:
-        random_return = AgentEvaluator(env, 8, seed=1).evaluate(UniformPolicy()).mean
+        random_return = AgentEvaluator(env, 8, seed=1).evaluate(UniformPolicy(env.single_observation_space, env.single_action_space)).mean
     assert random_return < 4.0
     assert summary["env_steps"] >= 4096 and summary["last_eval_return"] >= 7.0, (summary, random_return)
 

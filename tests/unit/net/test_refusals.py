@@ -121,7 +121,7 @@ def _bad(cause_case: str) -> tuple[dict, dict]:
     elif cause_case == "other action bounds":  # same shapes, another env: only meta.spaces tells
         meta["spaces"] = {"observation": space_to_data(OBS), "action": space_to_data(gym.spaces.Box(-1, 1, (1,)))}
     elif cause_case == "bad spaces":
-        meta["spaces"] = {"observation": {"type": "Dict"}, "action": space_to_data(ACT)}
+        meta["spaces"] = {"observation": {"type": "Graph"}, "action": space_to_data(ACT)}
     elif cause_case == "moments to sac":  # a worker that normalises observations, a trainer that does not
         meta["obs_moments"] = {"count": 4.0, "mean": [0.0] * 3, "var": [1.0] * 3}
     else:
@@ -144,7 +144,7 @@ CASES = [
     ("NaN reward", "trainer", "nonfinite", "1 of its 4 reward values are not finite"),
     ("other action bounds", "trainer", "spaces", "action Box(-1.0, 1.0, (1,), float32); the trainer's are "
                                                  "observation Box(-1.0, 1.0, (3,), float32), action Box(-2.0, 2.0"),
-    ("bad spaces", "trainer", "spaces", "unknown space type 'Dict'"),
+    ("bad spaces", "trainer", "spaces", "unknown space type 'Graph'"),
     ("moments to sac", "trainer", "moments", "the trainer's sac policy does not"),
 ]
 
