@@ -47,7 +47,7 @@ def test_a_dict_observation_with_an_action_mask_entry_trains(tmp_path):
     assert MaskedChoiceEnv.forbidden_taken == before and summary["env_steps"] >= 512
 
 
-@pytest.mark.solve  # (worker processes start slowly; the collectors they run are the ones tested above)
+@pytest.mark.extended  # (worker processes start slowly; the collectors they run are the ones tested above)
 def test_mp_workers_collect_under_masks(tmp_path):
     """Workers' envs run in other processes: a forbidden option costs 1, so every episode return >= 0
     and a perfect evaluation prove the masks were honoured there too."""

@@ -248,7 +248,7 @@ def test_a_killed_trainer_resumes_and_keeps_the_samples_queued_meanwhile(tmp_pat
     run_dir = tmp_path / "run"
     common = ["--server", address, "--quiet", "--no-tensorboard", "--set=net.heartbeat_s=0.2",
               "--set=sac.start_training=200", "--set=eval.freq=400", "--set=eval.episodes=1",
-              "--set=eval.num_envs=1", "--set=sac.update_model_interval=20"]
+              "--set=eval.num_envs=1", "--set=sac.update_model_interval=20", "--set=sac.hidden_sizes=[32,32]"]
     trainer = worker = None
     try:
         wait_listening(relay)
@@ -256,7 +256,7 @@ def test_a_killed_trainer_resumes_and_keeps_the_samples_queued_meanwhile(tmp_pat
                           "--total-steps", "100000", *common)
         worker = relayrl("worker", "--server", address, "--env", "Pendulum-v1", "--set=net.heartbeat_s=0.2",
                          f"--set=net.weights_dir={tmp_path / 'w0'}", "--set=net.max_steps_per_update=100",
-                         "--set=sac.start_training=200")
+                         "--set=sac.start_training=200", "--set=sac.hidden_sizes=[32,32]")
         deadline = time.monotonic() + 300  # generous: a loaded 2-core machine starts three Pythons slowly
         while not (run_dir / "checkpoints" / "last.json").is_file() and time.monotonic() < deadline:
             time.sleep(0.2)

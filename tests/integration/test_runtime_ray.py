@@ -126,7 +126,7 @@ def test_a_hung_worker_is_replaced_by_its_node_proxy(cluster, tmp_path):
 
 
 @pytest.mark.parametrize("algo,sets", [
-    ("sac", ["sac.start_training=300", "sac.hidden_sizes=[32,32]"]),
+    pytest.param("sac", ["sac.start_training=300", "sac.hidden_sizes=[32,32]"], marks=pytest.mark.extended),
     ("dqn", ["env.num_envs=2", "dqn.start_training=200", "dqn.hidden_sizes=[16]"]),
     ("appo", ["env.num_envs=2", "appo.num_steps=32"]),
 ])
