@@ -89,6 +89,7 @@ class Policy(ABC):
 
         ``action_mask`` ([n, width] bool, True = allowed; relayrl/envs/masks.py) restricts the actions of a
         policy with ``masks_actions``; others are never given one (``act_masked`` refuses the env instead).
+        Masks are checked where they enter (the env managers, the bridge, ``predict``), not here, per step.
         """
 
     def act_masked(self, obs: np.ndarray, mode: Mode, action_mask: np.ndarray | None) -> PolicyOutput:

@@ -27,7 +27,7 @@ from relayrl.algos import register
 from relayrl.config import ReplayLoopConfig
 from relayrl.core import Algorithm, Policy
 from relayrl.data.dtypes import stored_dtype, to_tensor
-from relayrl.envs.masks import branch_sizes, check_mask
+from relayrl.envs.masks import branch_sizes
 from relayrl.errors import EnvError, NonFiniteError
 from relayrl.policy import distributions as D
 from relayrl.policy.device import cpu_state
@@ -166,8 +166,6 @@ class DQNPolicy(Policy):
                 explore = self.rng.random(len(greedy)) < self.epsilon
                 greedy = np.where(explore, self.rng.integers(0, self.n_actions, len(greedy)), greedy)
             return PolicyOutput(action=greedy, env_action=greedy + self.start if self.start.any() else greedy)
-        if action_mask is not None:
-            action_mask = check_mask(action_mask, self.action_space, "the action mask", rows=len(obs))
         greedy = branch_argmax(q, self.branches, None if action_mask is None else
                                torch.from_numpy(action_mask).to(q.device))
         if mode == "collect" and self.epsilon > 0:  # a random allowed option of each branch

@@ -26,7 +26,7 @@ from relayrl.core import Algorithm, Policy
 from relayrl.data.dtypes import stored_dtype, to_stored, to_tensor
 from relayrl.data.gae import compute_gae
 from relayrl.data.sequences import chunk, minibatches, pad, split_trajectories
-from relayrl.envs.masks import branch_sizes, check_mask
+from relayrl.envs.masks import branch_sizes
 from relayrl.envs.packed import PackedDict
 from relayrl.errors import ConfigError, EnvError, NonFiniteError
 from relayrl.policy import distributions as D
@@ -313,9 +313,8 @@ class PPOPolicy(Policy):
             out = self.model.actor(xt)
             value = self.model.critic(xt).squeeze(-1) if collect else None
         if self.discrete:
-            if action_mask is not None:  # forbidden actions are never sampled nor chosen
-                out = D.mask_logits(out, torch.from_numpy(check_mask(action_mask, self.action_space,
-                                                                     "the action mask", rows=len(x))))
+            if action_mask is not None:  # forbidden actions are never sampled nor chosen (checked at the env
+                out = D.mask_logits(out, torch.from_numpy(action_mask))  # boundary, or by predict)
             if self.multi:
                 action = D.multi_categorical_sample(out, self.branches) if collect else \
                     D.multi_categorical_mode(out, self.branches)

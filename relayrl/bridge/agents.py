@@ -32,6 +32,7 @@ from relayrl.bridge.sidechannel import EngineConfigurationChannel, EnvironmentPa
 from relayrl.bridge.trainer import BridgeEnv
 from relayrl.errors import ConfigError, EnvError
 from relayrl.envs.agents import AgentEnv, AgentTurn
+from relayrl.envs.masks import check_mask
 from relayrl.envs.packed import PackedDict
 
 PREFIX = "bridge:"
@@ -91,6 +92,9 @@ class BridgeAgents(AgentEnv):
         space = self.single_observation_space
         # the bridge's mask block says True = forbidden; everything past this point, True = allowed
         mask = ~np.concatenate(decisions.action_mask, axis=1) if decisions.action_mask else None
+        if mask is not None:  # (the env boundary: policies take the masks as checked here)
+            mask = check_mask(mask, self.single_action_space, f"behaviour {self.behaviour!r}'s action masks",
+                              rows=len(decisions.agent_id))
         return AgentTurn(ids=decisions.agent_id.copy(), obs=rows(space, decisions.obs), reward=decisions.reward.copy(),
                          end_ids=ends.agent_id.copy(), end_obs=rows(space, ends.obs), end_reward=ends.reward.copy(),
                          interrupted=ends.interrupted.copy(), action_mask=mask)

@@ -10,7 +10,20 @@ import numpy as np
 from pettingzoo.utils.env import ParallelEnv
 
 
-class SpawningEnv(ParallelEnv):
+class _SharedSpaces(ParallelEnv):
+    """Every agent has the same spaces (``_obs_space``, ``_act_space``, set by the subclass)."""
+
+    _obs_space: gym.Space
+    _act_space: gym.Space
+
+    def observation_space(self, agent):
+        return self._obs_space
+
+    def action_space(self, agent):
+        return self._act_space
+
+
+class SpawningEnv(_SharedSpaces):
     """a_0 and a_1 start; a_2 appears after step 2; a_0 terminates at step 3; all truncate at ``length``.
 
     Observation: [agent number, step]; reward: the action taken.
@@ -23,12 +36,6 @@ class SpawningEnv(ParallelEnv):
         self.possible_agents = ["a_0", "a_1", "a_2"]
         self._obs_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
         self._act_space = gym.spaces.Discrete(3)
-
-    def observation_space(self, agent):
-        return self._obs_space
-
-    def action_space(self, agent):
-        return self._act_space
 
     def _obs(self, agent):
         return np.array([int(agent[-1]), self.t], np.float32)
@@ -53,7 +60,7 @@ class SpawningEnv(ParallelEnv):
         return obs, rewards, terminated, truncated, infos
 
 
-class TeamMatchEnv(ParallelEnv):
+class TeamMatchEnv(_SharedSpaces):
     """A cooperative task that a shared policy learns in seconds: every step each agent sees a target
     (one-hot of 3) and its own number (one-hot of 2); agent k should answer (target + k) % 3. Both
     agents get the team's reward, the fraction of agents that answered right, and the episode is
@@ -68,12 +75,6 @@ class TeamMatchEnv(ParallelEnv):
         self._obs_space = gym.spaces.Box(0.0, 1.0, (5,), np.float32)
         self._act_space = gym.spaces.Discrete(3)
         self._rng = np.random.default_rng()
-
-    def observation_space(self, agent):
-        return self._obs_space
-
-    def action_space(self, agent):
-        return self._act_space
 
     def _observe(self):
         obs = {}
@@ -107,7 +108,7 @@ class TeamMatchEnv(ParallelEnv):
         return obs, rewards, terminated, truncated, infos
 
 
-class RelayTeamEnv(ParallelEnv):
+class RelayTeamEnv(_SharedSpaces):
     """TeamMatchEnv's task with agents that join and leave: a_0 and a_1 start, a_2 joins after step 2, a_0
     terminates after step 5, and the rest are truncated after ``length`` steps. Each step every live agent k
     sees a target (one-hot of 3) and its own number (one-hot of 3) and should answer (target + k) % 3; each
@@ -127,12 +128,6 @@ class RelayTeamEnv(ParallelEnv):
                            else gym.spaces.Box(0.0, 1.0, (6,), np.float32))
         self._act_space = gym.spaces.Discrete(3)
         self._rng = np.random.default_rng()
-
-    def observation_space(self, agent):
-        return self._obs_space
-
-    def action_space(self, agent):
-        return self._act_space
 
     def _observe(self, agents):
         obs = {}
