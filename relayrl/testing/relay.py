@@ -1,4 +1,5 @@
-"""A relay in a background thread for tests and benchmarks: ``with running_relay() as relay: ...``."""
+"""A relay in a background thread for tests and benchmarks: ``with running_relay() as relay: ...``; a remote
+worker's loop in one: ``with running_worker(worker): ...``."""
 
 from __future__ import annotations
 
@@ -26,3 +27,19 @@ def running_relay(**options: Any) -> Iterator[Relay]:
     finally:
         stop.set()
         thread.join(timeout=10)
+
+
+@contextmanager
+def running_worker(worker: Any) -> Iterator[Any]:
+    """A ``net.worker.RemoteWorker``'s ``run()`` in a thread once its client is connected (an AssertionError if it
+    does not connect within 10 s); stopped, joined and closed on exit."""
+    assert worker.client.wait_connected(10), "the worker did not reach the relay within 10 s"
+    stop = threading.Event()
+    thread = threading.Thread(target=worker.run, kwargs={"stop": stop, "log": None}, daemon=True)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        worker.close(flush_timeout=0)

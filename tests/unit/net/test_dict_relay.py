@@ -4,8 +4,6 @@ trainer's PPO learns from. Real sockets: a relay in a thread, the worker's loop 
 
 from __future__ import annotations
 
-import threading
-
 import gymnasium as gym
 import msgpack
 import numpy as np
@@ -18,7 +16,7 @@ from relayrl.envs.packed import PackedDict
 from relayrl.net.spaces import SpaceDataError, space_from_data, space_to_data
 from relayrl.net.trainer import RelaySource
 from relayrl.net.worker import RemoteWorker
-from relayrl.testing.relay import running_relay
+from relayrl.testing.relay import running_relay, running_worker
 
 BANDIT = "relayrl.testing.envs:relayrl-test/DictBandit-v0"
 T, N = 8, 2
@@ -35,21 +33,15 @@ def test_a_dict_env_trains_through_the_relay_with_uint8_rows(tmp_path):
     with running_relay() as relay:
         source = RelaySource(config(relay.address, tmp_path, "net.remote_env=true"))
         worker = RemoteWorker(config(relay.address, tmp_path, "net.pace_timeout_s=30"), name="w")
-        stop = threading.Event()
-        thread = threading.Thread(target=worker.run, kwargs={"stop": stop, "log": None}, daemon=True)
         try:
-            assert worker.client.wait_connected(10)
-            thread.start()
-            obs_space, act_space = source.await_spaces(timeout=10)
-            assert isinstance(obs_space, PackedDict) and obs_space == make(BANDIT).observation_space
-            cfg = build_config("ppo", {"ppo": {"num_steps": T, "batch_size": 16, "epochs": 1}}).ppo
-            learner = get_algo("ppo").algo_cls(cfg, obs_space, act_space, N)
-            source.publish(learner.policy.get_weights(), 1)
-            batch, steps = source.pull()
+            with running_worker(worker):
+                obs_space, act_space = source.await_spaces(timeout=10)
+                assert isinstance(obs_space, PackedDict) and obs_space == make(BANDIT).observation_space
+                cfg = build_config("ppo", {"ppo": {"num_steps": T, "batch_size": 16, "epochs": 1}}).ppo
+                learner = get_algo("ppo").algo_cls(cfg, obs_space, act_space, N)
+                source.publish(learner.policy.get_weights(), 1)
+                batch, steps = source.pull()
         finally:
-            stop.set()
-            thread.join(timeout=10)
-            worker.close(flush_timeout=0)
             source.close()
     assert steps == T * N
     assert batch["obs"].dtype == np.uint8 and batch["obs"].shape == (T, N, obs_space.nbytes)  # bytes on the wire

@@ -5,8 +5,6 @@ to the learner. Real sockets: a relay in a thread, the worker's loop in a thread
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 
@@ -16,7 +14,7 @@ from relayrl.net import wire
 from relayrl.net.trainer import RelaySource, Refusal
 from relayrl.net.worker import RemoteWorker
 from relayrl.testing.masked import MaskedChoiceEnv
-from relayrl.testing.relay import running_relay
+from relayrl.testing.relay import running_relay, running_worker
 
 ENV = "relayrl.testing.masked:relayrl-test/MaskedChoice-v0"
 T, N = 8, 2
@@ -37,24 +35,18 @@ def test_a_masked_env_sends_its_masks_and_the_learner_takes_them(tmp_path, algo,
     with running_relay() as relay:
         source = RelaySource(config(algo, relay.address, tmp_path, "net.remote_env=true"))
         worker = RemoteWorker(config(algo, relay.address, tmp_path, "net.pace_timeout_s=30"), name="w")
-        stop = threading.Event()
-        thread = threading.Thread(target=worker.run, kwargs={"stop": stop, "log": None}, daemon=True)
         try:
-            assert worker.client.wait_connected(10)
-            thread.start()
-            obs_space, act_space = source.await_spaces(timeout=10)
-            learner = get_algo(algo).algo_cls(config(algo, relay.address, tmp_path).algo_config, obs_space,
-                                              act_space, N)
-            source.publish(learner.policy.get_weights(), 1)
-            batch, steps = source.pull()
-            while not batch:
-                batch, more = source.pull()
-                steps += more
-            assert worker.run_episodes(3, seed=0)  # test episodes act under the masks as well
+            with running_worker(worker):
+                obs_space, act_space = source.await_spaces(timeout=10)
+                learner = get_algo(algo).algo_cls(config(algo, relay.address, tmp_path).algo_config, obs_space,
+                                                  act_space, N)
+                source.publish(learner.policy.get_weights(), 1)
+                batch, steps = source.pull()
+                while not batch:
+                    batch, more = source.pull()
+                    steps += more
+                assert worker.run_episodes(3, seed=0)  # test episodes act under the masks as well
         finally:
-            stop.set()
-            thread.join(timeout=10)
-            worker.close(flush_timeout=0)
             source.close()
     mask = batch[column]
     assert mask.dtype == bool and mask.shape[-1] == 5 and (mask.sum(-1) == 2).all()  # two options allowed per step

@@ -3,7 +3,7 @@ before it holds the trainer's weights, then exactly one rollout per version (aga
 net.pace_timeout_s without new weights); for APPO it collects continuously with at most
 net.rollouts_in_flight rollouts unacknowledged. Every chunk describes the env's spaces and, with
 obs_norm, the moments of the observations acted on. Real sockets: a relay in a thread, the trainer
-a RelayClient (or a RelaySource), the worker's loop in a thread."""
+a RelayClient (or a RelaySource), the worker's loop in a thread (testing/relay.py's running_worker)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from relayrl.net.client import RelayClient
 from relayrl.net.spaces import space_from_data, space_to_data
 from relayrl.net.trainer import RelaySource
 from relayrl.net.worker import LATEST, RemoteWorker
-from relayrl.testing.relay import running_relay
+from relayrl.testing.relay import running_relay, running_worker
 
 T, N = 8, 2
 ENV = gym.make("CartPole-v1")
@@ -55,24 +55,6 @@ def trainer(relay):
     client.close(timeout=0.5)
 
 
-class Running:
-    """A RemoteWorker's run() in a thread, stopped (and closed) on exit."""
-
-    def __init__(self, worker: RemoteWorker):
-        self.worker, self.stop = worker, threading.Event()
-        self.thread = threading.Thread(target=worker.run, kwargs={"stop": self.stop, "log": None}, daemon=True)
-
-    def __enter__(self) -> RemoteWorker:
-        assert self.worker.client.wait_connected(10)
-        self.thread.start()
-        return self.worker
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        self.thread.join(timeout=10)
-        self.worker.close(flush_timeout=0)
-
-
 def receive(trainer: RelayClient, count: int, timeout: float = 10.0) -> list[wire.Message]:
     """The next ``count`` chunks (acknowledged), or fewer if they do not come within ``timeout``."""
     got, deadline = [], time.monotonic() + timeout
@@ -86,7 +68,7 @@ def receive(trainer: RelayClient, count: int, timeout: float = 10.0) -> list[wir
 
 def test_ppo_worker_waits_for_weights_then_sends_one_rollout_per_version(relay, trainer, tmp_path):
     worker = RemoteWorker(worker_config("ppo", relay.address, tmp_path, "net.pace_timeout_s=30"), name="w")
-    with Running(worker):
+    with running_worker(worker):
         announcement = receive(trainer, 1)
         assert len(announcement) == 1 and not announcement[0].arrays and announcement[0].version == -1
         spaces = announcement[0].meta["spaces"]
@@ -107,7 +89,7 @@ def test_ppo_worker_collects_again_with_the_same_version_when_no_weights_come(re
     """A lost broadcast must not deadlock trainer and worker: after net.pace_timeout_s the worker
     collects another rollout with the weights it has (the trainer drops it if it has one)."""
     worker = RemoteWorker(worker_config("ppo", relay.address, tmp_path, "net.pace_timeout_s=0.5"), name="w")
-    with Running(worker):
+    with running_worker(worker):
         receive(trainer, 1)  # the announcement
         trainer.publish_weights(2, weights())
         msgs = receive(trainer, 3, timeout=10)
@@ -118,7 +100,7 @@ def test_ppo_worker_collects_again_with_the_same_version_when_no_weights_come(re
 
 def test_appo_worker_keeps_at_most_rollouts_in_flight_unacknowledged(relay, trainer, tmp_path):
     worker = RemoteWorker(worker_config("appo", relay.address, tmp_path, "net.rollouts_in_flight=2"), name="w")
-    with Running(worker):
+    with running_worker(worker):
         receive(trainer, 1)  # the announcement
         trainer.publish_weights(0, weights("appo"))
         held = take(trainer, 2)  # taken, not acknowledged (the trainer is busy learning)
@@ -152,7 +134,7 @@ def test_saved_weights_of_a_known_version_let_an_on_policy_worker_start(relay, t
         worker.close(flush_timeout=0)
     (folder / "latest.json").write_text(json.dumps({"version": 4}))
     worker = RemoteWorker(worker_config("ppo", relay.address, tmp_path, "net.pace_timeout_s=30"), name="w")
-    with Running(worker):
+    with running_worker(worker):
         [msg] = receive(trainer, 1)  # a rollout at once, no announcement
         assert msg.version == 4 and msg.arrays["reward"].shape == (T, N)
 
@@ -160,7 +142,7 @@ def test_saved_weights_of_a_known_version_let_an_on_policy_worker_start(relay, t
 def test_with_obs_norm_each_rollout_reports_the_moments_of_its_observations(relay, trainer, tmp_path):
     worker = RemoteWorker(worker_config("ppo", relay.address, tmp_path, "ppo.obs_norm=true",
                                         "net.pace_timeout_s=30"), name="w")
-    with Running(worker):
+    with running_worker(worker):
         receive(trainer, 1)
         trainer.publish_weights(1, weights("ppo", "ppo.obs_norm=true"))
         [msg] = receive(trainer, 1)
@@ -184,7 +166,7 @@ def test_a_ppo_worker_on_another_num_steps_hears_why_its_rollouts_are_refused(re
     puller.start()
     worker = RemoteWorker(worker_config("ppo", relay.address, tmp_path, "net.pace_timeout_s=30"), name="lost")
     try:
-        with Running(worker):
+        with running_worker(worker):
             deadline = time.monotonic() + 10
             while not worker.client.chunk_refusals and time.monotonic() < deadline:
                 time.sleep(0.05)
