@@ -24,7 +24,7 @@ import numpy as np
 from relayrl.config import ReplayLoopConfig
 from relayrl.core import Algorithm, Policy, SampleSource
 from relayrl.training.rounds import Rounds
-from relayrl.data.dtypes import store_transitions
+from relayrl.data.dtypes import store_transitions, stored_dtype
 from relayrl.data.nstep import NStepAccumulator
 from relayrl.data.replay import ReplayBuffer, choose_layout
 from relayrl.envs.vector import VectorEnv
@@ -81,7 +81,9 @@ class OffPolicyCollector(SampleSource):
 
 def replay_layout(space: gym.Space) -> str:
     """The replay layout for observations of ``space``: "frames" (each frame held once) for images."""
-    return choose_layout(space.shape if isinstance(space, gym.spaces.Box) else None)
+    if not isinstance(space, gym.spaces.Box):
+        return "plain"
+    return choose_layout(space.shape, stored_dtype(space.dtype).itemsize)
 
 
 class ReplayRounds(Rounds):

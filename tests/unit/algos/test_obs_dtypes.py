@@ -62,7 +62,7 @@ def test_every_algorithm_trains_on_observations_of_every_dtype(tmp_path, algo, a
     summary = train(config, run_dir=tmp_path / "run", quiet=True, tensorboard=False)
     assert_trained(summary, tmp_path / "run")
     if algo in ("dqn", "sac"):  # what the replay holds: float64 as float32, uint8 as uint8
-        buffer = ReplayBuffer(1000, layout=choose_layout(SHAPES[dtype]))  # images: each frame once
+        buffer = ReplayBuffer(1000, layout=choose_layout(SHAPES[dtype]))  # the layout the loop chose
         buffer.load(tmp_path / "run" / "checkpoints" / "replay.safetensors")
         spec = buffer.storage.spec
         assert spec["obs"][1] == spec["next_obs"][1] == np.dtype(STORED[dtype])
