@@ -79,8 +79,11 @@ class OffPolicyCollector(SampleSource):
         return self.episodes.pop()
 
 
-def replay_layout(space: gym.Space) -> str:
-    """The replay layout for observations of ``space``: "frames" (each frame held once) for images."""
+def replay_layout(space: gym.Space, requested: str = "auto") -> str:
+    """The replay layout for observations of ``space``: ``requested``, or for "auto" "frames" (each frame
+    held once) for images of 2 KB or more, else "plain"."""
+    if requested != "auto":
+        return requested
     if not isinstance(space, gym.spaces.Box):
         return "plain"
     return choose_layout(space.shape, stored_dtype(space.dtype).itemsize)

@@ -159,7 +159,8 @@ class Trainer:
         publish = None if experience.shares_policy else samples.publish
         self.rounds: Rounds = (OnPolicyRounds(self.algo, samples, publish) if self.on_policy else
                                ReplayRounds(self.algo, samples, cfg, seed=config.seed, total_steps=config.total_steps,
-                                            publish=publish, layout=replay_layout(experience.observation_space)))
+                                            publish=publish,
+                                            layout=replay_layout(experience.observation_space, cfg.replay_layout)))
         if resume:
             self.rounds.restore(self.run_dir / "checkpoints", source_state)
         self.publish = publish

@@ -1,5 +1,6 @@
-"""DQN trains on an image env (MinAtar Breakout, [10, 10, 4] planes) through the replay's "frames" layout,
-which holds each observation once: a run's replay file says so, and its items hold the env's observations."""
+"""DQN trains on an image env (MinAtar Breakout, [10, 10, 4] planes) through the replay's "frames" layout
+(``dqn.replay_layout=frames``; auto keeps such small planes plain), which holds each observation once: a run's
+replay file says so, and its items hold the env's observations."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ pytest.importorskip("minatar")
 def test_dqn_trains_on_minatar_through_the_frames_layout(tmp_path):
     sets = ["env.num_envs=2", "eval.freq=1000", "eval.episodes=2", "eval.num_envs=2", "threads=1",
             "dqn.start_training=200", "dqn.batch_size=32", "dqn.steps_per_iteration=8", "dqn.buffer_size=1000",
-            "dqn.hidden_sizes=[32]", "dqn.updates_per_step=0.25"]
+            "dqn.hidden_sizes=[32]", "dqn.updates_per_step=0.25", "dqn.replay_layout=frames"]
     config = build_config("dqn", None, sets, {"total_steps": 1200, "seed": 0, "env.id": "MinAtar/Breakout-v1"})
     summary = train(config, run_dir=tmp_path / "run", quiet=True, tensorboard=False)
     assert summary["stop_reason"] == "total_steps" and summary["updates"] > 200
