@@ -25,11 +25,18 @@ How PettingZoo's parallel API maps onto an ``AgentTurn``:
   ``interrupted`` = not terminated.
 - **Autoreset.** A copy whose agents are all gone is reset in place (without a seed: it continues
   its generator); its new agents are deciders in the same turn.
+- **Observations and masks** (``relayrl/envs/agentobs.py``). An ``AgentTurn`` holds one array of rows,
+  so a Dict or Tuple observation is packed into one uint8 row (``PackedDict``, as ``relayrl.envs.make``
+  packs a single-agent env's). A Dict's ``action_mask`` entry (PettingZoo classic's convention), or an
+  agent's ``info["action_mask"]``, is that agent's action mask (True = allowed), checked where it enters
+  (an EnvError naming the agent and copy for a wrong width or no allowed action); the observation is then
+  the one entry left, as it is, or the entries left, packed. ``AgentTurn.action_mask`` holds a row per
+  decider once the env gives masks (rows of agents without one allow everything), and the collectors
+  act, store and learn with it as the single-agent managers' masks.
 
-Observations must be one array per agent (Box, Discrete, MultiBinary, MultiDiscrete): Dict and
-Tuple spaces are refused, since an ``AgentTurn`` holds one array of rows (flatten them first).
 Every agent must have the same observation and action space. ``stats`` counts ``resets`` (copies
-reset after their agents were all gone).
+reset after their agents were all gone). Turn-based AEC envs (one agent acting at a time: PettingZoo's
+classic board games) are refused by ``pettingzoo_factory``: ``aec_to_parallel`` cannot step them.
 
 From the command line the env is an id, ``"pettingzoo:package.module:env_fn"`` (``relayrl train ppo
 --env pettingzoo:pettingzoo.butterfly.cooperative_pong_v6:parallel_env``): ``pettingzoo_factory``
@@ -99,7 +106,7 @@ class MultiAgentVectorEnv(AgentEnv):
         self._action_spec = ActionSpec(self.single_action_space)
         self._discrete = isinstance(self.single_action_space, gym.spaces.Discrete)
         self.num_envs = sum(len(ids) for ids in self._ids)  # the most agents at once
-        self._obs: list[dict[str, Any]] = [{} for _ in self.envs]  # per copy: agent -> its row's value (AgentObservations.row)
+        self._obs: list[dict[str, Any]] = [{} for _ in self.envs]  # per copy: agent -> its row (AgentObservations.row)
         self._mask: list[dict[str, np.ndarray | None]] = [{} for _ in self.envs]  # per copy: agent -> its mask
         self._rows: list[tuple[int, str]] | None = None  # who decides now: (copy, name), in turn order
         self.resets = 0
@@ -250,9 +257,14 @@ def pettingzoo_factory(env_id: str) -> Callable[..., Any]:
                 return aec_to_parallel(env)
             except AssertionError:
                 env.close()
+                fix = "name the module's parallel_env function instead"
+                if not callable(getattr(module, "parallel_env", None)):
+                    fix = ("relayrl trains PettingZoo envs whose agents act together (ParallelEnvs, or AEC envs "
+                           "that are is_parallelizable); turn-based AEC envs (the classic board games) are not "
+                           "supported yet")
                 raise EnvError(f"env id {env_id!r}: {name} returned an AEC env whose metadata does not say "
-                               "is_parallelizable, so it cannot be stepped as a parallel env; name the module's "
-                               "parallel_env function instead") from None
+                               f"is_parallelizable (one agent acts at a time), so it cannot be stepped as a parallel "
+                               f"env: {fix}") from None
         raise EnvError(f"env id {env_id!r}: {name} returned {type(env).__name__}, not a PettingZoo ParallelEnv "
                        f"(or AEC env); name a function returning one in {ID_FORM}")
 
