@@ -98,6 +98,13 @@ def info_mask(info: dict, space: gym.Space) -> np.ndarray | None:
     return check_mask(info[MASK_KEY], space, 'info["action_mask"]')[None]
 
 
+def split_mask(obs: dict) -> tuple[Any, Any]:
+    """A Dict observation with an ``action_mask`` entry as (the observation without it, the mask): the one
+    entry left as it is, or the Dict of the entries left (``ActionMaskInfo``'s rule, for ``predict``)."""
+    rest = {k: v for k, v in obs.items() if k != MASK_KEY}
+    return (next(iter(rest.values())) if len(rest) == 1 else rest), obs[MASK_KEY]
+
+
 class ActionMaskInfo(gym.Wrapper):
     """A Dict observation's ``action_mask`` entry moved to ``info["action_mask"]``.
 

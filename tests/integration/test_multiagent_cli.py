@@ -104,6 +104,7 @@ def test_agents_with_dict_observations_and_masks_learn_without_a_forbidden_actio
     obs = {"agent": np.array([0, 1]), "target": np.array([2, 2])}  # predict takes the Dict, packed as the env's
     mask = np.array([[0, 0, 1, 0, 1], [1, 0, 0, 1, 0]], bool)  # the right action (2, then 3) and another
     np.testing.assert_array_equal(policy.predict(obs, action_mask=mask), [2, 3])
+    np.testing.assert_array_equal(policy.predict({**obs, "action_mask": mask}), [2, 3])  # the env's Dict as it is
 
 
 @pytest.mark.parametrize("kwargs, text", [
