@@ -22,7 +22,7 @@ import gymnasium as gym
 import numpy as np
 
 from relayrl.envs import spaces
-from relayrl.envs.masks import MASK_KEY, check_mask, describe, mask_width
+from relayrl.envs.masks import MASK_KEY, check_mask, describe, mask_width, split_mask
 from relayrl.envs.packed import PackedDict, packable
 from relayrl.errors import EnvError
 
@@ -40,7 +40,6 @@ class AgentObservations:
         self.raw_space, self.action_space = raw_space, action_space
         self._in_obs = isinstance(raw_space, gym.spaces.Dict) and MASK_KEY in raw_space.spaces
         self.masked = self._in_obs
-        self._keep: str | None = None  # the one entry left beside the mask, taken as it is
         space = raw_space
         if self._in_obs:
             self._check_mask_space(raw_space.spaces[MASK_KEY], agent)
@@ -48,8 +47,7 @@ class AgentObservations:
             if not rest:
                 raise EnvError(f"agent {agent!r}: the observation space {raw_space} holds only an action mask: give "
                                "the observation beside it")
-            self._keep = next(iter(rest)) if len(rest) == 1 else None
-            space = rest[self._keep] if self._keep else gym.spaces.Dict(rest)
+            space = next(iter(rest.values())) if len(rest) == 1 else gym.spaces.Dict(rest)  # (split_mask's rule)
         self.space = PackedDict(space) if packable(space) else space  # (refuses keys it cannot store, by name)
         leaf = spaces.leaves(self.space)[0]  # (refuses spaces that are no array, clearly)
         self._shape, self._dtype = leaf.shape, leaf.dtype
@@ -67,9 +65,7 @@ class AgentObservations:
 
     def row(self, obs: Any) -> Any:
         """What stands for ``obs`` in a row (the mask entry dropped); ``rows`` stacks them."""
-        if self._in_obs:
-            obs = obs[self._keep] if self._keep else {k: v for k, v in obs.items() if k != MASK_KEY}
-        return obs
+        return split_mask(obs)[0] if self._in_obs else obs
 
     def rows(self, values: list[Any]) -> np.ndarray:
         """[n, *space.shape] rows of ``values`` (``row`` outputs), packed when the space is a ``PackedDict``."""

@@ -118,14 +118,11 @@ class ActionMaskInfo(gym.Wrapper):
         if not rest:
             raise EnvError(f"the observation space {env.observation_space} holds only an action mask: give the "
                            "observation beside it")
-        self._single = next(iter(rest)) if len(rest) == 1 else None
-        self.observation_space = rest[self._single] if self._single else gym.spaces.Dict(rest)
+        self.observation_space = next(iter(rest.values())) if len(rest) == 1 else gym.spaces.Dict(rest)
 
     def _split(self, obs: dict, info: dict) -> tuple[Any, dict]:
-        info = {**info, MASK_KEY: obs[MASK_KEY]}
-        if self._single:
-            return obs[self._single], info
-        return {k: v for k, v in obs.items() if k != MASK_KEY}, info
+        rest, mask = split_mask(obs)
+        return rest, {**info, MASK_KEY: mask}
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict]:
         obs, info = self.env.reset(**kwargs)
