@@ -45,6 +45,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from relayrl.envs.masks import MASK_KEY, split_mask
 from relayrl.envs.packed import PackedDict
 from relayrl.errors import EnvError
 from relayrl.types import Batch, Mode, PolicyOutput
@@ -144,13 +145,23 @@ class Policy(ABC):
         """The action for one observation, or for a batch of them (a leading batch axis), as the env takes it.
 
         ``action_mask``: the allowed actions (True = allowed; one row, or one per observation of a batch),
-        for policies with ``masks_actions``. Recurrent policies carry their state between calls: call
+        for policies with ``masks_actions``; a Dict observation's ``action_mask`` entry is taken as the mask
+        when none is given (PettingZoo classic's ``{"observation", "action_mask"}``, as the env boundary does
+        it: ``relayrl/envs/masks.py``). Recurrent policies carry their state between calls: call
         ``reset_hidden("eval")`` when an episode starts (``predict_step`` takes and returns the state explicitly).
         """
-        batch, single = self.check_observation(obs)
-        out = self.act_masked(batch, "eval" if deterministic else "collect",
-                              self.check_action_mask(action_mask, len(batch), single))
+        batch, single, mask = self.check_inputs(obs, action_mask)
+        out = self.act_masked(batch, "eval" if deterministic else "collect", mask)
         return out.env_action[0] if single else out.env_action
+
+    def check_inputs(self, obs: Any, action_mask: Any = None) -> tuple[np.ndarray, bool, np.ndarray | None]:
+        """``predict``'s arguments as (a batch of observations, whether it was one, [n, width] masks or None).
+        A Dict observation's ``action_mask`` entry is the mask unless ``action_mask`` is given."""
+        if isinstance(obs, dict) and MASK_KEY in obs:
+            obs, entry = split_mask(obs)
+            action_mask = entry if action_mask is None else action_mask
+        batch, single = self.check_observation(obs)
+        return batch, single, self.check_action_mask(action_mask, len(batch), single)
 
     def check_action_mask(self, action_mask: Any, n: int, single: bool) -> np.ndarray | None:
         """``predict``'s ``action_mask`` as [n, width] bool rows (None stays None); an ActionMaskError if it does

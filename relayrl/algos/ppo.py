@@ -352,12 +352,11 @@ class PPOPolicy(Policy):
                 action_mask: Any = None) -> Any:
         """Feed-forward: the action(s) for one observation or a batch. Recurrent: ``(actions, state)``, the state
         given explicitly ([n, state_size], or None at an episode's start) and returned for the next call.
-        ``action_mask``: the allowed actions (True = allowed), one row or one per observation.
-        Neither the observation statistics nor the collection and evaluation states change."""
+        ``action_mask``: the allowed actions (True = allowed), one row or one per observation (or a Dict
+        observation's ``action_mask`` entry, as ``Policy.predict``). Neither the observation statistics nor the collection and evaluation states change."""
         if not self.recurrent and state is not None:
             raise ConfigError("this PPO policy is feed-forward: predict(obs) takes no state")
-        batch, single = self.check_observation(obs)
-        mask = self.check_action_mask(action_mask, len(batch), single)
+        batch, single, mask = self.check_inputs(obs, action_mask)
         mode: Mode = "eval" if deterministic else "collect"
         saved, update_norm, self.update_norm = self._hidden.get(mode), self.update_norm, False
         if self.recurrent:

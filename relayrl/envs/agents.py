@@ -15,7 +15,8 @@ last reward, interrupted = cut by a step limit). An agent may be in both: it end
 began the next. Agents that skip turns simply keep their last action pending. ``action_mask`` holds the
 actions each deciding agent may take (True = allowed, relayrl/envs/masks.py), or None. An id belongs to one
 live agent at a time; the collectors key what an agent owes them by id, so an env may reuse an id
-once its agent has ended (both kinds do). Observations are one array of rows (no Dict/Tuple).
+once its agent has ended (both kinds do). Observations are one array of rows (a Dict observation is
+packed into one uint8 row per agent first, ``relayrl/envs/packed.py``).
 ``relayrl/training/agents.py`` turns turns into rollouts and transitions.
 """
 

@@ -98,6 +98,13 @@ def info_mask(info: dict, space: gym.Space) -> np.ndarray | None:
     return check_mask(info[MASK_KEY], space, 'info["action_mask"]')[None]
 
 
+def split_mask(obs: dict) -> tuple[Any, Any]:
+    """A Dict observation with an ``action_mask`` entry as (the observation without it, the mask): the one
+    entry left as it is, or the Dict of the entries left (``ActionMaskInfo``'s rule, for ``predict``)."""
+    rest = {k: v for k, v in obs.items() if k != MASK_KEY}
+    return (next(iter(rest.values())) if len(rest) == 1 else rest), obs[MASK_KEY]
+
+
 class ActionMaskInfo(gym.Wrapper):
     """A Dict observation's ``action_mask`` entry moved to ``info["action_mask"]``.
 
@@ -111,14 +118,11 @@ class ActionMaskInfo(gym.Wrapper):
         if not rest:
             raise EnvError(f"the observation space {env.observation_space} holds only an action mask: give the "
                            "observation beside it")
-        self._single = next(iter(rest)) if len(rest) == 1 else None
-        self.observation_space = rest[self._single] if self._single else gym.spaces.Dict(rest)
+        self.observation_space = next(iter(rest.values())) if len(rest) == 1 else gym.spaces.Dict(rest)
 
     def _split(self, obs: dict, info: dict) -> tuple[Any, dict]:
-        info = {**info, MASK_KEY: obs[MASK_KEY]}
-        if self._single:
-            return obs[self._single], info
-        return {k: v for k, v in obs.items() if k != MASK_KEY}, info
+        rest, mask = split_mask(obs)
+        return rest, {**info, MASK_KEY: mask}
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict]:
         obs, info = self.env.reset(**kwargs)

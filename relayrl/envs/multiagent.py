@@ -25,11 +25,18 @@ How PettingZoo's parallel API maps onto an ``AgentTurn``:
   ``interrupted`` = not terminated.
 - **Autoreset.** A copy whose agents are all gone is reset in place (without a seed: it continues
   its generator); its new agents are deciders in the same turn.
+- **Observations and masks** (``relayrl/envs/agentobs.py``). An ``AgentTurn`` holds one array of rows,
+  so a Dict or Tuple observation is packed into one uint8 row (``PackedDict``, as ``relayrl.envs.make``
+  packs a single-agent env's). A Dict's ``action_mask`` entry (PettingZoo classic's convention), or an
+  agent's ``info["action_mask"]``, is that agent's action mask (True = allowed), checked where it enters
+  (an EnvError naming the agent and copy for a wrong width or no allowed action); the observation is then
+  the one entry left, as it is, or the entries left, packed. ``AgentTurn.action_mask`` holds a row per
+  decider once the env gives masks (rows of agents without one allow everything), and the collectors
+  act, store and learn with it as the single-agent managers' masks.
 
-Observations must be one array per agent (Box, Discrete, MultiBinary, MultiDiscrete): Dict and
-Tuple spaces are refused, since an ``AgentTurn`` holds one array of rows (flatten them first).
 Every agent must have the same observation and action space. ``stats`` counts ``resets`` (copies
-reset after their agents were all gone).
+reset after their agents were all gone). Turn-based AEC envs (one agent acting at a time: PettingZoo's
+classic board games) are refused by ``pettingzoo_factory``: ``aec_to_parallel`` cannot step them.
 
 From the command line the env is an id, ``"pettingzoo:package.module:env_fn"`` (``relayrl train ppo
 --env pettingzoo:pettingzoo.butterfly.cooperative_pong_v6:parallel_env``): ``pettingzoo_factory``
@@ -45,8 +52,9 @@ from typing import Any, Callable
 import gymnasium as gym
 import numpy as np
 
-from relayrl.envs import spaces
+from relayrl.envs.agentobs import AgentObservations
 from relayrl.envs.agents import AgentEnv, AgentTurn
+from relayrl.envs.masks import allowed_all
 from relayrl.envs.vector import ActionSpec, check_actions
 from relayrl.errors import ConfigError, EnvError
 
@@ -93,16 +101,13 @@ class MultiAgentVectorEnv(AgentEnv):
                     raise EnvError(f"agent {agent!r} has spaces {env.observation_space(agent)} / "
                                    f"{env.action_space(agent)}, unlike {agents[0]!r}: one shared policy needs "
                                    "the same observation and action space for every agent")
-        leaves = spaces.leaves(self.single_observation_space)  # refuses unsupported spaces clearly
-        if isinstance(self.single_observation_space, (gym.spaces.Dict, gym.spaces.Tuple)):
-            raise EnvError(f"observation space {self.single_observation_space} has several parts, but an agent "
-                           "env's observations are one array per agent: flatten it into a Box first (e.g. "
-                           "with gymnasium.spaces.flatten in a wrapper around the ParallelEnv)")
-        self._obs_shape, self._obs_dtype = leaves[0].shape, leaves[0].dtype
+        self._view = AgentObservations(self.single_observation_space, self.single_action_space, agents[0])
+        self.single_observation_space = self._view.space
         self._action_spec = ActionSpec(self.single_action_space)
         self._discrete = isinstance(self.single_action_space, gym.spaces.Discrete)
         self.num_envs = sum(len(ids) for ids in self._ids)  # the most agents at once
-        self._obs: list[dict[str, Any]] = [{} for _ in self.envs]
+        self._obs: list[dict[str, Any]] = [{} for _ in self.envs]  # per copy: agent -> its row (AgentObservations.row)
+        self._mask: list[dict[str, np.ndarray | None]] = [{} for _ in self.envs]  # per copy: agent -> its mask
         self._rows: list[tuple[int, str]] | None = None  # who decides now: (copy, name), in turn order
         self.resets = 0
 
@@ -118,34 +123,44 @@ class MultiAgentVectorEnv(AgentEnv):
                            f"{list(self.envs[i].possible_agents)}: PettingZoo envs must declare every agent "
                            "they may create") from None
 
-    def _stack(self, values: list[Any]) -> np.ndarray:
-        out = np.zeros((len(values), *self._obs_shape), self._obs_dtype)
-        for row, value in enumerate(values):
-            out[row] = value
-        return out
+    def _take(self, i: int, agent: str, obs: dict[str, Any], infos: dict[str, Any]) -> None:
+        """Agent ``agent`` of copy ``i`` decides on ``obs[agent]`` next: keep its row value and mask."""
+        self._obs[i][agent] = self._view.row(obs[agent])
+        self._mask[i][agent] = self._view.mask(obs[agent], infos.get(agent), f"agent {agent!r} of env copy {i}")
 
     def _reset_copy(self, i: int, seed: int | None) -> None:
-        obs, _ = self.envs[i].reset(seed=seed)
+        obs, infos = self.envs[i].reset(seed=seed)
         agents = list(self.envs[i].agents)
         if not agents:
             raise EnvError(f"env copy {i} has no agents after reset(): nothing would ever decide in it")
         missing = [a for a in agents if a not in obs]
         if missing:
             raise EnvError(f"env copy {i}: reset() returned no observation for agents {missing}")
+        self._obs[i], self._mask[i] = {}, {}
         for agent in agents:
             self._id(i, agent)
-        self._obs[i] = {agent: obs[agent] for agent in agents}
+            self._take(i, agent, obs, infos or {})
 
     def _turn(self, reward: dict[tuple[int, str], float], ends: list[tuple[int, str, Any, float, bool]]) -> AgentTurn:
         self._rows = [(i, agent) for i, env in enumerate(self.envs) for agent in env.agents]
         return AgentTurn(
             ids=np.array([self._id(i, a) for i, a in self._rows], np.int64),
-            obs=self._stack([self._obs[i][a] for i, a in self._rows]),
+            obs=self._view.rows([self._obs[i][a] for i, a in self._rows]),
             reward=np.array([reward.get(row, 0.0) for row in self._rows], np.float32),
             end_ids=np.array([self._id(i, a) for i, a, *_ in ends], np.int64),
-            end_obs=self._stack([e[2] for e in ends]),
+            end_obs=self._view.rows([e[2] for e in ends]),
             end_reward=np.array([e[3] for e in ends], np.float32),
-            interrupted=np.array([e[4] for e in ends], bool))
+            interrupted=np.array([e[4] for e in ends], bool),
+            action_mask=self._masks() if self._view.masked else None)
+
+    def _masks(self) -> np.ndarray:
+        """[n, width] masks of the deciding rows; a row whose agent gave none allows everything."""
+        out = allowed_all(self.single_action_space, len(self._rows))
+        for row, (i, agent) in enumerate(self._rows):
+            mask = self._mask[i].get(agent)
+            if mask is not None:
+                out[row] = mask
+        return out
 
     def reset(self, seed: int | None = None) -> AgentTurn:
         """Reset every copy (copy ``i`` with ``seed + i``); every agent decides."""
@@ -167,12 +182,14 @@ class MultiAgentVectorEnv(AgentEnv):
         for i, env in enumerate(self.envs):
             if not per_env[i]:
                 continue
-            obs, rew, terminated, truncated, _ = env.step(per_env[i])
+            obs, rew, terminated, truncated, infos = env.step(per_env[i])
+            infos = infos or {}
             live = list(env.agents)
             for agent in per_env[i]:
                 term, trunc = bool(terminated.get(agent, False)), bool(truncated.get(agent, False))
                 if term or trunc or agent not in live:
-                    ends.append((i, agent, obs.get(agent, self._obs[i][agent]), float(rew.get(agent, 0.0)), not term))
+                    final = self._view.row(obs[agent]) if agent in obs else self._obs[i][agent]
+                    ends.append((i, agent, final, float(rew.get(agent, 0.0)), not term))
                 else:
                     reward[(i, agent)] = float(rew.get(agent, 0.0))
             if not live:  # every agent is gone: the episode of this copy is over
@@ -181,9 +198,12 @@ class MultiAgentVectorEnv(AgentEnv):
                 continue
             for agent in live:
                 self._id(i, agent)
-                if agent not in obs and agent not in self._obs[i]:
+                if agent in obs:
+                    self._take(i, agent, obs, infos)
+                elif agent not in self._obs[i]:
                     raise EnvError(f"env copy {i}: agent {agent!r} appeared without an observation")
-            self._obs[i] = {agent: obs[agent] if agent in obs else self._obs[i][agent] for agent in live}
+            for gone in [a for a in self._obs[i] if a not in live]:
+                del self._obs[i][gone], self._mask[i][gone]
         return self._turn(reward, ends)
 
     def close(self) -> None:
@@ -237,9 +257,14 @@ def pettingzoo_factory(env_id: str) -> Callable[..., Any]:
                 return aec_to_parallel(env)
             except AssertionError:
                 env.close()
+                fix = "name the module's parallel_env function instead"
+                if not callable(getattr(module, "parallel_env", None)):
+                    fix = ("relayrl trains PettingZoo envs whose agents act together (ParallelEnvs, or AEC envs "
+                           "that are is_parallelizable); turn-based AEC envs (the classic board games) are not "
+                           "supported yet")
                 raise EnvError(f"env id {env_id!r}: {name} returned an AEC env whose metadata does not say "
-                               "is_parallelizable, so it cannot be stepped as a parallel env; name the module's "
-                               "parallel_env function instead") from None
+                               f"is_parallelizable (one agent acts at a time), so it cannot be stepped as a parallel "
+                               f"env: {fix}") from None
         raise EnvError(f"env id {env_id!r}: {name} returned {type(env).__name__}, not a PettingZoo ParallelEnv "
                        f"(or AEC env); name a function returning one in {ID_FORM}")
 

@@ -1,7 +1,7 @@
 """PettingZoo ParallelEnvs for tests of ``relayrl/envs/multiagent.py``: one whose agents come and go, and
 cooperative ones that a shared policy learns quickly (``relay_team``: agents join and leave, vector or image
 observations, also as an AEC env; what ``relayrl train ppo --env pettingzoo:relayrl.testing.multiagent_envs:
-relay_team`` trains on)."""
+relay_team`` trains on; ``masked_pick``: Dict observations with action masks, counting forbidden actions)."""
 
 from __future__ import annotations
 
@@ -160,6 +160,88 @@ class RelayTeamEnv(_SharedSpaces):
             rewards["a_2"], terminated["a_2"], truncated["a_2"] = 0.0, False, False
         obs = self._observe([*acted, *[a for a in self.agents if a not in acted]])
         return obs, rewards, terminated, truncated, {a: {} for a in obs}
+
+
+class MaskedPickEnv(_SharedSpaces):
+    """Dict observations with action masks: agents a_0 and a_1 see a target (Discrete(5)) and their own number
+    (Discrete(2)); agent k should answer (target + k) % 5. Each step its mask allows two actions, the right one
+    and a random other, so random allowed play earns 1/2 per step and perfect play 1. A forbidden action costs
+    1 and is counted in ``MaskedPickEnv.forbidden_taken`` (per process). Episodes are truncated after ``length``
+    steps.
+
+    ``mask_in``: "obs" (the ``action_mask`` entry of the Dict, as PettingZoo's classic games) or "info" (each
+    agent's ``info["action_mask"]``; the Dict is then only ``target`` and ``agent``). ``mask_width`` other than 5
+    gives masks of that width (and declares it, with "obs"). ``extra_key``: a rank-2 int16 Box ``board`` beside
+    the others, which no built-in encoder takes.
+    """
+
+    metadata = {"name": "relayrl_masked_pick_v0", "is_parallelizable": True}
+    render_mode = None
+    forbidden_taken = 0  # forbidden actions taken, in this process
+    N = 5
+
+    def __init__(self, length: int = 8, mask_in: str = "obs", mask_width: int = 5, extra_key: bool = False):
+        self.length, self.mask_in, self.mask_width, self.extra_key = length, mask_in, mask_width, extra_key
+        self.possible_agents = ["a_0", "a_1"]
+        keys = {"target": gym.spaces.Discrete(self.N), "agent": gym.spaces.Discrete(2)}
+        if extra_key:
+            keys["board"] = gym.spaces.Box(0, 3, (3, 3), np.int16)
+        if mask_in == "obs":
+            keys["action_mask"] = gym.spaces.Box(0, 1, (mask_width,), np.int8)
+        self._obs_space = gym.spaces.Dict(keys)
+        self._act_space = gym.spaces.Discrete(self.N)
+        self._rng = np.random.default_rng()
+
+    def _draw(self):
+        self.target = int(self._rng.integers(self.N))
+        self.masks = {}
+        for k, agent in enumerate(self.possible_agents):
+            mask = np.zeros(self.N, np.int8)
+            right = (self.target + k) % self.N
+            mask[[right, (right + 1 + int(self._rng.integers(self.N - 1))) % self.N]] = 1
+            self.masks[agent] = mask[:self.mask_width] if self.mask_width < self.N else mask
+
+    def _out(self):
+        obs, infos = {}, {}
+        for k, agent in enumerate(self.agents):
+            obs[agent] = {"target": self.target, "agent": k}
+            if self.extra_key:
+                obs[agent]["board"] = np.zeros((3, 3), np.int16)
+            if self.mask_in == "obs":
+                obs[agent]["action_mask"] = self.masks[agent]
+            infos[agent] = {"action_mask": self.masks[agent].astype(bool)} if self.mask_in == "info" else {}
+        return obs, infos
+
+    def reset(self, seed=None, options=None):
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        self.t, self.agents = 0, list(self.possible_agents)
+        self._draw()
+        return self._out()
+
+    def step(self, actions):
+        self.t += 1
+        rewards = {}
+        for k, agent in enumerate(self.agents):
+            action = int(actions[agent])
+            if not self.masks[agent][action]:
+                MaskedPickEnv.forbidden_taken += 1
+                rewards[agent] = -1.0
+            else:
+                rewards[agent] = float(action == (self.target + k) % self.N)
+        self._draw()
+        obs, infos = self._out()
+        done = self.t >= self.length
+        terminated = {a: False for a in self.agents}
+        truncated = {a: done for a in self.agents}
+        if done:
+            self.agents = []
+        return obs, rewards, terminated, truncated, infos
+
+
+def masked_pick(length: int = 8, mask_in: str = "obs", mask_width: int = 5, extra_key: bool = False) -> MaskedPickEnv:
+    """``--env pettingzoo:relayrl.testing.multiagent_envs:masked_pick`` (``env.kwargs``: as ``MaskedPickEnv``)."""
+    return MaskedPickEnv(length, mask_in, mask_width, extra_key)
 
 
 def relay_team(length: int = 8, image: bool = False) -> RelayTeamEnv:

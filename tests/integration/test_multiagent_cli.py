@@ -19,7 +19,7 @@ from relayrl.config import build_config  # noqa: E402
 from relayrl.envs.multiagent import MultiAgentVectorEnv, multiagent_envs, pettingzoo_factory  # noqa: E402
 from relayrl.launch import train  # noqa: E402
 from relayrl.policy.encoders import SmallCNN  # noqa: E402
-from relayrl.testing.multiagent_envs import RelayTeamEnv  # noqa: E402
+from relayrl.testing.multiagent_envs import MaskedPickEnv, RelayTeamEnv  # noqa: E402
 from relayrl.training.agents import AgentEvaluator  # noqa: E402
 from relayrl.testing.policies import UniformPolicy  # noqa: E402
 
@@ -83,11 +83,51 @@ def test_an_aec_env_function_is_converted():
         assert sorted(turn.ids.tolist()) == [0, 1, 2, 3, 4, 5]  # a_2 of both copies joined after step 2
 
 
+MASKED = "pettingzoo:relayrl.testing.multiagent_envs:masked_pick"
+
+
+@pytest.mark.parametrize("algo, mask_in, steps", [("ppo", "obs", 3072), ("dqn", "info", 1024)])
+def test_agents_with_dict_observations_and_masks_learn_without_a_forbidden_action(tmp_path, algo, mask_in, steps):
+    """MaskedPickEnv: a Dict observation (target, agent number) packed into one row, and a mask (the Dict's
+    action_mask entry, or each agent's info) allowing the right action and one other: random allowed play earns
+    4 per 8-step episode, perfect play 8, a forbidden action -1 (counted). In this process, to read the count."""
+    MaskedPickEnv.forbidden_taken = 0
+    ppo = ["--set", "ppo.num_steps=32", "--set", "ppo.batch_size=128"] if algo == "ppo" else []
+    code = main(["train", algo, "--env", MASKED, "--set", f"env.kwargs={{mask_in: {mask_in}}}", "--total-steps",
+                 str(steps), "--run-dir", str(tmp_path / "run"), "--set", f"{algo}.gamma=0.5", "--set",
+                 "env.num_envs=4", *ppo, "--set", "eval.episodes=16", "--set", "eval.num_envs=4", "--set",
+                 "eval.freq=1024", "--quiet", "--no-tensorboard"])
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert code == 0 and MaskedPickEnv.forbidden_taken == 0, (summary, MaskedPickEnv.forbidden_taken)
+    assert summary["last_eval_return"] >= 6.5, summary
+    policy = relayrl.load(tmp_path / "run")
+    obs = {"agent": np.array([0, 1]), "target": np.array([2, 2])}  # predict takes the Dict, packed as the env's
+    mask = np.array([[0, 0, 1, 0, 1], [1, 0, 0, 1, 0]], bool)  # the right action (2, then 3) and another
+    np.testing.assert_array_equal(policy.predict(obs, action_mask=mask), [2, 3])
+    np.testing.assert_array_equal(policy.predict({**obs, "action_mask": mask}), [2, 3])  # the env's Dict as it is
+
+
+@pytest.mark.parametrize("kwargs, text", [
+    ("{mask_width: 4}", r"agent 'a_0': the 'action_mask' entry of its observation space is Box(0, 1, (4,), int8), "
+                        r"but Discrete(5) takes a mask of 5 booleans"),
+    ("{mask_in: info, mask_width: 4}", "agent 'a_0' of env copy 0: info['action_mask'] has shape (4,), but "
+                                       "Discrete(5) takes a mask of 5 booleans, True = allowed: give 5 entries"),
+    ("{extra_key: true}", "key 'board' has no built-in encoder"),
+])
+def test_masks_and_keys_that_do_not_fit_exit_2_with_one_message(tmp_path, capsys, kwargs, text):
+    code = main(["train", "ppo", "--env", MASKED, "--set", f"env.kwargs={kwargs}", "--total-steps", "64",
+                 "--run-dir", str(tmp_path / "run"), "--quiet", "--no-tensorboard"])
+    err = capsys.readouterr().err
+    assert code == 2 and text in err and err.count("relayrl: error:") == 1, err
+
+
 @pytest.mark.parametrize("args, text", [
     (["--env", "pettingzoo:no_such_module_xyz:env"], "cannot import 'no_such_module_xyz'"),
     (["--env", "pettingzoo:relayrl.testing.multiagent_envs:nope"], "has no attribute 'nope'"),
     (["--env", "pettingzoo:relayrl.testing.multiagent_envs"], "pettingzoo:package.module:env_fn"),
     (["--env", "pettingzoo:relayrl.testing.multiagent_envs:not_an_env"], "returned object, not a PettingZoo"),
+    (["--env", "pettingzoo:pettingzoo.classic.tictactoe_v3:env"], "turn-based AEC envs (the classic board games) "
+                                                                   "are not supported yet"),
     (["--env", ENV, "--workers", "2"], "PettingZoo envs train in this process"),
     (["--env", ENV, "--set", "env.max_episode_steps=5"], "env.max_episode_steps do not apply to PettingZoo envs"),
 ])

@@ -71,6 +71,19 @@ def test_predict_takes_a_mask_for_one_observation_or_a_batch(algo):
         policy.predict(np.zeros(3, np.float32), action_mask=[True, True, False])
 
 
+def test_predict_takes_the_mask_entry_of_a_dict_observation():
+    """PettingZoo classic's {"observation", "action_mask"}, as the env gives it: the mask is the entry (an
+    explicit action_mask wins), the observation the entry left."""
+    policy = build("ppo", gym.spaces.Discrete(4)).policy
+    obs = np.zeros(3, np.float32)
+    for only in range(4):
+        mask = np.arange(4) == only
+        assert policy.predict({"observation": obs, "action_mask": mask.astype(np.int8)}) == only
+        assert policy.predict({"observation": obs, "action_mask": mask}, action_mask=np.roll(mask, 1)) == (only + 1) % 4
+    batch = {"observation": np.zeros((2, 3), np.float32), "action_mask": np.array([[1, 0, 0, 0], [0, 0, 1, 0]])}
+    assert policy.predict(batch).tolist() == [0, 2]
+
+
 def test_dqn_targets_max_over_the_next_allowed_actions_only():
     agent = build("dqn", gym.spaces.Discrete(2), "dqn.double=false", "dqn.hidden_sizes=[8]")
     with torch.no_grad():  # the target network says Q(., 1) = 100, Q(., 0) = 0 everywhere

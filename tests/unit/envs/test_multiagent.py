@@ -78,12 +78,12 @@ def test_wrong_actions_are_refused():
 
 
 def test_unsupported_envs_are_refused_clearly():
-    class DictObs(SpawningEnv):
+    class TextObs(SpawningEnv):
         def observation_space(self, agent):
-            return gym.spaces.Dict({"x": gym.spaces.Box(-1, 1, (2,), np.float32)})
+            return gym.spaces.Text(5)
 
-    with pytest.raises(EnvError, match="Dict.*one array per agent.*flatten"):
-        MultiAgentVectorEnv([DictObs])
+    with pytest.raises(EnvError, match="Text.*not supported"):
+        MultiAgentVectorEnv([TextObs])
 
     class Stranger(SpawningEnv):
         def reset(self, seed=None, options=None):
