@@ -10,6 +10,8 @@ import time
 import pytest
 import yaml
 
+from relayrl.cli import main
+
 TINY = ["--set", "env.num_envs=2", "--set", "ppo.num_steps=16", "--set", "ppo.batch_size=16",
         "--set", "ppo.epochs=1", "--set", "eval.episodes=2", "--set", "eval.freq=64", "--quiet"]
 
@@ -30,13 +32,22 @@ def relayrl(*args, cwd=None, timeout=120):
     (["train", "ppo", "--config", "nope.yaml"], "config file 'nope.yaml' not found"),
     (["eval", "no/such/run"], "not found"),
 ])
-def test_user_mistakes_exit_2_with_one_clear_line(args, expected, tmp_path):
-    result = relayrl(*args, cwd=tmp_path)
-    assert result.returncode == 2, result.stderr
-    assert expected in result.stderr
-    assert "Traceback" not in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1
+def test_user_mistakes_exit_2_with_one_clear_line(args, expected, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # the CLI's entry point in this process (a process each costs ~3 s of imports)
+    code = main(args)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert expected in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "runs").exists()  # nothing half-written
+
+
+def test_a_mistake_exits_2_from_the_command_itself(tmp_path):
+    result = relayrl("train", "ppo", "--env", "CartPole-v1", "--set", "ppo.lerning_rate=3", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "did you mean 'ppo.actor_lr'" in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
 
 
 def test_config_prints_yaml_that_train_accepts_back(tmp_path):

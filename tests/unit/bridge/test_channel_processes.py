@@ -39,10 +39,10 @@ def test_the_python_sdk_passes_the_conformance_scenario():
     check_conformance(ECHO)
 
 
-def test_100000_turns_between_two_processes_lose_or_double_none():
+def test_20000_turns_between_two_processes_lose_or_double_none():
     env = BridgeEnv([sys.executable, str(HERE / "counter_sim.py")], timeout_s=30)
     action = np.zeros((1, 1), np.float32)
-    turns = 100_000
+    turns = 20_000  # (100k took ~28 s of the suite; a lost or doubled turn shows up within a few thousand)
     try:
         for k in range(turns):
             decisions, _ = env.get_steps("count")
