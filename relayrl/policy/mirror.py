@@ -93,18 +93,24 @@ class MirrorSpec:
                 raise ConfigError(f"mirror spec file {source!r} must hold exactly two lists, obs: and act:")
         return cls.from_config(data["obs"], data["act"], obs_size, act_size)
 
-    def torch(self) -> "TorchMirror":
-        return TorchMirror(self)
+    def torch(self, device: torch.device | None = None) -> "TorchMirror":
+        return TorchMirror(self, device)
 
 
 class TorchMirror:
-    """The reflection as tensor ops: ``obs(x)`` and ``act(a)`` mirror the last dimension."""
+    """The reflection as tensor ops on ``device`` (the learner's; None: the CPU): ``obs(x)`` and ``act(a)``
+    mirror the last dimension."""
 
-    def __init__(self, spec: MirrorSpec):
-        self.obs_index = torch.as_tensor(spec.obs_index)
-        self.obs_sign = torch.as_tensor(spec.obs_sign, dtype=torch.float32)
-        self.act_index = torch.as_tensor(spec.act_index)
-        self.act_sign = torch.as_tensor(spec.act_sign, dtype=torch.float32)
+    def __init__(self, spec: MirrorSpec, device: torch.device | None = None):
+        self.spec = spec
+        self.obs_index = torch.as_tensor(spec.obs_index, device=device)
+        self.obs_sign = torch.as_tensor(spec.obs_sign, dtype=torch.float32, device=device)
+        self.act_index = torch.as_tensor(spec.act_index, device=device)
+        self.act_sign = torch.as_tensor(spec.act_sign, dtype=torch.float32, device=device)
+
+    def to(self, device: torch.device) -> "TorchMirror":
+        """The same reflection on ``device``."""
+        return TorchMirror(self.spec, device)
 
     def obs(self, x: torch.Tensor) -> torch.Tensor:
         return x[..., self.obs_index] * self.obs_sign
@@ -118,13 +124,15 @@ class NormalizedMirror:
 
     Reflecting normalised values directly would be wrong unless the statistics are themselves
     symmetric (a left knee's mean angle need not equal the right's, and a negated entry's mean
-    does not negate), so the raw observation is reflected, with the statistics of this update.
+    does not negate), so the raw observation is reflected, with the statistics of this update (on the
+    mirror's device).
     """
 
     def __init__(self, mirror: TorchMirror, rms):
         self.mirror, self.act = mirror, mirror.act
-        self.mean = torch.as_tensor(rms.mean, dtype=torch.float32).reshape(-1)
-        self.std = torch.as_tensor(rms.std, dtype=torch.float32).reshape(-1)
+        device = mirror.obs_sign.device
+        self.mean = torch.as_tensor(rms.mean, dtype=torch.float32, device=device).reshape(-1)
+        self.std = torch.as_tensor(rms.std, dtype=torch.float32, device=device).reshape(-1)
         self.clip = rms.clip
 
     def obs(self, x: torch.Tensor) -> torch.Tensor:
