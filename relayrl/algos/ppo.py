@@ -331,7 +331,7 @@ class PPOPolicy(Policy):
     def to(self, device: torch.device) -> None:
         """Act and learn on ``device`` (the learner's; rollout workers' policies stay on the CPU)."""
         self.device = device
-        self.model.to(device)  # (parameters move in place: the optimisers keep them)
+        self.model.to(device)
         self._hidden = {mode: state.to(device) for mode, state in self._hidden.items()}
 
     def get_weights(self) -> dict[str, Any]:
@@ -363,11 +363,7 @@ class PPO(Algorithm):
                               f"with ppo, or set {name}.recurrent=null")
         self.cfg = cfg
         self.policy = PPOPolicy(obs_space, act_space, cfg)
-        model = self.policy.model
-        # fused Adam: one kernel per step instead of a Python loop over parameters (~20% of an update here)
-        self.actor_optim = torch.optim.Adam(model.actor_parameters(), lr=cfg.actor_lr, eps=cfg.adam_eps, fused=True)
-        self.critic_optim = torch.optim.Adam(model.critic_parameters(), lr=cfg.critic_lr, eps=cfg.adam_eps,
-                                             fused=True)
+        self.actor_optim, self.critic_optim = self.optimizers()
         self.ret_rms = RunningMeanStd(()) if cfg.normalize_reward else None
         self._ret = np.zeros(num_envs, dtype=np.float64)
         self.mirror: TorchMirror | None = None
@@ -379,6 +375,19 @@ class PPO(Algorithm):
         self.policy.to(device)
         if self.mirror is not None:
             self.mirror = self.mirror.to(device)
+        # the optimisers again, on the parameters as they are now (a move may replace them rather than move them
+        # in place), with any state they had (load_state_dict moves it to the parameters' device)
+        states = self.actor_optim.state_dict(), self.critic_optim.state_dict()
+        self.actor_optim, self.critic_optim = self.optimizers()
+        self.actor_optim.load_state_dict(states[0])
+        self.critic_optim.load_state_dict(states[1])
+
+    def optimizers(self) -> tuple[torch.optim.Adam, torch.optim.Adam]:
+        """Adam for the actor's parameters and for the critic's. Fused (one kernel per step instead of a Python
+        loop over parameters: ~20% of an update on the CPU) where torch has the kernel: the CPU and CUDA."""
+        cfg, model, fused = self.cfg, self.policy.model, self.device.type in ("cpu", "cuda")
+        return (torch.optim.Adam(model.actor_parameters(), lr=cfg.actor_lr, eps=cfg.adam_eps, fused=fused),
+                torch.optim.Adam(model.critic_parameters(), lr=cfg.critic_lr, eps=cfg.adam_eps, fused=fused))
 
     def bind_env(self, env_id: str) -> None:
         """Resolve and check what depends on the env itself (the mirror spec), before training starts."""
