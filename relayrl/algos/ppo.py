@@ -4,7 +4,7 @@ Reads top to bottom: config, policy (collect / eval modes over one model; its ne
 policy/actor_critic.py), the algorithm (reward scaling, GAE, minibatch epochs), registration.
 
 Recurrent policies (``recurrent``: policy/recurrent.py) learn from padded sequences
-(data/sequences.py) instead of shuffled steps; the network runs over the padding and only the real
+(data/minibatches.py) instead of shuffled steps; the network runs over the padding and only the real
 steps are kept, so every loss, the entropy and the KL see exactly the steps a feed-forward update
 would. The mirror loss (``mirror``: policy/mirror.py) is one more term in the same minibatch loss.
 """
@@ -12,7 +12,7 @@ would. The mirror loss (``mirror``: policy/mirror.py) is one more term in the sa
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, ClassVar, Iterator, Literal
+from typing import Any, Callable, ClassVar, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -25,16 +25,16 @@ from relayrl.config import AlgoConfig
 from relayrl.core import Algorithm, Policy
 from relayrl.data.dtypes import stored_dtype, to_stored, to_tensor
 from relayrl.data.gae import compute_gae
-from relayrl.data.sequences import chunk, minibatches, pad, split_trajectories
+from relayrl.data.minibatches import Epoch, sequence_minibatches, step_minibatches
 from relayrl.envs.masks import branch_sizes
 from relayrl.envs.packed import PackedDict
 from relayrl.errors import ConfigError, EnvError, NonFiniteError
 from relayrl.policy import distributions as D
-from relayrl.policy.actor_critic import build_model, logp_entropy
+from relayrl.policy.actor_critic import build_model, logp_entropy, sample_actions
 from relayrl.policy.device import cpu_state, cpu_tree
 from relayrl.policy.encoder import EncoderRef
 from relayrl.policy.encoders import check_space, make_encoder
-from relayrl.policy.mirror import MirrorSpec, NormalizedMirror, TorchMirror
+from relayrl.policy.mirror import MirrorSpec, NormalizedMirror, TorchMirror, mirror_terms
 from relayrl.policy.normalizer import RunningMeanStd
 from relayrl.types import Batch, Mode, PolicyOutput
 
@@ -234,23 +234,14 @@ class PPOPolicy(Policy):
         else:
             out = self.model.actor(xt)
             value = self.model.critic(xt).squeeze(-1) if collect else None
+        if self.discrete and action_mask is not None:  # forbidden actions are never sampled nor chosen
+            out = D.mask_logits(out, torch.from_numpy(action_mask).to(out.device))  # (checked where masks enter)
+        action, logp = sample_actions(out, self.model.log_std, self.branches if self.multi else None, collect)
+        action_np = action.cpu().numpy()
         if self.discrete:
-            if action_mask is not None:  # forbidden actions are never sampled nor chosen (checked at the env
-                out = D.mask_logits(out, torch.from_numpy(action_mask).to(out.device))  # boundary, or by predict)
-            if self.multi:
-                action = D.multi_categorical_sample(out, self.branches) if collect else \
-                    D.multi_categorical_mode(out, self.branches)
-                logp = D.multi_categorical_logp_entropy(out, self.branches, action)[0] if collect else None
-            else:
-                action = D.categorical_sample(out) if collect else out.argmax(-1)
-                logp = D.categorical_logp(out, action) if collect else None
-            action_np = action.cpu().numpy()
             env_action = action_np + self.start if self.start.any() else action_np
         else:
-            std = self.model.log_std.exp()
-            action = out + std * torch.randn_like(out) if collect else out
-            logp = D.gaussian_logp(out, self.model.log_std.expand_as(out), action) if collect else None
-            action_np = action.cpu().numpy().reshape(len(x), *self.action_shape)
+            action_np = action_np.reshape(len(x), *self.action_shape)
             env_action = np.clip(action_np, self.low, self.high)
         return PolicyOutput(action=action_np, env_action=env_action, logp=None if logp is None else logp.cpu().numpy(),
                             value=None if value is None else value.cpu().numpy(), obs=x)
@@ -375,12 +366,10 @@ class PPO(Algorithm):
         self.policy.to(device)
         if self.mirror is not None:
             self.mirror = self.mirror.to(device)
-        # the optimisers again, on the parameters as they are now (a move may replace them rather than move them
-        # in place), with any state they had (load_state_dict moves it to the parameters' device)
-        states = self.actor_optim.state_dict(), self.critic_optim.state_dict()
-        self.actor_optim, self.critic_optim = self.optimizers()
-        self.actor_optim.load_state_dict(states[0])
-        self.critic_optim.load_state_dict(states[1])
+        optims = self.optimizers()  # on the parameters as they are now (a move may replace them), with their state
+        for optim, state in zip(optims, (self.actor_optim.state_dict(), self.critic_optim.state_dict())):
+            optim.load_state_dict(state)  # (which it moves to the parameters' device)
+        self.actor_optim, self.critic_optim = optims
 
     def optimizers(self) -> tuple[torch.optim.Adam, torch.optim.Adam]:
         """Adam for the actor's parameters and for the critic's. Fused (one kernel per step instead of a Python
@@ -391,16 +380,14 @@ class PPO(Algorithm):
 
     def bind_env(self, env_id: str) -> None:
         """Resolve and check what depends on the env itself (the mirror spec), before training starts."""
-        policy = self.policy
+        policy, name = self.policy, type(self.cfg).__name__.removesuffix("Config").lower()  # ppo, appo
         if self.cfg.mirror <= 0:
             return
         if policy.obs_view not in ((-1,), (policy.obs_dim,)) or isinstance(policy.observation_space, PackedDict):
             # an image, a category or a Dict, not a vector to reflect
-            name = type(self.cfg).__name__.removesuffix("Config").lower()
             raise ConfigError(f"{name}.mirror reflects observation vectors (signed indices), but "
                               f"{policy.observation_space} observations are not one: set {name}.mirror=0")
         if policy.multi:
-            name = type(self.cfg).__name__.removesuffix("Config").lower()
             raise ConfigError(f"{name}.mirror swaps the options of one action, but {policy.action_space} has "
                               f"several branches: set {name}.mirror=0")
         spec = MirrorSpec.load(self.cfg.mirror_spec, env_id, policy.obs_dim, policy.act_dim)
@@ -438,7 +425,7 @@ class PPO(Algorithm):
         steps = self.device_steps(rollout)
         adv, ret = self.targets(rollout, self.scale_rewards(rollout), steps)
         steps["advantage"], steps["return"] = self.tensor(adv), self.tensor(ret)
-        epoch = self.sequence_minibatches(steps, rollout) if self.policy.recurrent else self.step_minibatches(steps)
+        epoch = self.minibatches(steps, rollout)
 
         frac = max(0.0, 1.0 - progress)
         actor_lr = cfg.actor_lr * frac if cfg.anneal_lr else cfg.actor_lr
@@ -481,49 +468,20 @@ class PPO(Algorithm):
         stored dtype: uint8 images move as uint8 and are cast on the device), "action", "logp", "value" and, when
         the env masks actions, "action_mask" (the loss uses the distribution the actions were sampled from)."""
         T, N = rollout["value"].shape
-        steps = {"obs": to_tensor(rollout["obs"], self.device).reshape(T, N, *self.policy.obs_view)}
-        for key in ("action", "logp", "value", "action_mask"):
-            if key in rollout:
-                steps[key] = self.tensor(rollout[key])
+        steps = {key: self.tensor(rollout[key]) for key in ("action", "logp", "value", "action_mask") if key in rollout}
+        steps["obs"] = to_tensor(rollout["obs"], self.device).reshape(T, N, *self.policy.obs_view)
         return steps
 
     def tensor(self, array: np.ndarray) -> torch.Tensor:
         """``array`` on the learner's device, dtype kept (the CPU: shares its memory)."""
         return torch.from_numpy(array).to(self.device)
 
-    # ---- minibatches: dicts of tensors, one row per real step ("obs" per step, or [B, L] sequences)
-    def step_minibatches(self, steps: dict[str, torch.Tensor]) -> Callable[[], Iterator[dict[str, torch.Tensor]]]:
-        """Feed-forward: shuffled steps, ``batch_size`` each, the remainder left out."""
-        n = steps["advantage"].numel()
-        flat = {key: value.reshape(n, *value.shape[2:]) for key, value in steps.items()}
-        size = min(self.cfg.batch_size, n)
-
-        def epoch() -> Iterator[dict[str, torch.Tensor]]:
-            perm = torch.randperm(n, device=self.device)
-            for start in range(0, n - size + 1, size):
-                idx = perm[start:start + size]
-                yield {key: value[idx] for key, value in flat.items()}
-        return epoch
-
-    def sequence_minibatches(self, steps: dict[str, torch.Tensor], rollout: Batch
-                             ) -> Callable[[], Iterator[dict[str, torch.Tensor]]]:
-        """Recurrent: trajectories (cut into ``seq_len`` chunks), ``batch_trajectories`` at a time, padded.
-
-        "obs" is [B, L, obs_dim] ([B, L, *obs_shape] with an encoder) with padding, "hidden" [B, state_size]
-        the state stored at each sequence's first step, "mask" [B, L] marks the real steps; every other key
-        holds the real steps only, in the order ``out[mask]`` lists them.
-        """
-        segments = chunk(split_trajectories(rollout["terminated"] | rollout["truncated"]), self.cfg.seq_len)
-        hidden = self.tensor(rollout["hidden"])
-
-        def epoch() -> Iterator[dict[str, torch.Tensor]]:  # (segments are numpy bookkeeping: chosen on the CPU)
-            for selection in minibatches(torch.randperm(len(segments)).numpy(), self.cfg.batch_trajectories):
-                t, col, mask = (self.tensor(a) for a in pad(segments, selection))
-                first = self.tensor(segments.start[selection]), self.tensor(segments.column[selection])
-                mb = {key: value[t, col][mask] for key, value in steps.items() if key != "obs"}
-                mb.update(obs=steps["obs"][t, col], mask=mask, hidden=hidden[first])
-                yield mb
-        return epoch
+    def minibatches(self, steps: dict[str, torch.Tensor], rollout: Batch) -> Epoch:
+        """One row per real step: shuffled steps, or [B, L] padded sequences (data/minibatches.py)."""
+        if not self.policy.recurrent:
+            return step_minibatches(steps, self.cfg.batch_size)
+        return sequence_minibatches(steps, self.tensor(rollout["hidden"]), rollout["terminated"] | rollout["truncated"],
+                                    self.cfg.seq_len, self.cfg.batch_trajectories)
 
     # ---- one gradient step on a minibatch
     def forward(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -537,7 +495,7 @@ class PPO(Algorithm):
     def loss(self, mb: dict[str, torch.Tensor], clip: float, reflect: Any = None
              ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The minibatch's total loss and its terms (with the approximate KL and the clip fraction)."""
-        cfg, model = self.cfg, self.policy.model
+        cfg = self.cfg
         out, value = self.forward(mb)
         # ---- clipped surrogate
         logp, entropy = self.policy.logp_entropy(out, mb["action"], mb.get("action_mask"))
@@ -587,39 +545,15 @@ class PPO(Algorithm):
 
     def mirror_terms(self, mb: dict[str, torch.Tensor], out: torch.Tensor, value: torch.Tensor,
                      reflect: Any) -> dict[str, torch.Tensor]:
-        """MSE between the mean action for s and the mirror of the mean action for mirror(s); with
-        ``mirror_critic`` also between V(s) and V(mirror(s)). Real steps only, like every other term."""
-        cfg, model = self.cfg, self.policy.model
-        mirrored_obs = reflect.obs(mb["obs"])
-        if self.policy.recurrent:
-            # A recurrent policy is symmetric when mirrored histories give mirrored actions. The state
-            # stored at a chunk's first step sums up a history whose mirror was never run, so the two
-            # sides are compared from the same episode-start (zero) state instead: the term is then
-            # exactly 0 for a symmetric policy wherever the chunk starts (the original side differs
-            # from ``out`` only for chunks that start mid-episode). Storing a mirrored state as well
-            # would double the network's work while collecting, for a term that only regularises.
-            both = torch.cat([mb["obs"], mirrored_obs])  # one pass over [2B, L] sequences
-            both_out, both_value, _ = model(both, model.initial_state(len(both)), critic=cfg.mirror_critic)
-            out, mirrored_out = (x[mb["mask"]] for x in both_out.chunk(2))
-            if cfg.mirror_critic:
-                value, mirrored_value = (x[mb["mask"]] for x in both_value.chunk(2))
-            else:
-                mirrored_value = None
-        else:
-            mirrored_out = model.actor(mirrored_obs)
-            mirrored_value = model.critic(mirrored_obs).squeeze(-1) if cfg.mirror_critic else None
-        mean, mirrored_mean = (x.softmax(-1) if self.policy.discrete else x for x in (out, mirrored_out))
-        terms = {"loss/mirror": (mean - reflect.act(mirrored_mean)).pow(2).mean()}
-        if mirrored_value is not None:
-            terms["loss/mirror_critic"] = (value - mirrored_value).pow(2).mean()
-        return terms
+        """The mirror-symmetry terms of ``mb`` (policy/mirror.py, ``mirror_terms``), real steps only."""
+        return mirror_terms(self.policy.model, mb["obs"], out, value, reflect, discrete=self.policy.discrete,
+                            critic=self.cfg.mirror_critic, mask=mb["mask"] if self.policy.recurrent else None)
 
     def reflection(self) -> Any:
         """The mirror of (normalised) observations and of actions, with the current statistics (None: off)."""
-        if self.mirror is None:
-            return None
-        obs_rms = self.policy.obs_rms
-        return self.mirror if obs_rms is None else NormalizedMirror(self.mirror, obs_rms)
+        if self.mirror is None or self.policy.obs_rms is None:
+            return self.mirror
+        return NormalizedMirror(self.mirror, self.policy.obs_rms)
 
     # ---- persistence: everything needed to continue training exactly
     def state_dict(self) -> dict[str, Any]:
@@ -656,7 +590,7 @@ class PPO(Algorithm):
             rollout["hidden"] = zeros(policy.state_size)
         steps = clone.device_steps(rollout)
         steps["advantage"], steps["return"] = clone.tensor(zeros()), clone.tensor(zeros())
-        epoch = clone.sequence_minibatches(steps, rollout) if policy.recurrent else clone.step_minibatches(steps)
+        epoch = clone.minibatches(steps, rollout)
         mb, reflect = next(iter(epoch())), clone.reflection()
         return lambda: clone.update(mb, self.cfg.clip, reflect)
 

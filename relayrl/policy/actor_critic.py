@@ -5,8 +5,8 @@
   Dict encoder: policy/encoders.py), one encoder each.
 - ``RecurrentActorCritic`` (policy/recurrent.py): LSTM or GRU layers under the heads.
 
-``build_model`` picks the flat one or the recurrent one from the config; ``logp_entropy`` turns the actor's output
-into the log-probability of actions and the entropy (categorical logits, or Gaussian means with the log std).
+``build_model`` picks one from the config; ``sample_actions`` and ``logp_entropy`` read the actor's output as a
+distribution (categorical logits, one block per MultiDiscrete branch, or Gaussian means with the log std).
 Every model has ``actor_parameters()`` and ``critic_parameters()``, one optimiser each.
 """
 
@@ -52,6 +52,21 @@ def logp_entropy(out: torch.Tensor, actions: torch.Tensor, log_std: torch.Tensor
         return D.categorical_logp_entropy(out, actions)
     log_std = log_std.expand_as(out)
     return D.gaussian_logp(out, log_std, actions), D.gaussian_entropy(log_std)
+
+
+def sample_actions(out: torch.Tensor, log_std: torch.Tensor | None, branches: tuple[int, ...] | None, sample: bool
+                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Actions from the actor's output and their log-probability: drawn when ``sample``, else the most likely ones
+    (no log-probability). Categorical logits when ``log_std`` is None (``branches``: a MultiDiscrete action's,
+    side by side, actions [n, B]), else Gaussian means."""
+    if log_std is not None:
+        action = out + log_std.exp() * torch.randn_like(out) if sample else out
+        return action, D.gaussian_logp(out, log_std.expand_as(out), action) if sample else None
+    if branches is not None:
+        action = D.multi_categorical_sample(out, branches) if sample else D.multi_categorical_mode(out, branches)
+        return action, D.multi_categorical_logp_entropy(out, branches, action)[0] if sample else None
+    action = D.categorical_sample(out) if sample else out.argmax(-1)
+    return action, D.categorical_logp(out, action) if sample else None
 
 
 class EncodedActorCritic(nn.Module):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -145,3 +145,35 @@ def mirror_loss(mean_action: Callable[[torch.Tensor], torch.Tensor], obs: torch.
     """MSE between the policy's action for each state and the mirror of its action for the mirrored
     state: zero exactly when the policy commutes with the reflection."""
     return (mean_action(obs) - mirror.act(mean_action(mirror.obs(obs)))).pow(2).mean()
+
+
+def mirror_terms(model: Any, obs: torch.Tensor, out: torch.Tensor, value: torch.Tensor, reflect: Any, *,
+                 discrete: bool, critic: bool, mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """PPO's mirror terms for its actor-critic (policy/actor_critic.py; with ``mask``, the [B, L] real steps of
+    padded sequences, the recurrent one of policy/recurrent.py): the MSE between the mean action for s (from
+    ``out``, the actor's output for ``obs``, real steps only) and the mirror of the mean action for mirror(s)
+    (``reflect``: a TorchMirror or NormalizedMirror); with ``critic`` also between V(s) (``value``) and
+    V(mirror(s)). Mean actions of ``discrete`` actions are the probabilities."""
+    mirrored_obs = reflect.obs(obs)
+    if mask is not None:
+        # A recurrent policy is symmetric when mirrored histories give mirrored actions. The state
+        # stored at a chunk's first step sums up a history whose mirror was never run, so the two
+        # sides are compared from the same episode-start (zero) state instead: the term is then
+        # exactly 0 for a symmetric policy wherever the chunk starts (the original side differs
+        # from ``out`` only for chunks that start mid-episode). Storing a mirrored state as well
+        # would double the network's work while collecting, for a term that only regularises.
+        both = torch.cat([obs, mirrored_obs])  # one pass over [2B, L] sequences
+        both_out, both_value, _ = model(both, model.initial_state(len(both)), critic=critic)
+        out, mirrored_out = (x[mask] for x in both_out.chunk(2))
+        if critic:
+            value, mirrored_value = (x[mask] for x in both_value.chunk(2))
+        else:
+            mirrored_value = None
+    else:
+        mirrored_out = model.actor(mirrored_obs)
+        mirrored_value = model.critic(mirrored_obs).squeeze(-1) if critic else None
+    mean, mirrored_mean = (x.softmax(-1) if discrete else x for x in (out, mirrored_out))
+    terms = {"loss/mirror": (mean - reflect.act(mirrored_mean)).pow(2).mean()}
+    if mirrored_value is not None:
+        terms["loss/mirror_critic"] = (value - mirrored_value).pow(2).mean()
+    return terms

@@ -59,7 +59,7 @@ def one_minibatch(algo, rollout):
     steps = algo.device_steps(rollout)
     adv, ret = algo.targets(rollout, rollout["reward"], steps)
     steps["advantage"], steps["return"] = torch.from_numpy(adv), torch.from_numpy(ret)
-    batches = list(algo.sequence_minibatches(steps, rollout)())
+    batches = list(algo.minibatches(steps, rollout)())
     assert len(batches) == 1
     return batches[0], adv, ret
 
