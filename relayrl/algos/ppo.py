@@ -366,10 +366,9 @@ class PPO(Algorithm):
         self.policy.to(device)
         if self.mirror is not None:
             self.mirror = self.mirror.to(device)
-        optims = self.optimizers()  # on the parameters as they are now (a move may replace them), with their state
-        for optim, state in zip(optims, (self.actor_optim.state_dict(), self.critic_optim.state_dict())):
-            optim.load_state_dict(state)  # (which it moves to the parameters' device)
-        self.actor_optim, self.critic_optim = optims
+        # new optimisers, on the parameters as moved (a move may replace them rather than move them in place); no
+        # state is lost: to() comes before any update or checkpoint (whose optimiser state then moves here)
+        self.actor_optim, self.critic_optim = self.optimizers()
 
     def optimizers(self) -> tuple[torch.optim.Adam, torch.optim.Adam]:
         """Adam for the actor's parameters and for the critic's. Fused (one kernel per step instead of a Python

@@ -190,6 +190,7 @@ def test_the_on_policy_learn_path_keeps_every_tensor_on_the_learners_device(tmp_
     trained.learn(rollout_of(trained, masked))
     learner = on_policy_learner(case, tmp_path)
     learner.to(stand_in_device)
+    assert learner.learn(rollout_of(learner, masked))["updates"] > 0  # from fresh optimisers
     learner.load_state_dict(trained.state_dict())  # ... onto the device: parameters and optimiser state move
     moments = [v for optim in (learner.actor_optim, learner.critic_optim) for s in optim.state.values()
                for v in s.values()]
