@@ -230,8 +230,7 @@ class RunConfig(Section):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where the learner's networks and each update's batch live (auto: CUDA when torch finds a CUDA
     device and the algorithm learns on it, else the CPU). Rollout workers act on the CPU with the
-    published weights, which are always CPU tensors. DQN and SAC learn on CUDA; PPO and APPO on the
-    CPU only for now."""
+    published weights, which are always CPU tensors. DQN, SAC, PPO and APPO learn on CUDA."""
     backend: Literal["auto", "inline", "mp", "ray"] = "auto"
     """Where rollout workers run: inline (this process), mp (local processes), ray (a Ray cluster);
     auto: inline for one worker, mp for more."""

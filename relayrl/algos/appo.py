@@ -16,7 +16,6 @@ from pydantic import Field
 
 from relayrl.algos import register
 from relayrl.algos.ppo import PPO, PPOConfig, PPOPolicy
-from relayrl.data.dtypes import to_tensor
 from relayrl.data.vtrace import compute_vtrace
 from relayrl.types import Batch
 
@@ -60,17 +59,19 @@ class APPO(PPO):
         return rewards
 
     @torch.no_grad()
-    def targets(self, rollout: Batch, rewards: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def targets(self, rollout: Batch, rewards: np.ndarray, steps: dict[str, torch.Tensor]
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """V-trace from the current networks, run on the learner's device over ``steps`` (``device_steps``)."""
         cfg, model = self.cfg, self.policy.model
-        steps, width = rewards.shape
-        n = steps * width
-        obs = to_tensor(rollout["obs"].reshape(n, *self.policy.obs_view))
-        actions = torch.from_numpy(rollout["action"].reshape(n, *rollout["action"].shape[2:]))
-        mask = rollout.get("action_mask")
-        mask = None if mask is None else torch.from_numpy(mask.reshape(n, -1))
+        T, N = rewards.shape
+        n = T * N
+        obs = steps["obs"].reshape(n, *steps["obs"].shape[2:])
+        actions = steps["action"].reshape(n, *steps["action"].shape[2:])
+        mask = steps.get("action_mask")
+        mask = None if mask is None else mask.reshape(n, -1)
         logp, _ = self.policy.logp_entropy(model.actor(obs), actions, mask)
-        values = model.critic(obs).squeeze(-1).numpy().reshape(steps, width)
-        log_rhos = logp.numpy().reshape(steps, width) - rollout["logp"]
+        values = model.critic(obs).squeeze(-1).cpu().numpy().reshape(T, N)
+        log_rhos = logp.cpu().numpy().reshape(T, N) - rollout["logp"]
         done = rollout["terminated"] | rollout["truncated"]
         next_values = np.array(rollout["next_value"], dtype=np.float32)
         next_values[:-1] = np.where(done[:-1], next_values[:-1], values[1:])  # current critic where we can

@@ -1,10 +1,10 @@
 """Proximal Policy Optimisation (clipped surrogate, GAE, KL early stop), after roadrunner's PPO.
 
-Reads top to bottom: config, network, policy (collect / eval modes over one model), the algorithm
-(reward scaling, GAE, minibatch epochs), registration.
+Reads top to bottom: config, policy (collect / eval modes over one model; its networks are in
+policy/actor_critic.py), the algorithm (reward scaling, GAE, minibatch epochs), registration.
 
 Recurrent policies (``recurrent``: policy/recurrent.py) learn from padded sequences
-(data/sequences.py) instead of shuffled steps; the network runs over the padding and only the real
+(data/minibatches.py) instead of shuffled steps; the network runs over the padding and only the real
 steps are kept, so every loss, the entropy and the KL see exactly the steps a feed-forward update
 would. The mirror loss (``mirror``: policy/mirror.py) is one more term in the same minibatch loss.
 """
@@ -12,7 +12,7 @@ would. The mirror loss (``mirror``: policy/mirror.py) is one more term in the sa
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, ClassVar, Iterator, Literal
+from typing import Any, Callable, ClassVar, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -25,17 +25,17 @@ from relayrl.config import AlgoConfig
 from relayrl.core import Algorithm, Policy
 from relayrl.data.dtypes import stored_dtype, to_stored, to_tensor
 from relayrl.data.gae import compute_gae
-from relayrl.data.sequences import chunk, minibatches, pad, split_trajectories
+from relayrl.data.minibatches import Epoch, sequence_minibatches, step_minibatches
 from relayrl.envs.masks import branch_sizes
 from relayrl.envs.packed import PackedDict
 from relayrl.errors import ConfigError, EnvError, NonFiniteError
 from relayrl.policy import distributions as D
+from relayrl.policy.actor_critic import build_model, logp_entropy, sample_actions
+from relayrl.policy.device import cpu_state, cpu_tree
 from relayrl.policy.encoder import EncoderRef
 from relayrl.policy.encoders import check_space, make_encoder
-from relayrl.policy.mirror import MirrorSpec, NormalizedMirror, TorchMirror
-from relayrl.policy.networks import mlp
+from relayrl.policy.mirror import MirrorSpec, NormalizedMirror, TorchMirror, mirror_terms
 from relayrl.policy.normalizer import RunningMeanStd
-from relayrl.policy.recurrent import RecurrentActorCritic
 from relayrl.types import Batch, Mode, PolicyOutput
 
 
@@ -140,76 +140,6 @@ class PPOConfig(AlgoConfig):
                               f"{name}.obs_norm=true, or leave {name}.update_norm at null")
 
 
-# ---------------------------------------------------------------- network
-
-
-class ActorCritic(nn.Module):
-    """Separate actor and critic MLPs; a state-independent log std for continuous actions."""
-
-    def __init__(self, obs_dim: int, act_dim: int, discrete: bool, cfg: PPOConfig):
-        super().__init__()
-        self.discrete = discrete
-        self.actor = mlp(obs_dim, cfg.hidden_sizes, act_dim, cfg.activation, out_gain=0.01)
-        self.critic = mlp(obs_dim, cfg.hidden_sizes, 1, cfg.activation, out_gain=1.0)
-        self.log_std = nn.Parameter(torch.full((act_dim,), cfg.log_std_init)) if not discrete else None
-
-    def actor_parameters(self) -> list[nn.Parameter]:
-        return [*self.actor.parameters(), *([self.log_std] if self.log_std is not None else [])]
-
-    def critic_parameters(self) -> list[nn.Parameter]:
-        return list(self.critic.parameters())
-
-    def logp_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return logp_entropy(self.actor(obs), actions, self.log_std)
-
-
-def logp_entropy(out: torch.Tensor, actions: torch.Tensor, log_std: torch.Tensor | None
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-probability of ``actions`` and entropy, from the actor's output (logits, or Gaussian means)."""
-    if log_std is None:
-        return D.categorical_logp_entropy(out, actions)
-    log_std = log_std.expand_as(out)
-    return D.gaussian_logp(out, log_std, actions), D.gaussian_entropy(log_std)
-
-
-class EncodedActorCritic(nn.Module):
-    """PPO's heads on your encoders (``encoder``): the actor and the critic each have their own, as the built-in
-    MLPs are separate (each trained by its own optimiser and gradient clip), with an MLP head of ``hidden_sizes``
-    on its features. ``actor(obs)`` and ``critic(obs)`` are called as ActorCritic's are."""
-
-    def __init__(self, actor_encoder: nn.Module, actor_features: int, critic_encoder: nn.Module,
-                 critic_features: int, act_dim: int, discrete: bool, cfg: PPOConfig):
-        super().__init__()
-        self.discrete = discrete
-        self.actor_encoder, self.critic_encoder = actor_encoder, critic_encoder
-        self.actor_head = mlp(actor_features, cfg.hidden_sizes, act_dim, cfg.activation, out_gain=0.01)
-        self.critic_head = mlp(critic_features, cfg.hidden_sizes, 1, cfg.activation, out_gain=1.0)
-        self.log_std = nn.Parameter(torch.full((act_dim,), cfg.log_std_init)) if not discrete else None
-
-    def actor(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.actor_head(self.actor_encoder(obs))
-
-    def critic(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic_head(self.critic_encoder(obs))
-
-    def actor_parameters(self) -> list[nn.Parameter]:
-        extra = [self.log_std] if self.log_std is not None else []
-        return [*self.actor_encoder.parameters(), *self.actor_head.parameters(), *extra]
-
-    def critic_parameters(self) -> list[nn.Parameter]:
-        return [*self.critic_encoder.parameters(), *self.critic_head.parameters()]
-
-    def logp_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return logp_entropy(self.actor(obs), actions, self.log_std)
-
-
-def build_model(obs_dim: int, act_dim: int, discrete: bool, cfg: PPOConfig) -> nn.Module:
-    if cfg.recurrent is None:
-        return ActorCritic(obs_dim, act_dim, discrete, cfg)
-    return RecurrentActorCritic(obs_dim, act_dim, discrete, cfg.recurrent, cfg.recurrent_hidden, cfg.shared_trunk,
-                                cfg.hidden_sizes, cfg.activation, cfg.log_std_init)
-
-
 # ---------------------------------------------------------------- policy
 
 
@@ -256,19 +186,11 @@ class PPOPolicy(Policy):
             self.high = act_space.high.astype(np.float32)
         # the actor's encoder: yours (encoder), a built-in one for images and categories, or None (flat: the MLPs)
         actor_encoder = make_encoder(cfg.encoder, obs_space, act_space, key, normalized=cfg.obs_norm)
-        if actor_encoder is None:
-            self.model = build_model(self.obs_dim, self.act_dim, self.discrete, cfg)
-        else:  # the critic has its own encoder, except for a recurrent policy's shared trunk
-            shared = cfg.recurrent is not None and cfg.shared_trunk
-            critic_encoder = None if shared else make_encoder(cfg.encoder, obs_space, act_space, key,
-                                                              normalized=cfg.obs_norm)
-            if cfg.recurrent is None:
-                self.model = EncodedActorCritic(*actor_encoder, *critic_encoder, self.act_dim, self.discrete, cfg)
-            else:
-                self.model = RecurrentActorCritic(
-                    actor_encoder[1], self.act_dim, self.discrete, cfg.recurrent, cfg.recurrent_hidden,
-                    cfg.shared_trunk, cfg.hidden_sizes, cfg.activation, cfg.log_std_init,
-                    encoders=(actor_encoder, critic_encoder))
+        critic_encoder = None  # the critic has its own encoder, except for a recurrent policy's shared trunk
+        if actor_encoder is not None and not (cfg.recurrent is not None and cfg.shared_trunk):
+            critic_encoder = make_encoder(cfg.encoder, obs_space, act_space, key, normalized=cfg.obs_norm)
+        self.model = build_model(self.obs_dim, self.act_dim, self.discrete, cfg,
+                                 None if actor_encoder is None else (actor_encoder, critic_encoder))
         # what the network reads: flattened observations, or [n, *obs_shape] as an encoder takes them
         self.obs_view: tuple[int, ...] = (-1,) if actor_encoder is None else self.obs_shape
         self.recurrent = cfg.recurrent is not None
@@ -305,48 +227,39 @@ class PPOPolicy(Policy):
     def act(self, obs: np.ndarray, mode: Mode = "collect", action_mask: np.ndarray | None = None) -> PolicyOutput:
         collect = mode == "collect"
         x = self.preprocess(obs, update=collect and self.update_norm, observe=collect)
-        xt = to_tensor(x).reshape(len(x), *self.obs_view)
+        xt = to_tensor(x, self.device).reshape(len(x), *self.obs_view)  # (the CPU: no copy)
         if self.recurrent:
             out, value, self._hidden[mode] = self.model(xt[:, None], self.hidden(mode, len(x)), critic=collect)
             out, value = out[:, 0], None if value is None else value[:, 0]
         else:
             out = self.model.actor(xt)
             value = self.model.critic(xt).squeeze(-1) if collect else None
+        if self.discrete and action_mask is not None:  # forbidden actions are never sampled nor chosen
+            out = D.mask_logits(out, torch.from_numpy(action_mask).to(out.device))  # (checked where masks enter)
+        action, logp = sample_actions(out, self.model.log_std, self.branches if self.multi else None, collect)
+        action_np = action.cpu().numpy()
         if self.discrete:
-            if action_mask is not None:  # forbidden actions are never sampled nor chosen (checked at the env
-                out = D.mask_logits(out, torch.from_numpy(action_mask))  # boundary, or by predict)
-            if self.multi:
-                action = D.multi_categorical_sample(out, self.branches) if collect else \
-                    D.multi_categorical_mode(out, self.branches)
-                logp = D.multi_categorical_logp_entropy(out, self.branches, action)[0] if collect else None
-            else:
-                action = D.categorical_sample(out) if collect else out.argmax(-1)
-                logp = D.categorical_logp(out, action) if collect else None
-            action_np = action.numpy()
             env_action = action_np + self.start if self.start.any() else action_np
         else:
-            std = self.model.log_std.exp()
-            action = out + std * torch.randn_like(out) if collect else out
-            logp = D.gaussian_logp(out, self.model.log_std.expand_as(out), action) if collect else None
-            action_np = action.numpy().reshape(len(x), *self.action_shape)
+            action_np = action_np.reshape(len(x), *self.action_shape)
             env_action = np.clip(action_np, self.low, self.high)
-        return PolicyOutput(action=action_np, env_action=env_action, logp=None if logp is None else logp.numpy(),
-                            value=None if value is None else value.numpy(), obs=x)
+        return PolicyOutput(action=action_np, env_action=env_action, logp=None if logp is None else logp.cpu().numpy(),
+                            value=None if value is None else value.cpu().numpy(), obs=x)
 
     @torch.inference_mode()
     def value(self, obs: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
         """V(obs). A recurrent policy continues the "collect" states of the envs ``rows`` ([n] bool;
         None: all) without advancing them: the value of a final or next observation."""
         x = self.preprocess(obs, update=False)
-        xt = to_tensor(x).reshape(len(x), *self.obs_view)
+        xt = to_tensor(x, self.device).reshape(len(x), *self.obs_view)
         if not self.recurrent:
-            return self.model.critic(xt).squeeze(-1).numpy()
+            return self.model.critic(xt).squeeze(-1).cpu().numpy()
         state = self._hidden.get("collect")
         if state is None:
             state = self.model.initial_state(len(x))
         elif rows is not None:
-            state = state[torch.from_numpy(rows)]
-        return self.model(xt[:, None], state)[1][:, 0].numpy()
+            state = state[torch.from_numpy(rows).to(state.device)]
+        return self.model(xt[:, None], state)[1][:, 0].cpu().numpy()
 
     def predict(self, obs: Any, state: np.ndarray | None = None, deterministic: bool = True,
                 action_mask: Any = None) -> Any:
@@ -360,8 +273,8 @@ class PPOPolicy(Policy):
         mode: Mode = "eval" if deterministic else "collect"
         saved, update_norm, self.update_norm = self._hidden.get(mode), self.update_norm, False
         if self.recurrent:
-            self._hidden[mode] = (self.model.initial_state(len(batch)) if state is None
-                                  else torch.as_tensor(np.asarray(state, np.float32)).reshape(len(batch), -1))
+            self._hidden[mode] = (self.model.initial_state(len(batch)) if state is None else torch.as_tensor(
+                np.asarray(state, np.float32), device=self.device).reshape(len(batch), -1))
         try:
             out = self.act(batch, mode, action_mask=mask)
             new_state = self._hidden.get(mode)
@@ -372,7 +285,7 @@ class PPOPolicy(Policy):
             else:
                 self._hidden[mode] = saved
         actions = out.env_action[0] if single else out.env_action
-        return (actions, new_state.numpy()) if self.recurrent else actions
+        return (actions, new_state.cpu().numpy()) if self.recurrent else actions
 
     def observe_only(self) -> None:
         self.update_norm = False  # statistics belong to the learner; workers use the copy it publishes
@@ -402,11 +315,19 @@ class PPOPolicy(Policy):
         if done is None:
             self._hidden.pop(mode, None)
         elif mode in self._hidden:
-            self._hidden[mode] = self._hidden[mode].masked_fill(torch.from_numpy(done)[:, None], 0.0)
+            state = self._hidden[mode]
+            self._hidden[mode] = state.masked_fill(torch.from_numpy(done).to(state.device)[:, None], 0.0)
+
+    def to(self, device: torch.device) -> None:
+        """Act and learn on ``device`` (the learner's; rollout workers' policies stay on the CPU)."""
+        self.device = device
+        self.model.to(device)
+        self._hidden = {mode: state.to(device) for mode, state in self._hidden.items()}
 
     def get_weights(self) -> dict[str, Any]:
-        """Model parameters plus observation statistics (everything `act` depends on)."""
-        state: dict[str, Any] = {"model": self.model.state_dict()}
+        """Model parameters (on the CPU, wherever the model is) plus observation statistics (everything `act`
+        depends on)."""
+        state: dict[str, Any] = {"model": cpu_state(self.model)}
         if self.obs_rms is not None:
             state["obs_rms"] = self.obs_rms.state_dict()
         return state
@@ -432,34 +353,46 @@ class PPO(Algorithm):
                               f"with ppo, or set {name}.recurrent=null")
         self.cfg = cfg
         self.policy = PPOPolicy(obs_space, act_space, cfg)
-        model = self.policy.model
-        # fused Adam: one kernel per step instead of a Python loop over parameters (~20% of an update here)
-        self.actor_optim = torch.optim.Adam(model.actor_parameters(), lr=cfg.actor_lr, eps=cfg.adam_eps, fused=True)
-        self.critic_optim = torch.optim.Adam(model.critic_parameters(), lr=cfg.critic_lr, eps=cfg.adam_eps,
-                                             fused=True)
+        self.actor_optim, self.critic_optim = self.optimizers()
         self.ret_rms = RunningMeanStd(()) if cfg.normalize_reward else None
         self._ret = np.zeros(num_envs, dtype=np.float64)
         self.mirror: TorchMirror | None = None
 
+    devices = ("cpu", "cuda")
+
+    def to(self, device: torch.device) -> None:
+        self.device = device
+        self.policy.to(device)
+        if self.mirror is not None:
+            self.mirror = self.mirror.to(device)
+        # new optimisers, on the parameters as moved (a move may replace them rather than move them in place); no
+        # state is lost: to() comes before any update or checkpoint (whose optimiser state then moves here)
+        self.actor_optim, self.critic_optim = self.optimizers()
+
+    def optimizers(self) -> tuple[torch.optim.Adam, torch.optim.Adam]:
+        """Adam for the actor's parameters and for the critic's. Fused (one kernel per step instead of a Python
+        loop over parameters: ~20% of an update on the CPU) where torch has the kernel: the CPU and CUDA."""
+        cfg, model, fused = self.cfg, self.policy.model, self.device.type in ("cpu", "cuda")
+        return (torch.optim.Adam(model.actor_parameters(), lr=cfg.actor_lr, eps=cfg.adam_eps, fused=fused),
+                torch.optim.Adam(model.critic_parameters(), lr=cfg.critic_lr, eps=cfg.adam_eps, fused=fused))
+
     def bind_env(self, env_id: str) -> None:
         """Resolve and check what depends on the env itself (the mirror spec), before training starts."""
-        policy = self.policy
+        policy, name = self.policy, type(self.cfg).__name__.removesuffix("Config").lower()  # ppo, appo
         if self.cfg.mirror <= 0:
             return
         if policy.obs_view not in ((-1,), (policy.obs_dim,)) or isinstance(policy.observation_space, PackedDict):
             # an image, a category or a Dict, not a vector to reflect
-            name = type(self.cfg).__name__.removesuffix("Config").lower()
             raise ConfigError(f"{name}.mirror reflects observation vectors (signed indices), but "
                               f"{policy.observation_space} observations are not one: set {name}.mirror=0")
         if policy.multi:
-            name = type(self.cfg).__name__.removesuffix("Config").lower()
             raise ConfigError(f"{name}.mirror swaps the options of one action, but {policy.action_space} has "
                               f"several branches: set {name}.mirror=0")
         spec = MirrorSpec.load(self.cfg.mirror_spec, env_id, policy.obs_dim, policy.act_dim)
         if policy.discrete and (spec.act_sign < 0).any():
             raise ConfigError(f"mirror spec {self.cfg.mirror_spec!r}: discrete actions can only be swapped, not "
                               f"negated, but the act: list has negative entries for {env_id}")
-        self.mirror = spec.torch()
+        self.mirror = spec.torch(self.device)
 
     # Rewards are scaled in collection order, so the running return sees steps as they happened.
     def scale_rewards(self, rollout: Batch) -> np.ndarray:
@@ -476,8 +409,10 @@ class PPO(Algorithm):
         self._ret[columns] = running
         return (rewards / self.ret_rms.std).astype(np.float32)
 
-    def targets(self, rollout: Batch, rewards: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Advantages and value targets: GAE per trajectory; truncated episodes bootstrap from V(final obs)."""
+    def targets(self, rollout: Batch, rewards: np.ndarray, steps: dict[str, torch.Tensor]
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """Advantages and value targets: GAE per trajectory; truncated episodes bootstrap from V(final obs).
+        (``steps``: ``device_steps(rollout)``, for targets that run the networks, as APPO's.)"""
         return compute_gae(rewards, rollout["value"], rollout["next_value"], rollout["terminated"],
                            rollout["truncated"], self.cfg.gamma, self.cfg.gae_lambda)
 
@@ -485,12 +420,10 @@ class PPO(Algorithm):
         cfg = self.cfg
         if cfg.mirror > 0 and self.mirror is None:
             raise ConfigError("ppo.mirror is on but no mirror spec was loaded: call bind_env(env_id) first")
-        adv, ret = self.targets(rollout, self.scale_rewards(rollout))
-        steps = {"obs": rollout["obs"], "action": rollout["action"], "logp": rollout["logp"],
-                 "value": rollout["value"], "advantage": adv, "return": ret}  # [T, N, ...] each
-        if "action_mask" in rollout:  # the loss uses the distribution the actions were sampled from
-            steps["action_mask"] = rollout["action_mask"]
-        epoch = self.sequence_minibatches(steps, rollout) if self.policy.recurrent else self.step_minibatches(steps)
+        steps = self.device_steps(rollout)
+        adv, ret = self.targets(rollout, self.scale_rewards(rollout), steps)
+        steps["advantage"], steps["return"] = self.tensor(adv), self.tensor(ret)
+        epoch = self.minibatches(steps, rollout)
 
         frac = max(0.0, 1.0 - progress)
         actor_lr = cfg.actor_lr * frac if cfg.anneal_lr else cfg.actor_lr
@@ -527,44 +460,26 @@ class PPO(Algorithm):
         self.policy.version += 1
         return metrics
 
-    # ---- minibatches: dicts of tensors, one row per real step ("obs" per step, or [B, L] sequences)
-    def step_minibatches(self, steps: dict[str, np.ndarray]) -> Callable[[], Iterator[dict[str, torch.Tensor]]]:
-        """Feed-forward: shuffled steps, ``batch_size`` each, the remainder left out."""
-        n = steps["advantage"].size
-        flat = {key: torch.from_numpy(value.reshape(n, *value.shape[2:])) for key, value in steps.items()
-                if key != "obs"}
-        flat["obs"] = to_tensor(steps["obs"]).reshape(n, *self.policy.obs_view)  # stored dtype, cast once per update
-        size = min(self.cfg.batch_size, n)
+    # ---- the rollout on the learner's device: it moves there once per learn(), as stored (the CPU: no copy)
+    def device_steps(self, rollout: Batch) -> dict[str, torch.Tensor]:
+        """What the loss reads of every step, [T, N, ...] each: "obs" as the network reads them (float32 of the
+        stored dtype: uint8 images move as uint8 and are cast on the device), "action", "logp", "value" and, when
+        the env masks actions, "action_mask" (the loss uses the distribution the actions were sampled from)."""
+        T, N = rollout["value"].shape
+        steps = {key: self.tensor(rollout[key]) for key in ("action", "logp", "value", "action_mask") if key in rollout}
+        steps["obs"] = to_tensor(rollout["obs"], self.device).reshape(T, N, *self.policy.obs_view)
+        return steps
 
-        def epoch() -> Iterator[dict[str, torch.Tensor]]:
-            perm = torch.randperm(n)
-            for start in range(0, n - size + 1, size):
-                idx = perm[start:start + size]
-                yield {key: value[idx] for key, value in flat.items()}
-        return epoch
+    def tensor(self, array: np.ndarray) -> torch.Tensor:
+        """``array`` on the learner's device, dtype kept (the CPU: shares its memory)."""
+        return torch.from_numpy(array).to(self.device)
 
-    def sequence_minibatches(self, steps: dict[str, np.ndarray], rollout: Batch
-                             ) -> Callable[[], Iterator[dict[str, torch.Tensor]]]:
-        """Recurrent: trajectories (cut into ``seq_len`` chunks), ``batch_trajectories`` at a time, padded.
-
-        "obs" is [B, L, obs_dim] ([B, L, *obs_shape] with an encoder) with padding, "hidden" [B, state_size]
-        the state stored at each sequence's first step, "mask" [B, L] marks the real steps; every other key
-        holds the real steps only, in the order ``out[mask]`` lists them.
-        """
-        segments = chunk(split_trajectories(rollout["terminated"] | rollout["truncated"]), self.cfg.seq_len)
-        T, N = steps["advantage"].shape
-        data = {key: torch.from_numpy(value) for key, value in steps.items() if key != "obs"}
-        data["obs"] = to_tensor(steps["obs"]).reshape(T, N, *self.policy.obs_view)
-        hidden = torch.from_numpy(rollout["hidden"])
-
-        def epoch() -> Iterator[dict[str, torch.Tensor]]:
-            for selection in minibatches(torch.randperm(len(segments)).numpy(), self.cfg.batch_trajectories):
-                t, col, mask = (torch.from_numpy(a) for a in pad(segments, selection))
-                mb = {key: value[t, col][mask] for key, value in data.items() if key != "obs"}
-                mb.update(obs=data["obs"][t, col], mask=mask,
-                          hidden=hidden[segments.start[selection], segments.column[selection]])
-                yield mb
-        return epoch
+    def minibatches(self, steps: dict[str, torch.Tensor], rollout: Batch) -> Epoch:
+        """One row per real step: shuffled steps, or [B, L] padded sequences (data/minibatches.py)."""
+        if not self.policy.recurrent:
+            return step_minibatches(steps, self.cfg.batch_size)
+        return sequence_minibatches(steps, self.tensor(rollout["hidden"]), rollout["terminated"] | rollout["truncated"],
+                                    self.cfg.seq_len, self.cfg.batch_trajectories)
 
     # ---- one gradient step on a minibatch
     def forward(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -578,7 +493,7 @@ class PPO(Algorithm):
     def loss(self, mb: dict[str, torch.Tensor], clip: float, reflect: Any = None
              ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The minibatch's total loss and its terms (with the approximate KL and the clip fraction)."""
-        cfg, model = self.cfg, self.policy.model
+        cfg = self.cfg
         out, value = self.forward(mb)
         # ---- clipped surrogate
         logp, entropy = self.policy.logp_entropy(out, mb["action"], mb.get("action_mask"))
@@ -628,45 +543,21 @@ class PPO(Algorithm):
 
     def mirror_terms(self, mb: dict[str, torch.Tensor], out: torch.Tensor, value: torch.Tensor,
                      reflect: Any) -> dict[str, torch.Tensor]:
-        """MSE between the mean action for s and the mirror of the mean action for mirror(s); with
-        ``mirror_critic`` also between V(s) and V(mirror(s)). Real steps only, like every other term."""
-        cfg, model = self.cfg, self.policy.model
-        mirrored_obs = reflect.obs(mb["obs"])
-        if self.policy.recurrent:
-            # A recurrent policy is symmetric when mirrored histories give mirrored actions. The state
-            # stored at a chunk's first step sums up a history whose mirror was never run, so the two
-            # sides are compared from the same episode-start (zero) state instead: the term is then
-            # exactly 0 for a symmetric policy wherever the chunk starts (the original side differs
-            # from ``out`` only for chunks that start mid-episode). Storing a mirrored state as well
-            # would double the network's work while collecting, for a term that only regularises.
-            both = torch.cat([mb["obs"], mirrored_obs])  # one pass over [2B, L] sequences
-            both_out, both_value, _ = model(both, model.initial_state(len(both)), critic=cfg.mirror_critic)
-            out, mirrored_out = (x[mb["mask"]] for x in both_out.chunk(2))
-            if cfg.mirror_critic:
-                value, mirrored_value = (x[mb["mask"]] for x in both_value.chunk(2))
-            else:
-                mirrored_value = None
-        else:
-            mirrored_out = model.actor(mirrored_obs)
-            mirrored_value = model.critic(mirrored_obs).squeeze(-1) if cfg.mirror_critic else None
-        mean, mirrored_mean = (x.softmax(-1) if self.policy.discrete else x for x in (out, mirrored_out))
-        terms = {"loss/mirror": (mean - reflect.act(mirrored_mean)).pow(2).mean()}
-        if mirrored_value is not None:
-            terms["loss/mirror_critic"] = (value - mirrored_value).pow(2).mean()
-        return terms
+        """The mirror-symmetry terms of ``mb`` (policy/mirror.py, ``mirror_terms``), real steps only."""
+        return mirror_terms(self.policy.model, mb["obs"], out, value, reflect, discrete=self.policy.discrete,
+                            critic=self.cfg.mirror_critic, mask=mb["mask"] if self.policy.recurrent else None)
 
     def reflection(self) -> Any:
         """The mirror of (normalised) observations and of actions, with the current statistics (None: off)."""
-        if self.mirror is None:
-            return None
-        obs_rms = self.policy.obs_rms
-        return self.mirror if obs_rms is None else NormalizedMirror(self.mirror, obs_rms)
+        if self.mirror is None or self.policy.obs_rms is None:
+            return self.mirror
+        return NormalizedMirror(self.mirror, self.policy.obs_rms)
 
     # ---- persistence: everything needed to continue training exactly
     def state_dict(self) -> dict[str, Any]:
-        state = {**self.policy.get_weights(), "version": self.policy.version,
-                 "actor_optim": self.actor_optim.state_dict(), "critic_optim": self.critic_optim.state_dict(),
-                 "ret": self._ret.copy()}
+        state = {**self.policy.get_weights(), "version": self.policy.version,  # (on the CPU, as the optimisers')
+                 "actor_optim": cpu_tree(self.actor_optim.state_dict()),
+                 "critic_optim": cpu_tree(self.critic_optim.state_dict()), "ret": self._ret.copy()}
         if self.ret_rms is not None:
             state["ret_rms"] = self.ret_rms.state_dict()
         return state
@@ -690,13 +581,14 @@ class PPO(Algorithm):
 
         def zeros(*rest: int, dtype: Any = np.float32) -> np.ndarray:
             return np.zeros((*shape, *rest), dtype=dtype)
-        rollout = {"terminated": zeros(dtype=bool), "truncated": zeros(dtype=bool)}
+        rollout = {"terminated": zeros(dtype=bool), "truncated": zeros(dtype=bool), "logp": zeros(), "value": zeros(),
+                   "obs": zeros(*policy.obs_shape, dtype=policy.obs_dtype),
+                   "action": zeros(*policy.action_shape, dtype=policy.action_dtype)}
         if policy.recurrent:
             rollout["hidden"] = zeros(policy.state_size)
-        steps = {"obs": zeros(*policy.obs_shape, dtype=policy.obs_dtype),
-                 "action": zeros(*policy.action_shape, dtype=policy.action_dtype),
-                 **{key: zeros() for key in ("logp", "value", "advantage", "return")}}
-        epoch = clone.sequence_minibatches(steps, rollout) if policy.recurrent else clone.step_minibatches(steps)
+        steps = clone.device_steps(rollout)
+        steps["advantage"], steps["return"] = clone.tensor(zeros()), clone.tensor(zeros())
+        epoch = clone.minibatches(steps, rollout)
         mb, reflect = next(iter(epoch())), clone.reflection()
         return lambda: clone.update(mb, self.cfg.clip, reflect)
 

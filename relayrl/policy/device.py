@@ -8,6 +8,8 @@ the algorithm learns on it, else the CPU.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -36,3 +38,15 @@ def resolve_device(requested: str, supported: tuple[str, ...], algo: str) -> tor
 def cpu_state(module: nn.Module) -> dict[str, torch.Tensor]:
     """``module.state_dict()`` on the CPU (the tensors themselves when they already are: no copy)."""
     return {key: value.cpu() for key, value in module.state_dict().items()}
+
+
+def cpu_tree(state: Any) -> Any:
+    """A nested state (dicts, lists, tuples; an optimiser's ``state_dict()``) with every tensor on the CPU (the
+    tensors themselves when they already are) and everything else as it is."""
+    if isinstance(state, torch.Tensor):
+        return state.cpu()
+    if isinstance(state, dict):
+        return {key: cpu_tree(value) for key, value in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(cpu_tree(value) for value in state)
+    return state

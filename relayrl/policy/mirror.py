@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -93,18 +93,24 @@ class MirrorSpec:
                 raise ConfigError(f"mirror spec file {source!r} must hold exactly two lists, obs: and act:")
         return cls.from_config(data["obs"], data["act"], obs_size, act_size)
 
-    def torch(self) -> "TorchMirror":
-        return TorchMirror(self)
+    def torch(self, device: torch.device | None = None) -> "TorchMirror":
+        return TorchMirror(self, device)
 
 
 class TorchMirror:
-    """The reflection as tensor ops: ``obs(x)`` and ``act(a)`` mirror the last dimension."""
+    """The reflection as tensor ops on ``device`` (the learner's; None: the CPU): ``obs(x)`` and ``act(a)``
+    mirror the last dimension."""
 
-    def __init__(self, spec: MirrorSpec):
-        self.obs_index = torch.as_tensor(spec.obs_index)
-        self.obs_sign = torch.as_tensor(spec.obs_sign, dtype=torch.float32)
-        self.act_index = torch.as_tensor(spec.act_index)
-        self.act_sign = torch.as_tensor(spec.act_sign, dtype=torch.float32)
+    def __init__(self, spec: MirrorSpec, device: torch.device | None = None):
+        self.spec = spec
+        self.obs_index = torch.as_tensor(spec.obs_index, device=device)
+        self.obs_sign = torch.as_tensor(spec.obs_sign, dtype=torch.float32, device=device)
+        self.act_index = torch.as_tensor(spec.act_index, device=device)
+        self.act_sign = torch.as_tensor(spec.act_sign, dtype=torch.float32, device=device)
+
+    def to(self, device: torch.device) -> "TorchMirror":
+        """The same reflection on ``device``."""
+        return TorchMirror(self.spec, device)
 
     def obs(self, x: torch.Tensor) -> torch.Tensor:
         return x[..., self.obs_index] * self.obs_sign
@@ -118,13 +124,15 @@ class NormalizedMirror:
 
     Reflecting normalised values directly would be wrong unless the statistics are themselves
     symmetric (a left knee's mean angle need not equal the right's, and a negated entry's mean
-    does not negate), so the raw observation is reflected, with the statistics of this update.
+    does not negate), so the raw observation is reflected, with the statistics of this update (on the
+    mirror's device).
     """
 
     def __init__(self, mirror: TorchMirror, rms):
         self.mirror, self.act = mirror, mirror.act
-        self.mean = torch.as_tensor(rms.mean, dtype=torch.float32).reshape(-1)
-        self.std = torch.as_tensor(rms.std, dtype=torch.float32).reshape(-1)
+        device = mirror.obs_sign.device
+        self.mean = torch.as_tensor(rms.mean, dtype=torch.float32, device=device).reshape(-1)
+        self.std = torch.as_tensor(rms.std, dtype=torch.float32, device=device).reshape(-1)
         self.clip = rms.clip
 
     def obs(self, x: torch.Tensor) -> torch.Tensor:
@@ -137,3 +145,35 @@ def mirror_loss(mean_action: Callable[[torch.Tensor], torch.Tensor], obs: torch.
     """MSE between the policy's action for each state and the mirror of its action for the mirrored
     state: zero exactly when the policy commutes with the reflection."""
     return (mean_action(obs) - mirror.act(mean_action(mirror.obs(obs)))).pow(2).mean()
+
+
+def mirror_terms(model: Any, obs: torch.Tensor, out: torch.Tensor, value: torch.Tensor, reflect: Any, *,
+                 discrete: bool, critic: bool, mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """PPO's mirror terms for its actor-critic (policy/actor_critic.py; with ``mask``, the [B, L] real steps of
+    padded sequences, the recurrent one of policy/recurrent.py): the MSE between the mean action for s (from
+    ``out``, the actor's output for ``obs``, real steps only) and the mirror of the mean action for mirror(s)
+    (``reflect``: a TorchMirror or NormalizedMirror); with ``critic`` also between V(s) (``value``) and
+    V(mirror(s)). Mean actions of ``discrete`` actions are the probabilities."""
+    mirrored_obs = reflect.obs(obs)
+    if mask is not None:
+        # A recurrent policy is symmetric when mirrored histories give mirrored actions. The state
+        # stored at a chunk's first step sums up a history whose mirror was never run, so the two
+        # sides are compared from the same episode-start (zero) state instead: the term is then
+        # exactly 0 for a symmetric policy wherever the chunk starts (the original side differs
+        # from ``out`` only for chunks that start mid-episode). Storing a mirrored state as well
+        # would double the network's work while collecting, for a term that only regularises.
+        both = torch.cat([obs, mirrored_obs])  # one pass over [2B, L] sequences
+        both_out, both_value, _ = model(both, model.initial_state(len(both)), critic=critic)
+        out, mirrored_out = (x[mask] for x in both_out.chunk(2))
+        if critic:
+            value, mirrored_value = (x[mask] for x in both_value.chunk(2))
+        else:
+            mirrored_value = None
+    else:
+        mirrored_out = model.actor(mirrored_obs)
+        mirrored_value = model.critic(mirrored_obs).squeeze(-1) if critic else None
+    mean, mirrored_mean = (x.softmax(-1) if discrete else x for x in (out, mirrored_out))
+    terms = {"loss/mirror": (mean - reflect.act(mirrored_mean)).pow(2).mean()}
+    if mirrored_value is not None:
+        terms["loss/mirror_critic"] = (value - mirrored_value).pow(2).mean()
+    return terms

@@ -73,8 +73,8 @@ class RecurrentActorCritic(nn.Module):
         return [*encoder, *rnn, *self.critic_head.parameters()]
 
     def initial_state(self, n: int) -> torch.Tensor:
-        """The state at an episode's start: zeros."""
-        return torch.zeros(n, self.state_size)
+        """The state at an episode's start: zeros, on the device the layers are on."""
+        return torch.zeros(n, self.state_size, device=self.actor_rnn.weight_hh_l0.device)
 
     def forward(self, obs: torch.Tensor, state: torch.Tensor, critic: bool = True
                 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:

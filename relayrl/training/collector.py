@@ -80,7 +80,7 @@ class OnPolicyCollector(SampleSource):
     def collect(self) -> Batch:
         store, policy, venv = self.store, self.policy, self.venv
         for t in range(self.num_steps):
-            hidden = policy.hidden("collect", venv.num_envs).numpy() if self.recurrent else None
+            hidden = policy.hidden("collect", venv.num_envs).cpu().numpy() if self.recurrent else None
             out = policy.act_masked(self._obs, "collect", self._mask)
             result = venv.step(out.env_action)
             store.add(t, out.obs, out.action, out.logp, out.value,

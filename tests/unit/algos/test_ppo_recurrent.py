@@ -8,10 +8,11 @@ import pytest
 import torch
 import yaml
 
-from relayrl.algos.ppo import PPO, NormalizedMirror, logp_entropy
+from relayrl.algos.ppo import PPO, NormalizedMirror
 from relayrl.config import build_config
 from relayrl.data.sequences import chunk, split_trajectories
 from relayrl.errors import ConfigError
+from relayrl.policy.actor_critic import logp_entropy
 from relayrl.policy.mirror import MirrorSpec, mirror_loss
 from relayrl.policy.normalizer import RunningMeanStd
 
@@ -55,10 +56,10 @@ def fake_rollout(algo, T=10, N=3, obs_dim=3, seed=0):
 
 def one_minibatch(algo, rollout):
     """Every sequence of the rollout in one padded minibatch (batch_trajectories is large)."""
-    adv, ret = algo.targets(rollout, rollout["reward"])
-    steps = {"obs": rollout["obs"], "action": rollout["action"], "logp": rollout["logp"],
-             "value": rollout["value"], "advantage": adv, "return": ret}
-    batches = list(algo.sequence_minibatches(steps, rollout)())
+    steps = algo.device_steps(rollout)
+    adv, ret = algo.targets(rollout, rollout["reward"], steps)
+    steps["advantage"], steps["return"] = torch.from_numpy(adv), torch.from_numpy(ret)
+    batches = list(algo.minibatches(steps, rollout)())
     assert len(batches) == 1
     return batches[0], adv, ret
 

@@ -16,9 +16,9 @@ from torch import nn
 import relayrl
 from relayrl.algos import get_algo
 from relayrl.algos.dqn import QNetwork
-from relayrl.algos.ppo import ActorCritic
 from relayrl.config import build_config
 from relayrl.errors import EnvError
+from relayrl.policy.actor_critic import ActorCritic
 from relayrl.policy.encoders import (NatureCNN, OneHot, SmallCNN, choose, image_layout, make_encoder)
 
 Box, Discrete, MultiDiscrete = gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete

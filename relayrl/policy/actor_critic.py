@@ -1,0 +1,114 @@
+"""PPO's networks: the actor-critic a PPO (or APPO) policy learns with.
+
+- ``ActorCritic``: separate actor and critic MLPs on flattened observations.
+- ``EncodedActorCritic``: the same MLP heads on encoders (yours, ``<algo>.encoder``, or a built-in CNN, one-hot or
+  Dict encoder: policy/encoders.py), one encoder each.
+- ``RecurrentActorCritic`` (policy/recurrent.py): LSTM or GRU layers under the heads.
+
+``build_model`` picks one from the config; ``sample_actions`` and ``logp_entropy`` read the actor's output as a
+distribution (categorical logits, one block per MultiDiscrete branch, or Gaussian means with the log std).
+Every model has ``actor_parameters()`` and ``critic_parameters()``, one optimiser each.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from relayrl.policy import distributions as D
+from relayrl.policy.networks import mlp
+from relayrl.policy.recurrent import RecurrentActorCritic
+
+if TYPE_CHECKING:  # (the config lives with the algorithm, which imports this module)
+    from relayrl.algos.ppo import PPOConfig
+
+
+class ActorCritic(nn.Module):
+    """Separate actor and critic MLPs; a state-independent log std for continuous actions."""
+
+    def __init__(self, obs_dim: int, act_dim: int, discrete: bool, cfg: PPOConfig):
+        super().__init__()
+        self.discrete = discrete
+        self.actor = mlp(obs_dim, cfg.hidden_sizes, act_dim, cfg.activation, out_gain=0.01)
+        self.critic = mlp(obs_dim, cfg.hidden_sizes, 1, cfg.activation, out_gain=1.0)
+        self.log_std = nn.Parameter(torch.full((act_dim,), cfg.log_std_init)) if not discrete else None
+
+    def actor_parameters(self) -> list[nn.Parameter]:
+        return [*self.actor.parameters(), *([self.log_std] if self.log_std is not None else [])]
+
+    def critic_parameters(self) -> list[nn.Parameter]:
+        return list(self.critic.parameters())
+
+    def logp_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return logp_entropy(self.actor(obs), actions, self.log_std)
+
+
+def logp_entropy(out: torch.Tensor, actions: torch.Tensor, log_std: torch.Tensor | None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probability of ``actions`` and entropy, from the actor's output (logits, or Gaussian means)."""
+    if log_std is None:
+        return D.categorical_logp_entropy(out, actions)
+    log_std = log_std.expand_as(out)
+    return D.gaussian_logp(out, log_std, actions), D.gaussian_entropy(log_std)
+
+
+def sample_actions(out: torch.Tensor, log_std: torch.Tensor | None, branches: tuple[int, ...] | None, sample: bool
+                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Actions from the actor's output and their log-probability: drawn when ``sample``, else the most likely ones
+    (no log-probability). Categorical logits when ``log_std`` is None (``branches``: a MultiDiscrete action's,
+    side by side, actions [n, B]), else Gaussian means."""
+    if log_std is not None:
+        action = out + log_std.exp() * torch.randn_like(out) if sample else out
+        return action, D.gaussian_logp(out, log_std.expand_as(out), action) if sample else None
+    if branches is not None:
+        action = D.multi_categorical_sample(out, branches) if sample else D.multi_categorical_mode(out, branches)
+        return action, D.multi_categorical_logp_entropy(out, branches, action)[0] if sample else None
+    action = D.categorical_sample(out) if sample else out.argmax(-1)
+    return action, D.categorical_logp(out, action) if sample else None
+
+
+class EncodedActorCritic(nn.Module):
+    """PPO's heads on your encoders (``encoder``): the actor and the critic each have their own, as the built-in
+    MLPs are separate (each trained by its own optimiser and gradient clip), with an MLP head of ``hidden_sizes``
+    on its features. ``actor(obs)`` and ``critic(obs)`` are called as ActorCritic's are."""
+
+    def __init__(self, actor_encoder: nn.Module, actor_features: int, critic_encoder: nn.Module,
+                 critic_features: int, act_dim: int, discrete: bool, cfg: PPOConfig):
+        super().__init__()
+        self.discrete = discrete
+        self.actor_encoder, self.critic_encoder = actor_encoder, critic_encoder
+        self.actor_head = mlp(actor_features, cfg.hidden_sizes, act_dim, cfg.activation, out_gain=0.01)
+        self.critic_head = mlp(critic_features, cfg.hidden_sizes, 1, cfg.activation, out_gain=1.0)
+        self.log_std = nn.Parameter(torch.full((act_dim,), cfg.log_std_init)) if not discrete else None
+
+    def actor(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.actor_head(self.actor_encoder(obs))
+
+    def critic(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic_head(self.critic_encoder(obs))
+
+    def actor_parameters(self) -> list[nn.Parameter]:
+        extra = [self.log_std] if self.log_std is not None else []
+        return [*self.actor_encoder.parameters(), *self.actor_head.parameters(), *extra]
+
+    def critic_parameters(self) -> list[nn.Parameter]:
+        return [*self.critic_encoder.parameters(), *self.critic_head.parameters()]
+
+    def logp_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return logp_entropy(self.actor(obs), actions, self.log_std)
+
+
+def build_model(obs_dim: int, act_dim: int, discrete: bool, cfg: PPOConfig,
+                encoders: tuple[tuple[nn.Module, int], tuple[nn.Module, int] | None] | None = None) -> nn.Module:
+    """The model ``cfg`` asks for. ``encoders``: (actor encoder, its F) and (critic encoder, its F), or None for a
+    recurrent policy's shared trunk (``obs_dim`` is then unused); None: the MLPs read flattened observations."""
+    if cfg.recurrent is None:
+        if encoders is None:
+            return ActorCritic(obs_dim, act_dim, discrete, cfg)
+        return EncodedActorCritic(*encoders[0], *encoders[1], act_dim, discrete, cfg)
+    if encoders is not None:
+        obs_dim = encoders[0][1]
+    return RecurrentActorCritic(obs_dim, act_dim, discrete, cfg.recurrent, cfg.recurrent_hidden, cfg.shared_trunk,
+                                cfg.hidden_sizes, cfg.activation, cfg.log_std_init, encoders=encoders)
