@@ -223,10 +223,11 @@ class RunConfig(Section):
     """Stop once the eval mean return reaches this (null: the env's reward_threshold, if any)."""
     save_freq: int = Field(-1, ge=-1)
     """Keep a periodic checkpoint every this many updates (-1: only best and last)."""
-    threads: int = Field(1, ge=-1)
-    """torch threads for the learner (0: torch's default; -1: the fastest of 1, 2, 4, ... up to the
-    cores, by timing a few updates of the algorithm's network size at start, roadrunner's
-    backprop_workers). One is fastest for small MLPs."""
+    threads: int | None = Field(None, ge=-1)
+    """torch threads for the learner (0: torch's default, one per core; -1: the fastest of 1, 2, 4, ... up
+    to the cores, by timing a few updates of the algorithm's network size at start, roadrunner's
+    backprop_workers). null: one per core (up to 4) for image observations (a CNN's convolutions gain
+    from more threads), 1 otherwise (one is fastest for small MLPs). config.yaml records the count used."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where the learner's networks and each update's batch live (auto: CUDA when torch finds a CUDA
     device and the algorithm learns on it, else the CPU). Rollout workers act on the CPU with the

@@ -90,10 +90,10 @@ class RemoteWorker:
         self._steps_this_version = 0
         self._paced_since: float | None = None
         self.pace_timeouts = 0
-        if config.threads > 0:  # (as the trainer: one torch thread is fastest for small networks, and many
-            import torch          # threads that spin on a busy machine make every step slow)
+        if config.threads is None or config.threads > 0:  # (one torch thread acts fastest on small networks, and
+            import torch  # many threads that spin on a busy machine make every step slow; null: 1 here)
 
-            torch.set_num_threads(config.threads)
+            torch.set_num_threads(config.threads or 1)
         self.worker = RolloutWorker(0, config, config.seed)
         self.client: RelayClient | None = None
         try:

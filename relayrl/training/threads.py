@@ -16,10 +16,13 @@ import sys
 import time
 from typing import Any, Callable
 
+import gymnasium as gym
 import torch
 from torch import nn
 
 from relayrl.config import RunConfig
+from relayrl.envs.packed import PackedDict
+from relayrl.policy.encoders import is_image
 from relayrl.policy.networks import mlp
 
 
@@ -59,6 +62,16 @@ def pick_threads(hidden: list[int], batch_size: int, obs_dim: int = 64, passes: 
         loss.backward()
         optim.step()
     return time_threads(step, passes, max_threads)
+
+
+IMAGE_THREADS = 4  # at most, for a CNN learner: one per core up to this
+
+
+def default_threads(space: gym.Space) -> int:
+    """``threads: null``: one per core (up to ``IMAGE_THREADS``) when the observations hold an image, which a
+    CNN reads (measured on 2 cores: DQN on MinAtar ~15% faster, PPO on Pong 1.5x), else 1."""
+    leaves = [field.space for field in space.fields] if isinstance(space, PackedDict) else [space]
+    return min(os.cpu_count() or 1, IMAGE_THREADS) if any(is_image(leaf) for leaf in leaves) else 1
 
 
 def resolve_threads(config: RunConfig, algo: Any) -> RunConfig:

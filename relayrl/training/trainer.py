@@ -39,7 +39,7 @@ from relayrl.training.offpolicy import ReplayRounds, replay_layout
 from relayrl.training.onpolicy import OnPolicyRounds
 from relayrl.training.progress import ProgressDisplay
 from relayrl.training.rounds import Rounds
-from relayrl.training.threads import resolve_threads
+from relayrl.training.threads import default_threads, resolve_threads
 
 log = logging.getLogger("relayrl")
 
@@ -130,6 +130,8 @@ class Trainer:
         if resume and run_dir is None:
             raise CheckpointError("resume needs the run directory to continue")
         self.run_dir = Path(run_dir) if run_dir is not None else new_run_dir(config.env.id, config.algo)
+        if config.threads is None:  # by the observations: torch's default for images, 1 for vectors
+            config = config.model_copy(update={"threads": default_threads(experience.observation_space)})
         if config.threads > 0:  # (-1 is resolved below, by timing the algorithm once it exists)
             torch.set_num_threads(config.threads)
         torch.manual_seed(config.seed)

@@ -1,14 +1,17 @@
-"""threads=-1: the learner's torch thread count picked by timing."""
+"""The learner's torch thread count: picked by timing (threads=-1), or by the observations (null)."""
 
 from __future__ import annotations
 
 import os
 
+import gymnasium as gym
+import numpy as np
 import torch
 
 from relayrl.config import build_config
 from relayrl.core import Algorithm
-from relayrl.training.threads import pick_threads, resolve_threads
+from relayrl.envs.packed import PackedDict
+from relayrl.training.threads import IMAGE_THREADS, default_threads, pick_threads, resolve_threads
 
 
 def test_pick_threads_times_each_count_and_restores_torch():
@@ -39,3 +42,13 @@ def test_threads_minus_one_resolves_to_a_count_and_others_stay(capsys):
     assert resolved.threads >= 1 and "threads=-1 picked" in capsys.readouterr().err
     same = build_config("ppo", None, ["threads=2"])
     assert resolve_threads(same, NoTimingStep()) is same
+
+
+def test_threads_null_gives_a_cnn_learner_a_thread_per_core_and_an_mlp_one():
+    cores = min(os.cpu_count() or 1, IMAGE_THREADS)
+    image = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    vector = gym.spaces.Box(-1, 1, (8,), np.float32)
+    assert default_threads(image) == cores and default_threads(vector) == 1
+    assert default_threads(PackedDict(gym.spaces.Dict({"camera": image, "speed": vector}))) == cores
+    assert default_threads(PackedDict(gym.spaces.Dict({"a": vector, "b": gym.spaces.Discrete(3)}))) == 1
+    assert build_config("ppo").threads is None  # resolved by the trainer, which records the count
