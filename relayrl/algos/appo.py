@@ -69,8 +69,9 @@ class APPO(PPO):
         actions = steps["action"].reshape(n, *steps["action"].shape[2:])
         mask = steps.get("action_mask")
         mask = None if mask is None else mask.reshape(n, -1)
-        logp, _ = self.policy.logp_entropy(model.actor(obs), actions, mask)
-        values = model.critic(obs).squeeze(-1).cpu().numpy().reshape(T, N)
+        out, values = model.actor_critic(obs)
+        logp, _ = self.policy.logp_entropy(out, actions, mask)
+        values = values.cpu().numpy().reshape(T, N)
         log_rhos = logp.cpu().numpy().reshape(T, N) - rollout["logp"]
         done = rollout["terminated"] | rollout["truncated"]
         next_values = np.array(rollout["next_value"], dtype=np.float32)

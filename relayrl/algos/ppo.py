@@ -100,7 +100,7 @@ class PPOConfig(AlgoConfig):
     encoder: EncoderRef = None
     """Your own network: "package.module:function", a function (observation_space, action_space) returning a
     torch.nn.Module that maps observations [n, *obs_shape] (float32) to features [n, F]; the actor and the
-    critic each get one (two calls; a recurrent policy's shared_trunk one), with hidden_sizes MLP heads on top
+    critic share one (one call; shared_trunk=false: two, one each), with hidden_sizes MLP heads on top
     (docs/library.md, "Your own network"). null: the built-in choice from the observation space (docs/library.md,
     "Built-in encoders"): a CNN for images, one-hot for Discrete and MultiDiscrete, MLPs on flat observations."""
     log_std_init: float = 0.0
@@ -110,9 +110,11 @@ class PPOConfig(AlgoConfig):
     MLP heads on top of the recurrent layer; an encoder (yours, or a built-in CNN or one-hot) feeds the layer."""
     recurrent_hidden: int = Field(64, ge=1)
     """Units of each recurrent layer."""
-    shared_trunk: bool = False
-    """One recurrent layer feeds both the actor and the critic head (trained by the actor's optimiser,
-    with the value loss's gradient too); false: the critic has its own layer."""
+    shared_trunk: bool | None = None
+    """One trunk feeds both the actor and the critic head: the encoder (a CNN, a Dict's encoders, yours) and a
+    recurrent policy's recurrent layer, trained by the actor's optimiser with the value loss's gradient too;
+    false: the critic has its own. null: shared when the observations go through an encoder (a CNN then runs
+    once per observation, as in SB3's CnnPolicy), separate for the MLPs on flat vectors."""
     seq_len: int = Field(16, ge=0)
     """Recurrent updates: chunk length in steps; each chunk starts from the hidden state stored when its
     first step was collected. 0: whole trajectories (cut only by the rollout's ends)."""
@@ -186,11 +188,14 @@ class PPOPolicy(Policy):
             self.high = act_space.high.astype(np.float32)
         # the actor's encoder: yours (encoder), a built-in one for images and categories, or None (flat: the MLPs)
         actor_encoder = make_encoder(cfg.encoder, obs_space, act_space, key, normalized=cfg.obs_norm)
-        critic_encoder = None  # the critic has its own encoder, except for a recurrent policy's shared trunk
-        if actor_encoder is not None and not (cfg.recurrent is not None and cfg.shared_trunk):
+        # one trunk for both heads (null: wherever there is an encoder), else the critic has its own encoder
+        self.shared_trunk = cfg.shared_trunk if cfg.shared_trunk is not None else actor_encoder is not None
+        critic_encoder = None
+        if actor_encoder is not None and not self.shared_trunk:
             critic_encoder = make_encoder(cfg.encoder, obs_space, act_space, key, normalized=cfg.obs_norm)
         self.model = build_model(self.obs_dim, self.act_dim, self.discrete, cfg,
-                                 None if actor_encoder is None else (actor_encoder, critic_encoder))
+                                 None if actor_encoder is None else (actor_encoder, critic_encoder),
+                                 shared=self.shared_trunk)
         # what the network reads: flattened observations, or [n, *obs_shape] as an encoder takes them
         self.obs_view: tuple[int, ...] = (-1,) if actor_encoder is None else self.obs_shape
         self.recurrent = cfg.recurrent is not None
@@ -231,9 +236,10 @@ class PPOPolicy(Policy):
         if self.recurrent:
             out, value, self._hidden[mode] = self.model(xt[:, None], self.hidden(mode, len(x)), critic=collect)
             out, value = out[:, 0], None if value is None else value[:, 0]
+        elif collect:
+            out, value = self.model.actor_critic(xt)
         else:
-            out = self.model.actor(xt)
-            value = self.model.critic(xt).squeeze(-1) if collect else None
+            out, value = self.model.actor(xt), None
         if self.discrete and action_mask is not None:  # forbidden actions are never sampled nor chosen
             out = D.mask_logits(out, torch.from_numpy(action_mask).to(out.device))  # (checked where masks enter)
         action, logp = sample_actions(out, self.model.log_std, self.branches if self.multi else None, collect)
@@ -488,7 +494,7 @@ class PPO(Algorithm):
         if self.policy.recurrent:
             out, value, _ = model(mb["obs"], mb["hidden"])
             return out[mb["mask"]], value[mb["mask"]]  # padding is dropped here, before any loss
-        return model.actor(mb["obs"]), model.critic(mb["obs"]).squeeze(-1)
+        return model.actor_critic(mb["obs"])
 
     def loss(self, mb: dict[str, torch.Tensor], clip: float, reflect: Any = None
              ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

@@ -2,7 +2,7 @@
 
 - ``ActorCritic``: separate actor and critic MLPs on flattened observations.
 - ``EncodedActorCritic``: the same MLP heads on encoders (yours, ``<algo>.encoder``, or a built-in CNN, one-hot or
-  Dict encoder: policy/encoders.py), one encoder each.
+  Dict encoder: policy/encoders.py), one shared by both heads (``shared_trunk``, the default) or one each.
 - ``RecurrentActorCritic`` (policy/recurrent.py): LSTM or GRU layers under the heads.
 
 ``build_model`` picks one from the config; ``sample_actions`` and ``logp_entropy`` read the actor's output as a
@@ -41,6 +41,10 @@ class ActorCritic(nn.Module):
     def critic_parameters(self) -> list[nn.Parameter]:
         return list(self.critic.parameters())
 
+    def actor_critic(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The actor's output and the value [n] of each observation."""
+        return self.actor(obs), self.critic(obs).squeeze(-1)
+
     def logp_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return logp_entropy(self.actor(obs), actions, self.log_std)
 
@@ -70,45 +74,60 @@ def sample_actions(out: torch.Tensor, log_std: torch.Tensor | None, branches: tu
 
 
 class EncodedActorCritic(nn.Module):
-    """PPO's heads on your encoders (``encoder``): the actor and the critic each have their own, as the built-in
-    MLPs are separate (each trained by its own optimiser and gradient clip), with an MLP head of ``hidden_sizes``
-    on its features. ``actor(obs)`` and ``critic(obs)`` are called as ActorCritic's are."""
+    """PPO's heads on encoders (yours, ``encoder``, or a built-in one), with an MLP head of ``hidden_sizes`` each on
+    the features. ``critic_encoder`` None: one encoder feeds both heads (``shared_trunk``, the default with an
+    encoder, as SB3's CnnPolicy and CleanRL's Atari PPO: a CNN runs once per observation), trained by the actor's
+    optimiser with the value loss's gradient too; else the critic has its own. ``actor(obs)``, ``critic(obs)`` and
+    ``actor_critic(obs)`` are called as ActorCritic's are."""
 
-    def __init__(self, actor_encoder: nn.Module, actor_features: int, critic_encoder: nn.Module,
+    def __init__(self, actor_encoder: nn.Module, actor_features: int, critic_encoder: nn.Module | None,
                  critic_features: int, act_dim: int, discrete: bool, cfg: PPOConfig):
         super().__init__()
         self.discrete = discrete
-        self.actor_encoder, self.critic_encoder = actor_encoder, critic_encoder
+        self.actor_encoder, self.critic_encoder = actor_encoder, critic_encoder  # (None: no keys in the state)
+        self.shared = critic_encoder is None
         self.actor_head = mlp(actor_features, cfg.hidden_sizes, act_dim, cfg.activation, out_gain=0.01)
-        self.critic_head = mlp(critic_features, cfg.hidden_sizes, 1, cfg.activation, out_gain=1.0)
+        self.critic_head = mlp(actor_features if self.shared else critic_features, cfg.hidden_sizes, 1,
+                               cfg.activation, out_gain=1.0)
         self.log_std = nn.Parameter(torch.full((act_dim,), cfg.log_std_init)) if not discrete else None
 
     def actor(self, obs: torch.Tensor) -> torch.Tensor:
         return self.actor_head(self.actor_encoder(obs))
 
     def critic(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic_head(self.critic_encoder(obs))
+        return self.critic_head((self.actor_encoder if self.shared else self.critic_encoder)(obs))
+
+    def actor_critic(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The actor's output and the value [n] of each observation (a shared encoder runs once)."""
+        if not self.shared:
+            return self.actor(obs), self.critic(obs).squeeze(-1)
+        features = self.actor_encoder(obs)
+        return self.actor_head(features), self.critic_head(features).squeeze(-1)
 
     def actor_parameters(self) -> list[nn.Parameter]:
         extra = [self.log_std] if self.log_std is not None else []
         return [*self.actor_encoder.parameters(), *self.actor_head.parameters(), *extra]
 
     def critic_parameters(self) -> list[nn.Parameter]:
-        return [*self.critic_encoder.parameters(), *self.critic_head.parameters()]
+        encoder = [] if self.shared else [*self.critic_encoder.parameters()]
+        return [*encoder, *self.critic_head.parameters()]
 
     def logp_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return logp_entropy(self.actor(obs), actions, self.log_std)
 
 
 def build_model(obs_dim: int, act_dim: int, discrete: bool, cfg: PPOConfig,
-                encoders: tuple[tuple[nn.Module, int], tuple[nn.Module, int] | None] | None = None) -> nn.Module:
-    """The model ``cfg`` asks for. ``encoders``: (actor encoder, its F) and (critic encoder, its F), or None for a
-    recurrent policy's shared trunk (``obs_dim`` is then unused); None: the MLPs read flattened observations."""
+                encoders: tuple[tuple[nn.Module, int], tuple[nn.Module, int] | None] | None = None,
+                shared: bool = False) -> nn.Module:
+    """The model ``cfg`` asks for. ``encoders``: (actor encoder, its F) and (critic encoder, its F), or None with
+    a shared trunk (``obs_dim`` is then unused); None: the MLPs read flattened observations. ``shared``: one trunk
+    (the encoder, and a recurrent policy's recurrent layer) feeds both heads."""
     if cfg.recurrent is None:
         if encoders is None:
             return ActorCritic(obs_dim, act_dim, discrete, cfg)
-        return EncodedActorCritic(*encoders[0], *encoders[1], act_dim, discrete, cfg)
+        critic = (None, 0) if encoders[1] is None else encoders[1]
+        return EncodedActorCritic(*encoders[0], *critic, act_dim, discrete, cfg)
     if encoders is not None:
         obs_dim = encoders[0][1]
-    return RecurrentActorCritic(obs_dim, act_dim, discrete, cfg.recurrent, cfg.recurrent_hidden, cfg.shared_trunk,
+    return RecurrentActorCritic(obs_dim, act_dim, discrete, cfg.recurrent, cfg.recurrent_hidden, shared,
                                 cfg.hidden_sizes, cfg.activation, cfg.log_std_init, encoders=encoders)

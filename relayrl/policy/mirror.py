@@ -170,8 +170,7 @@ def mirror_terms(model: Any, obs: torch.Tensor, out: torch.Tensor, value: torch.
         else:
             mirrored_value = None
     else:
-        mirrored_out = model.actor(mirrored_obs)
-        mirrored_value = model.critic(mirrored_obs).squeeze(-1) if critic else None
+        mirrored_out, mirrored_value = model.actor_critic(mirrored_obs) if critic else (model.actor(mirrored_obs), None)
     mean, mirrored_mean = (x.softmax(-1) if discrete else x for x in (out, mirrored_out))
     terms = {"loss/mirror": (mean - reflect.act(mirrored_mean)).pow(2).mean()}
     if mirrored_value is not None:

@@ -29,11 +29,12 @@ def changed(module: torch.nn.Module, before: list[torch.Tensor]) -> bool:
     return any(not torch.equal(p, q) for p, q in zip(module.parameters(), before))
 
 
-ON_POLICY = [("ppo", {}), ("ppo", {"recurrent": "gru"}), ("ppo", {"recurrent": "lstm", "shared_trunk": True}),
-             ("appo", {})]
+ON_POLICY = [("ppo", {}), ("ppo", {"shared_trunk": False}), ("ppo", {"recurrent": "gru", "shared_trunk": False}),
+             ("ppo", {"recurrent": "lstm"}), ("appo", {})]
 
 
-@pytest.mark.parametrize("algo, options", ON_POLICY, ids=["ppo", "ppo-gru", "ppo-lstm-shared", "appo"])
+@pytest.mark.parametrize("algo, options", ON_POLICY, ids=["ppo", "ppo-separate", "ppo-gru-separate", "ppo-lstm",
+                                                          "appo"])
 @pytest.mark.parametrize("shape", [(6, 6, 3), (3, 6, 6)], ids=["last", "first"])
 def test_on_policy_algorithms_collect_images_and_a_learning_step_trains_their_cnns(algo, options, shape):
     torch.manual_seed(0)
@@ -47,6 +48,7 @@ def test_on_policy_algorithms_collect_images_and_a_learning_step_trains_their_cn
         collector.reset(seed=0)
         rollout = collector.collect()
     assert rollout["obs"].dtype == np.uint8 and rollout["obs"].shape == (16, 2, *shape)  # uint8 in the rollout
+    assert (model.critic_encoder is None) == (options.get("shared_trunk") is not False)  # shared by default
     encoders = [model.actor_encoder] + ([model.critic_encoder] if model.critic_encoder is not None else [])
     before = [snapshot(e) for e in encoders]
     metrics = learner.learn(rollout)
@@ -150,7 +152,8 @@ def test_on_policy_algorithms_run_on_discrete_observations(tmp_path, algo):
     run = relayrl.train(algo, "FrozenLake-v1", config, total_steps=256, seed=0, run_dir=tmp_path / "run",
                         tensorboard=False)
     assert run.summary["updates"] > 0 and run.summary["last_eval_return"] is not None
-    assert isinstance(relayrl.load(run.run_dir).model.critic_encoder, OneHot)
+    model = relayrl.load(run.run_dir).model
+    assert isinstance(model.actor_encoder, OneHot) and model.critic_encoder is None  # one trunk for both heads
 
 
 def test_the_mirror_loss_is_refused_for_observations_that_are_not_vectors():
