@@ -3,9 +3,9 @@ env and settings (learning Pong is not expected in a short run on 2 cores; this 
 
 Both step the same env object, relayrl's ``ALE/Pong-v5`` (Gymnasium's AtariPreprocessing: frame skip
 4, 84x84 grayscale, no-op starts; a 4-frame stack: [4, 84, 84] uint8), with the Nature CNN, 8 envs x
-128 steps, 4 epochs of minibatches of 256 (CleanRL's Atari settings). The actor and the critic each
-own a CNN on both sides (relayrl's feed-forward PPO has no shared encoder; SB3 gets
-``share_features_extractor=False``). The rate is env steps over the wall time of training alone
+128 steps, 4 epochs of minibatches of 256 (CleanRL's Atari settings). The actor and the critic share
+one CNN on both sides (each library's default), and each learner runs on its default torch threads
+(relayrl: one per core for images; SB3: torch's default). The rate is env steps over the wall time of training alone
 (relayrl: its last training event; SB3: ``learn`` without evaluation). Runs alternate in fresh processes.
 
     python benchmarks/atari_pong.py --steps 20480 --repeats 2
@@ -52,7 +52,7 @@ def run_sb3(steps: int, seed: int, manager: str) -> dict:
     vec = SubprocVecEnv if manager == "subproc" else DummyVecEnv
     env = make_vec_env(lambda: make(ENV_ID), n_envs=8, seed=seed, vec_env_cls=vec)
     model = PPO("CnnPolicy", env, n_steps=128, batch_size=256, n_epochs=4, learning_rate=2.5e-4, clip_range=0.1,
-                ent_coef=0.01, seed=seed, device="cpu", policy_kwargs=dict(share_features_extractor=False))
+                ent_coef=0.01, seed=seed, device="cpu")
     start = time.perf_counter()
     model.learn(total_timesteps=steps)
     return {"steps": model.num_timesteps, "seconds": time.perf_counter() - start}

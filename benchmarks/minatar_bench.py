@@ -3,7 +3,9 @@
 Both libraries train on the same env object (relayrl's ``MinAtar/<Game>-v1``: MinAtar's boolean
 [10, 10, C] planes) with the same network (relayrl's ``SmallCNN``, MinAtar's: 16 3x3 filters, a
 linear layer to 128; SB3 gets it as its features extractor through ``policy_kwargs``) and the same
-hyperparameters (below; MinAtar/CleanRL-style values, not either library's CartPole defaults). Both
+hyperparameters (below; MinAtar/CleanRL-style values, not either library's CartPole defaults). PPO's actor
+and critic share the CNN on both sides (each library's default with an image encoder); each learner uses
+its default torch threads (relayrl: one per core for images; SB3: torch's default). Both
 evaluate ``--eval-episodes`` deterministic episodes every ``--eval-every`` env steps; a run's curve is
 (env steps, wall time since training began, eval mean return). Each run is a fresh process, and the
 runs alternate between the libraries seed by seed, so both see the same machine conditions.
@@ -89,8 +91,7 @@ def run_sb3(algo: str, game: str, seed: int, steps: int, eval_every: int, episod
         env = make_vec_env(lambda: make(env_id), n_envs=8, seed=seed)
         model = SB3PPO("MlpPolicy", env, n_steps=128, batch_size=256, n_epochs=4, learning_rate=2.5e-4,
                        clip_range=0.2, ent_coef=0.01, gamma=0.99, gae_lambda=0.95, max_grad_norm=0.5, seed=seed,
-                       device="cpu", policy_kwargs=dict(features_extractor_class=SameCNN,
-                                                        share_features_extractor=False,
+                       device="cpu", policy_kwargs=dict(features_extractor_class=SameCNN,  # shared: both defaults
                                                         net_arch=dict(pi=[64, 64], vf=[64, 64]),
                                                         activation_fn=torch.nn.Tanh))
         freq = eval_every // 8

@@ -43,7 +43,7 @@ class ReplayLoopConfig(AlgoConfig):
     """Replay capacity in transitions."""
     replay_layout: Literal["auto", "plain", "frames"] = "auto"
     """How the replay keeps observations: "frames" holds every frame of obs and next_obs once (images),
-    "plain" one record per transition; auto: frames for images of 2 KB or more (data/replay/framestorage.py)."""
+    "plain" one record per transition; auto: frames for images of 4 KB or more (data/replay/framestorage.py)."""
     batch_size: int = Field(256, ge=1)
     """Minibatch size per update."""
     start_training: int = Field(1000, ge=0)

@@ -81,7 +81,7 @@ class OffPolicyCollector(SampleSource):
 
 def replay_layout(space: gym.Space, requested: str = "auto") -> str:
     """The replay layout for observations of ``space``: ``requested``, or for "auto" "frames" (each frame
-    held once) for images of 2 KB or more, else "plain"."""
+    held once) for images of 4 KB or more, else "plain"."""
     if requested != "auto":
         return requested
     if not isinstance(space, gym.spaces.Box):

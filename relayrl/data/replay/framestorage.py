@@ -6,7 +6,7 @@ An observation [k, H, W] (channel-first, k < W: a frame stack, or an image's cha
 new 7 KB frame instead of 56 KB (the previous observation's newest three frames and the
 next observation's shared with neighbours in the stream), and ``get`` returns exactly the arrays
 that were added. ``ReplayBuffer(layout="frames")`` uses it; ``choose_layout`` picks it for image
-observations (three or more dimensions) of 2 KB or more.
+observations (three or more dimensions) of 4 KB or more as stored.
 
 Items are numbered by a serial (the n-th row ever written; its item id is ``serial + capacity``).
 When frames do not repeat (observations that share nothing), the ring runs out of free slots before
@@ -36,13 +36,14 @@ def frames_of(shape: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
     return 1, tuple(shape)
 
 
-FRAMES_MIN_BYTES = 2048  # below this an observation is cheaper to copy twice than to intern
+FRAMES_MIN_BYTES = 4096  # below this an observation is cheaper to copy twice than to intern
 
 
 def choose_layout(obs_shape: tuple[int, ...] | None, itemsize: int = 1) -> str:
     """"frames" for image observations (three or more dimensions) of at least ``FRAMES_MIN_BYTES``, else
-    "plain". Small images (MinAtar's [10, 10, C] planes: 100 bytes a channel) cost little memory
-    either way, and the plain record adds and samples them faster (no interning, no indirection)."""
+    "plain" (``itemsize``: of the stored dtype). Small images (MinAtar's [10, 10, C] boolean planes, stored as
+    float32: 400 bytes a channel, up to 10 channels) cost little memory either way, and the plain record adds and
+    samples them faster (no interning, no indirection)."""
     if obs_shape is None or len(obs_shape) < 3:
         return "plain"
     return "frames" if int(np.prod(obs_shape)) * itemsize >= FRAMES_MIN_BYTES else "plain"

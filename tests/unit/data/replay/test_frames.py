@@ -145,7 +145,7 @@ def test_a_file_of_the_other_layout_is_refused_with_the_fix(tmp_path):
 
 
 def test_layout_choice():
-    assert choose_layout((4, 84, 84)) == "frames" and choose_layout((3, 32, 32)) == "frames"
+    assert choose_layout((4, 84, 84)) == "frames" and choose_layout((3, 64, 64)) == "frames"
     assert choose_layout((4,)) == "plain" and choose_layout((3, 8)) == "plain"
-    # small planes (MinAtar's [10, 10, C]) are cheaper to copy than to intern; their float32 versions are not
-    assert choose_layout((10, 10, 4)) == "plain" and choose_layout((10, 10, 6), itemsize=4) == "frames"
+    # small planes (MinAtar's [10, 10, C], booleans stored as float32) are cheaper to copy than to intern
+    assert choose_layout((10, 10, 10), itemsize=4) == "plain" and choose_layout((10, 10, 16), itemsize=4) == "frames"
