@@ -30,7 +30,7 @@ from relayrl.data.dtypes import stored_dtype, to_tensor
 from relayrl.envs.masks import branch_sizes
 from relayrl.errors import EnvError, NonFiniteError
 from relayrl.policy import distributions as D
-from relayrl.policy.device import cpu_state
+from relayrl.policy.device import cpu_state, cpu_tree
 from relayrl.policy.encoder import EncoderRef
 from relayrl.policy.encoders import check_space, make_encoder
 from relayrl.policy.networks import mlp
@@ -276,9 +276,10 @@ class DQN(Algorithm):
         return {"loss/td": loss.item(), "q_mean": q.mean().item(), "epsilon": self.policy.epsilon, "updates": 1.0}
 
     def state_dict(self) -> dict[str, Any]:
-        return {**self.policy.get_weights(), "target": self.target.state_dict(), "optim": self.optim.state_dict(),
-                "updates": self.updates, "version": self.policy.version, "epsilon": self.policy.epsilon,
-                "rng": self.policy.rng.bit_generator.state}
+        """Everything needed to continue training, on the CPU wherever the learner is."""
+        return cpu_tree({**self.policy.get_weights(), "target": self.target.state_dict(),
+                         "optim": self.optim.state_dict(), "updates": self.updates, "version": self.policy.version,
+                         "epsilon": self.policy.epsilon, "rng": self.policy.rng.bit_generator.state})
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.policy.set_weights(state, version=int(state["version"]))

@@ -22,7 +22,7 @@ from relayrl.algos import register
 from relayrl.config import ReplayLoopConfig
 from relayrl.core import Algorithm, Policy
 from relayrl.data.dtypes import stored_dtype, to_tensor
-from relayrl.policy.device import cpu_state
+from relayrl.policy.device import cpu_state, cpu_tree
 from relayrl.errors import EnvError, NonFiniteError
 from relayrl.policy.encoder import EncoderRef
 from relayrl.policy.encoders import check_space, make_encoder
@@ -284,10 +284,12 @@ class SAC(Algorithm):
                 "entropy": -logp.mean().item(), "q_mean": q.mean().item(), "updates": 1.0}
 
     def state_dict(self) -> dict[str, Any]:
-        return {**self.policy.get_weights(), "critic": self.critic.state_dict(), "target": self.target.state_dict(),
-                "log_alpha": self.log_alpha.detach().clone(), "actor_optim": self.actor_optim.state_dict(),
-                "critic_optim": self.critic_optim.state_dict(), "alpha_optim": self.alpha_optim.state_dict(),
-                "updates": self.updates, "version": self.policy.version, "rng": self.policy.rng.bit_generator.state}
+        """Everything needed to continue training, on the CPU wherever the learner is."""
+        return cpu_tree({**self.policy.get_weights(), "critic": self.critic.state_dict(),
+                         "target": self.target.state_dict(), "log_alpha": self.log_alpha.detach().clone(),
+                         "actor_optim": self.actor_optim.state_dict(), "critic_optim": self.critic_optim.state_dict(),
+                         "alpha_optim": self.alpha_optim.state_dict(), "updates": self.updates,
+                         "version": self.policy.version, "rng": self.policy.rng.bit_generator.state})
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.policy.set_weights(state, version=int(state["version"]))

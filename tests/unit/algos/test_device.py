@@ -108,6 +108,10 @@ def test_published_weights_are_cpu_tensors_wherever_the_learner_is(algo):
     weights = learner.policy.get_weights()
     tensors = [v for part in weights.values() if isinstance(part, dict) for v in part.values()]
     assert tensors and all(t.device.type == "cpu" for t in tensors)
+    state = flat_tensors(learner.state_dict())  # checkpoints too: networks, targets, optimiser state
+    assert state and all(t.device.type == "cpu" for t in state.values())
+    if not entry.on_policy:  # (after an update: the optimiser has state)
+        assert any("optim" in key for key in state)
     assert learner.policy.act(np.zeros((2, 3), np.float32), "eval").action.shape[0] == 2
 
 
