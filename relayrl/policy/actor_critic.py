@@ -12,7 +12,7 @@ Every model has ``actor_parameters()`` and ``critic_parameters()``, one optimise
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Literal, Protocol
 
 import torch
 from torch import nn
@@ -21,14 +21,20 @@ from relayrl.policy import distributions as D
 from relayrl.policy.networks import mlp
 from relayrl.policy.recurrent import RecurrentActorCritic
 
-if TYPE_CHECKING:  # (the config lives with the algorithm, which imports this module)
-    from relayrl.algos.ppo import PPOConfig
+class NetworkConfig(Protocol):
+    """What the networks read of a PPO (or APPO) config (algos/ppo.py's PPOConfig, which imports this module)."""
+
+    hidden_sizes: list[int]
+    activation: str
+    log_std_init: float
+    recurrent: Literal["lstm", "gru"] | None
+    recurrent_hidden: int
 
 
 class ActorCritic(nn.Module):
     """Separate actor and critic MLPs; a state-independent log std for continuous actions."""
 
-    def __init__(self, obs_dim: int, act_dim: int, discrete: bool, cfg: PPOConfig):
+    def __init__(self, obs_dim: int, act_dim: int, discrete: bool, cfg: NetworkConfig):
         super().__init__()
         self.discrete = discrete
         self.actor = mlp(obs_dim, cfg.hidden_sizes, act_dim, cfg.activation, out_gain=0.01)
@@ -81,7 +87,7 @@ class EncodedActorCritic(nn.Module):
     ``actor_critic(obs)`` are called as ActorCritic's are."""
 
     def __init__(self, actor_encoder: nn.Module, actor_features: int, critic_encoder: nn.Module | None,
-                 critic_features: int, act_dim: int, discrete: bool, cfg: PPOConfig):
+                 critic_features: int, act_dim: int, discrete: bool, cfg: NetworkConfig):
         super().__init__()
         self.discrete = discrete
         self.actor_encoder, self.critic_encoder = actor_encoder, critic_encoder  # (None: no keys in the state)
@@ -116,7 +122,7 @@ class EncodedActorCritic(nn.Module):
         return logp_entropy(self.actor(obs), actions, self.log_std)
 
 
-def build_model(obs_dim: int, act_dim: int, discrete: bool, cfg: PPOConfig,
+def build_model(obs_dim: int, act_dim: int, discrete: bool, cfg: NetworkConfig,
                 encoders: tuple[tuple[nn.Module, int], tuple[nn.Module, int] | None] | None = None,
                 shared: bool = False) -> nn.Module:
     """The model ``cfg`` asks for. ``encoders``: (actor encoder, its F) and (critic encoder, its F), or None with
