@@ -272,7 +272,8 @@ class PPOPolicy(Policy):
         """Feed-forward: the action(s) for one observation or a batch. Recurrent: ``(actions, state)``, the state
         given explicitly ([n, state_size], or None at an episode's start) and returned for the next call.
         ``action_mask``: the allowed actions (True = allowed), one row or one per observation (or a Dict
-        observation's ``action_mask`` entry, as ``Policy.predict``). Neither the observation statistics nor the collection and evaluation states change."""
+        observation's ``action_mask`` entry, as ``Policy.predict``). Neither the observation statistics nor the
+        collection and evaluation states change."""
         if not self.recurrent and state is not None:
             raise ConfigError("this PPO policy is feed-forward: predict(obs) takes no state")
         batch, single, mask = self.check_inputs(obs, action_mask)
