@@ -7,6 +7,8 @@ relayrl.train() does this (plus checkpoints, logging, resume and workers); here 
 
 import argparse
 
+import torch
+
 from relayrl.algos import get_algo
 from relayrl.config import build_config
 from relayrl.data.replay import ReplayBuffer
@@ -20,6 +22,7 @@ def main() -> None:
     parser.add_argument("--total-steps", type=int, default=40_000)
     args = parser.parse_args()
 
+    torch.manual_seed(0)  # the networks' initial weights (and epsilon's draws: they follow torch's seed)
     cfg = build_config("dqn").dqn  # DQN's defaults; build_config("dqn", {"dqn": {...}}) changes them
     venv = make_vec("CartPole-v1", num_envs=4)
     algo = get_algo("dqn").algo_cls(cfg, venv.single_observation_space, venv.single_action_space, venv.num_envs)

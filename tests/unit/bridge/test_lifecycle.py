@@ -84,6 +84,9 @@ def test_a_simulator_that_closes_is_not_kept_waiting_for_the_grace_period(tmp_pa
 TRAINER_AT_A_TERMINAL = textwrap.dedent(f"""
     import faulthandler, signal
     faulthandler.register(signal.SIGUSR1)  # the test asks for every thread's stack if this hangs
+    # Ctrl-C as at a terminal, even when pytest runs as a background job of a script, which starts with SIGINT
+    # ignored (and Python then installs no KeyboardInterrupt handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from relayrl.bridge import BridgeEnv
     env = BridgeEnv({ECHO!r}, timeout_s=20)
     print(env.proc.pid, flush=True)
@@ -108,7 +111,7 @@ def test_the_simulator_runs_in_its_own_session_so_ctrl_c_reaches_only_the_traine
         os.killpg(terminal.pid, signal.SIGINT)  # Ctrl-C: the terminal's foreground process group
         try:
             out, err = terminal.communicate(timeout=30)
-        except subprocess.TimeoutExpired:  # (seen once in ~20 CI runs: keep where it hung for the record)
+        except subprocess.TimeoutExpired:  # where it hung, for the record
             terminal.send_signal(signal.SIGUSR1)
             time.sleep(1.0)
             terminal.kill()
