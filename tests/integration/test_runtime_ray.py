@@ -128,7 +128,8 @@ def test_a_hung_worker_is_replaced_by_its_node_proxy(cluster, tmp_path):
 @pytest.mark.parametrize("algo,sets", [
     pytest.param("sac", ["sac.start_training=300", "sac.hidden_sizes=[32,32]"], marks=pytest.mark.extended),
     ("dqn", ["env.num_envs=2", "dqn.start_training=200", "dqn.hidden_sizes=[16]"]),
-    ("appo", ["env.num_envs=2", "appo.num_steps=32"]),
+    # (APPO's lagging workers are in the default suite on mp: test_runtime.py)
+    pytest.param("appo", ["env.num_envs=2", "appo.num_steps=32"], marks=pytest.mark.extended),
 ])
 def test_asynchronous_algorithms_run_on_ray_workers(cluster, tmp_path, algo, sets):
     config = build_config(algo, None, sets + ["backend=ray", "workers=2", "eval.freq=0", "eval.episodes=2",
