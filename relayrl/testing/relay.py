@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from relayrl.net.relay import Relay, RelayOptions
 
@@ -19,14 +19,8 @@ def running_relay(**options: Any) -> Iterator[Relay]:
     options.setdefault("peer_timeout_s", 2.0)
     relay = Relay(RelayOptions(**options))
     relay.address = relay.endpoint.removeprefix("tcp://")  # type: ignore[attr-defined]
-    stop = threading.Event()
-    thread = threading.Thread(target=relay.serve, args=(stop, None), daemon=True)
-    thread.start()
-    try:
+    with _in_thread(lambda stop: relay.serve(stop, None)):
         yield relay
-    finally:
-        stop.set()
-        thread.join(timeout=10)
 
 
 @contextmanager
@@ -34,12 +28,21 @@ def running_worker(worker: Any) -> Iterator[Any]:
     """A ``net.worker.RemoteWorker``'s ``run()`` in a thread once its client is connected (an AssertionError if it
     does not connect within 10 s); stopped, joined and closed on exit."""
     assert worker.client.wait_connected(10), "the worker did not reach the relay within 10 s"
+    try:
+        with _in_thread(lambda stop: worker.run(stop=stop, log=None)):
+            yield worker
+    finally:
+        worker.close(flush_timeout=0)
+
+
+@contextmanager
+def _in_thread(loop: Callable[[threading.Event], Any]) -> Iterator[None]:
+    """``loop(stop)`` in a daemon thread until the block ends: then ``stop`` is set and the thread joined."""
     stop = threading.Event()
-    thread = threading.Thread(target=worker.run, kwargs={"stop": stop, "log": None}, daemon=True)
+    thread = threading.Thread(target=loop, args=(stop,), daemon=True)
     thread.start()
     try:
-        yield worker
+        yield
     finally:
         stop.set()
         thread.join(timeout=10)
-        worker.close(flush_timeout=0)
