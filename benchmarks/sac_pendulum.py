@@ -1,7 +1,7 @@
 """Time to an eval mean of -200 on Pendulum-v1: relayrl's default SAC against Stable-Baselines3 SAC
 (its defaults, learning_starts 1000), both evaluating 5 deterministic episodes every 1,000 env steps.
 
-    python benchmarks/sac_pendulum.py --seeds 0 1
+    python benchmarks/sac_pendulum.py            # seeds 0-4
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def run_sb3(seed: int, budget: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--budget", type=int, default=20_000)
     parser.add_argument("--set", dest="sets", action="append", default=[], help="extra relayrl options")
     parser.add_argument("--only", choices=["relayrl", "sb3"], help="run one side only")

@@ -237,8 +237,11 @@ class DQN(Algorithm):
         # one online pass over [s; s'] serves both the prediction and the argmax (half the op overhead).
         # Branches (MultiDiscrete): Q of each branch's action [n, B], one target from the branches' mean.
         online = model(torch.cat([obs, next_obs])) if cfg.double else model(obs)
-        q = torch.stack([part.gather(-1, actions[:, b:b + 1]).squeeze(-1)
-                         for b, part in enumerate(online[:len(obs)].split(branches, -1))], -1)
+        if len(branches) == 1:
+            q = online[:len(obs)].gather(-1, actions)
+        else:
+            q = torch.stack([part.gather(-1, actions[:, b:b + 1]).squeeze(-1)
+                             for b, part in enumerate(online[:len(obs)].split(branches, -1))], -1)
         with torch.no_grad():
             next_mask = batch.get("next_action_mask")  # the max runs over the actions allowed at s'
             next_mask = None if next_mask is None else torch.from_numpy(next_mask).to(device)
@@ -253,9 +256,11 @@ class DQN(Algorithm):
             not_done = 1.0 - to_tensor(batch["terminated"], device)
             target = (to_tensor(batch["reward"], device) + to_tensor(batch["discount"], device) * not_done
                       * next_value)[:, None]
-        td = (q - target).abs().mean(-1)  # |TD error| (branches: their mean), the priority
-        weight = to_tensor(batch["weight"], device) if "weight" in batch else torch.ones_like(td)
-        loss = (weight[:, None] * F.smooth_l1_loss(q, target.expand_as(q), reduction="none")).mean()
+        if "weight" in batch:  # prioritized replay's importance weights
+            weight = to_tensor(batch["weight"], device)[:, None]
+            loss = (weight * F.smooth_l1_loss(q, target.expand_as(q), reduction="none")).mean()
+        else:
+            loss = F.smooth_l1_loss(q, target.expand_as(q))
         if not torch.isfinite(loss):
             raise NonFiniteError(f"DQN loss became {loss.item()}: lower lr, or check the rewards for NaN")
         self.optim.zero_grad(set_to_none=True)
@@ -271,7 +276,7 @@ class DQN(Algorithm):
                     p_t.lerp_(p, cfg.tau)
         elif self.updates % cfg.target_update_period == 0:
             self.target.load_state_dict(model.state_dict())
-        batch["priority"] = td.detach().abs().cpu().numpy()
+        batch["priority"] = (q.detach() - target).abs().mean(-1).cpu().numpy()  # |TD error| (branches: mean)
         self.policy.version += 1
         return {"loss/td": loss.item(), "q_mean": q.mean().item(), "epsilon": self.policy.epsilon, "updates": 1.0}
 

@@ -221,11 +221,15 @@ class SAC(Algorithm):
                                        self.policy.act_dim, cfg.hidden_sizes)
             self.target = copy.deepcopy(self.critic)
         self.target.requires_grad_(False)
-        self.log_alpha = torch.tensor(math.log(cfg.init_alpha), requires_grad=True)
+        self.log_alpha = torch.tensor(math.log(cfg.init_alpha), requires_grad=cfg.autotune)
         self.target_entropy = -float(self.policy.act_dim) if cfg.target_entropy is None else cfg.target_entropy
-        self.actor_optim = torch.optim.Adam(self.policy.actor.parameters(), lr=cfg.actor_lr, fused=True)
-        self.critic_optim = torch.optim.Adam(self.critic.parameters(), lr=cfg.critic_lr, fused=True)
-        self.alpha_optim = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr)
+        # one fused Adam, a parameter group each for the actor, the critics and the temperature: the three
+        # losses touch disjoint parameters, so one backward pass and one step serve all three
+        groups = [{"params": list(self.policy.actor.parameters()), "lr": cfg.actor_lr},
+                  {"params": list(self.critic.parameters()), "lr": cfg.critic_lr}]
+        if cfg.autotune:
+            groups.append({"params": [self.log_alpha], "lr": cfg.alpha_lr})
+        self.optim = torch.optim.Adam(groups, fused=True)
         self.updates = 0
 
     devices = ("cpu", "cuda")
@@ -233,9 +237,8 @@ class SAC(Algorithm):
     def to(self, device: torch.device) -> None:
         self.device = self.policy.device = device
         for net in (self.policy.actor, self.critic, self.target):
-            net.to(device)  # (parameters move in place: the optimisers keep them)
-        self.log_alpha = self.log_alpha.detach().to(device).requires_grad_(True)  # a new tensor: a new optimiser
-        self.alpha_optim = torch.optim.Adam([self.log_alpha], lr=self.cfg.alpha_lr)
+            net.to(device)  # (parameters move in place: the optimiser keeps them)
+        self.log_alpha.data = self.log_alpha.data.to(device)  # in place too, as Module.to moves parameters
 
     def learn(self, batch: Batch, progress: float = 0.0) -> dict[str, float]:
         cfg, actor = self.cfg, self.policy.actor
@@ -264,17 +267,11 @@ class SAC(Algorithm):
         if not torch.isfinite(loss):
             raise NonFiniteError(f"SAC loss became {loss.item()} (critic {critic_loss.item()}, actor "
                                  f"{actor_loss.item()}): lower the learning rates or check the rewards")
-        self.critic_optim.zero_grad(set_to_none=True)
-        self.actor_optim.zero_grad(set_to_none=True)
+        if cfg.autotune:  # ---- temperature toward the entropy target (its gradient reaches log_alpha only)
+            loss = loss - (self.log_alpha * (logp.detach() + self.target_entropy)).mean()
+        self.optim.zero_grad(set_to_none=True)
         loss.backward()
-        self.critic_optim.step()
-        self.actor_optim.step()
-        # ---- temperature toward the entropy target
-        if cfg.autotune:
-            alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
-            self.alpha_optim.zero_grad(set_to_none=True)
-            alpha_loss.backward()
-            self.alpha_optim.step()
+        self.optim.step()
         with torch.no_grad():
             torch._foreach_lerp_(list(self.target.parameters()), list(self.critic.parameters()), cfg.tau)
         self.updates += 1
@@ -287,8 +284,7 @@ class SAC(Algorithm):
         """Everything needed to continue training, on the CPU wherever the learner is."""
         return cpu_tree({**self.policy.get_weights(), "critic": self.critic.state_dict(),
                          "target": self.target.state_dict(), "log_alpha": self.log_alpha.detach().clone(),
-                         "actor_optim": self.actor_optim.state_dict(), "critic_optim": self.critic_optim.state_dict(),
-                         "alpha_optim": self.alpha_optim.state_dict(), "updates": self.updates,
+                         "optim": self.optim.state_dict(), "updates": self.updates,
                          "version": self.policy.version, "rng": self.policy.rng.bit_generator.state})
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -297,11 +293,32 @@ class SAC(Algorithm):
         self.target.load_state_dict(state["target"])
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
-        self.actor_optim.load_state_dict(state["actor_optim"])
-        self.critic_optim.load_state_dict(state["critic_optim"])
-        self.alpha_optim.load_state_dict(state["alpha_optim"])
+        if "optim" in state:
+            self.optim.load_state_dict(state["optim"])
+        else:  # a checkpoint of before 2026-11-25: an optimiser each for the actor, the critics, the temperature
+            parts = ["actor_optim", "critic_optim", "alpha_optim"][:len(self.optim.param_groups)]
+            self.optim.load_state_dict(merge_optimizer_states([state[k] for k in parts], self.optim))
         self.updates = int(state["updates"])
         self.policy.rng.bit_generator.state = state["rng"]
+
+
+def merge_optimizer_states(parts: list[dict[str, Any]], optim: torch.optim.Optimizer) -> dict[str, Any]:
+    """One optimiser's state dict from the state dicts of several, whose groups become its groups in order
+    (their parameters numbered on); the group options other than the learning rates and moments come
+    from ``optim`` (fused)."""
+    state: dict[int, Any] = {}
+    groups: list[dict[str, Any]] = []
+    offset = 0
+    for part in parts:
+        for key, value in part["state"].items():
+            state[int(key) + offset] = value
+        for group in part["param_groups"]:
+            mine = optim.param_groups[len(groups)]
+            keep = {k: group[k] for k in ("lr", "betas", "eps", "weight_decay", "amsgrad") if k in group}
+            groups.append({**{k: v for k, v in mine.items() if k != "params"}, **keep,
+                           "params": [int(p) + offset for p in group["params"]]})
+            offset += len(group["params"])
+    return {"state": state, "param_groups": groups}
 
 
 register("sac", SACConfig, SAC, SACPolicy, on_policy=False, defaults={"env": {"id": "Pendulum-v1", "num_envs": 1}})

@@ -96,3 +96,35 @@ def test_state_dict_round_trip():
     obs = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
     np.testing.assert_array_equal(algo.policy.act(obs, "eval").action, clone.policy.act(obs, "eval").action)
     assert clone.log_alpha.item() == algo.log_alpha.item()
+
+
+def test_a_checkpoint_with_three_optimisers_resumes_into_the_one_optimiser():
+    """Checkpoints written before 2026-11-25 hold an Adam each for the actor, the critics and the
+    temperature: their moments must land on the same parameters of today's single optimiser."""
+    old = make("sac.start_training=0")
+    actor, critic = list(old.policy.actor.parameters()), list(old.critic.parameters())
+    optims = {"actor_optim": torch.optim.Adam(actor, lr=1e-3, fused=True),
+              "critic_optim": torch.optim.Adam(critic, lr=2e-3, fused=True),
+              "alpha_optim": torch.optim.Adam([old.log_alpha], lr=3e-3)}
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        for p in [*actor, *critic, old.log_alpha]:
+            p.grad = torch.randn(p.shape, generator=generator)
+        for optim in optims.values():
+            optim.step()
+    state = old.state_dict()
+    del state["optim"]
+    state.update({k: o.state_dict() for k, o in optims.items()})
+    resumed = make("sac.start_training=0")
+    resumed.load_state_dict(state)
+    mine = [*resumed.policy.actor.parameters(), *resumed.critic.parameters(), resumed.log_alpha]
+    theirs = [(p, optims["actor_optim"]) for p in actor] + [(p, optims["critic_optim"]) for p in critic] \
+        + [(old.log_alpha, optims["alpha_optim"])]
+    for p, (q, optim) in zip(mine, theirs, strict=True):
+        torch.testing.assert_close(resumed.optim.state[p]["exp_avg"], optim.state[q]["exp_avg"])
+        torch.testing.assert_close(resumed.optim.state[p]["exp_avg_sq"], optim.state[q]["exp_avg_sq"])
+    assert [g["lr"] for g in resumed.optim.param_groups] == [1e-3, 2e-3, 3e-3]
+    assert all(g["fused"] for g in resumed.optim.param_groups)
+    resumed.learn({"obs": np.zeros((4, 3), np.float32), "action": np.zeros((4, 2), np.float32),
+                   "reward": np.ones(4, np.float32), "next_obs": np.zeros((4, 3), np.float32),
+                   "terminated": np.zeros(4, bool), "discount": np.full(4, 0.99, np.float32)})
