@@ -29,6 +29,7 @@ per-env kwargs, wrappers (``frame_stack``), render modes, env factories, ids wit
 from __future__ import annotations
 
 import importlib.util
+import warnings
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -225,15 +226,19 @@ class EnvPoolAdapter(NativeBackend):
             self.kwargs["max_episode_steps"] = max_episode_steps
         self.seed: int | None = None
         self.env = self._build(0)
-        self.single_observation_space = self.env.observation_space
-        self.single_action_space = self.env.action_space
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*precision lowered", category=UserWarning)
+            self.single_observation_space = self.env.observation_space
+            self.single_action_space = self.env.action_space
         self._ids = np.arange(num_envs, dtype=np.int32)
 
     def _build(self, seed: int) -> Any:
         import envpool
 
         try:
-            env = envpool.make_gymnasium(self.env_id, num_envs=self.num_envs, seed=seed, **self.kwargs)
+            with warnings.catch_warnings():  # its float64 Box bounds, cast to float32 by Gymnasium
+                warnings.filterwarnings("ignore", message=".*precision lowered", category=UserWarning)
+                env = envpool.make_gymnasium(self.env_id, num_envs=self.num_envs, seed=seed, **self.kwargs)
         except (TypeError, KeyError, ValueError, AssertionError) as exc:
             raise EnvError(f"EnvPool rejected {self.env_id!r} with kwargs {self.kwargs}: {exc}; fix env.kwargs in "
                            "the config") from None
