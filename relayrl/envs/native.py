@@ -171,37 +171,51 @@ class CartPoleAdapter(NativeBackend):
         self.num_envs = num_envs
         self.single_observation_space = self.inner.single_observation_space
         self.single_action_space = self.inner.single_action_space
+        # its step asserts action_space.contains(actions) on the batch, which costs as much as the physics
+        # (~18 µs of ~40 at 32 envs); NativeVectorEnv has checked shape, dtype and range already
+        self.inner.action_space = _Prechecked(self.inner.action_space.nvec)
         self.rngs: list[np.random.Generator] = []
 
-    def _draw(self, k: int) -> np.ndarray:
-        # CartPoleEnv.reset: self.np_random.uniform(low=low, high=high, size=(4,))
-        return self.rngs[k].uniform(low=self.inner.low, high=self.inner.high, size=(4,))
+    def _draw(self, rows: Any) -> np.ndarray:
+        """New states [4, len(rows)] of envs ``rows``, each from its own generator, drawn as CartPoleEnv.reset
+        draws ``np_random.uniform(low, high, size=(4,))``: numpy computes that as ``low + (high - low) * u``
+        with ``u = random(4)``, which is what this does (bit for bit; the sync parity test checks it), at a
+        third of uniform's per-call cost."""
+        low, high = self.inner.low, self.inner.high
+        u = np.stack([self.rngs[k].random(4) for k in rows], axis=1)
+        return low + (high - low) * u
 
     def reset(self, seed: int | None) -> np.ndarray:
         self.env.reset(seed=seed)  # bounds, step counters, the done flags
         if seed is not None or not self.rngs:
             self.rngs = [seeding.np_random(None if seed is None else seed + k)[0] for k in range(self.num_envs)]
         inner = self.inner
-        inner.state = np.stack([self._draw(k) for k in range(self.num_envs)], axis=1)
+        inner.state = self._draw(range(self.num_envs))
         return inner.state.T.astype(np.float32)
 
     def step(self, actions):
         obs, reward, terminated, truncated, _ = self.env.step(actions)
         done = terminated | truncated
-        if not done.any():
+        if not np.count_nonzero(done):  # (ndarray.any goes through a Python wrapper: ~1 µs more per call)
             return obs, reward, terminated, truncated, obs
         inner = self.inner
         rows = np.flatnonzero(done)
-        for k in rows:
-            inner.state[:, k] = self._draw(k)
+        inner.state[:, rows] = state = self._draw(rows)
         inner.steps[rows] = 0
         inner.prev_done[:] = False  # so its next step does not reset them again
         final_obs, obs = obs, obs.copy()
-        obs[rows] = inner.state[:, rows].T
+        obs[rows] = state.T
         return obs, reward, terminated, truncated, final_obs
 
     def close(self) -> None:
         self.env.close()
+
+
+class _Prechecked(gym.spaces.MultiDiscrete):
+    """A batch action space whose ``contains`` trusts its caller (NativeVectorEnv checked the actions)."""
+
+    def contains(self, x: Any) -> bool:
+        return True
 
 
 _GYM_ADAPTERS: dict[type, type[NativeBackend]] = {}
@@ -264,7 +278,7 @@ class EnvPoolAdapter(NativeBackend):
             obs, reward, terminated, truncated = obs[order], reward[order], terminated[order], truncated[order]
         terminated, truncated = terminated.astype(bool), truncated.astype(bool)
         done = terminated | truncated
-        if not done.any():
+        if not np.count_nonzero(done):
             return obs, reward.astype(np.float32), terminated, truncated, obs
         rows = np.flatnonzero(done).astype(np.int32)
         new, new_info = self.env.reset(rows)

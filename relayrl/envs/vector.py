@@ -107,7 +107,7 @@ def check_actions(spec: ActionSpec | gym.Space, actions: Any, count: int) -> np.
     if spec.integer:
         if actions.dtype.kind not in "iub":
             raise ActionError(f"actions have dtype {actions.dtype}, expected integers for {spec.space}")
-        if actions.size and ((actions < spec.low).any() or (actions > spec.high).any()):
+        if actions.size and (np.count_nonzero(actions < spec.low) or np.count_nonzero(actions > spec.high)):
             raise ActionError(f"actions out of range for {spec.space}: got values from {actions.min()} "
                               f"to {actions.max()}")
     elif actions.dtype.kind not in "fiu":
