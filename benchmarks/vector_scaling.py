@@ -16,8 +16,9 @@ Three parts (``--part``; each well under 3 minutes on the 2-core machine):
   this process's CPU seconds (both run in one thread), so other jobs on a shared machine cannot tilt the
   ratio; everything else is wall time.
 - ``ppo``: PPO's default config on CartPole-v1, ``--ppo-steps`` env steps (collect + updates + one final
-  evaluation), for num_envs 8, 16, 32, 64, on ``auto`` (native here) and ``sync``; beside them the raw
-  collection rate at that size (the ceiling of what collection alone could reach).
+  evaluation), for num_envs 8, 16, 32, 64, on ``auto`` (native here) and ``sync``, median of
+  ``--ppo-reps``; beside them the raw collection rate at that size (vector env + policy act: the ceiling of
+  what collection alone could reach) and the numpy vector env alone.
 
     python benchmarks/vector_scaling.py [--part envs|collect|ppo|all]
 """
@@ -206,10 +207,14 @@ def ppo_train_rate(n: int, manager: str, steps: int) -> float:
     return summary["env_steps"] / summary["wall_time_s"]
 
 
-def part_ppo(steps: int) -> None:
+def part_ppo(steps: int, reps: int) -> None:
     rows = []
     for n in (8, 16, 32, 64):
-        auto, sync = ppo_train_rate(n, "auto", steps), ppo_train_rate(n, "sync", steps)
+        autos, syncs = [], []
+        for _ in range(reps):  # alternating
+            autos.append(ppo_train_rate(n, "auto", steps))
+            syncs.append(ppo_train_rate(n, "sync", steps))
+        auto, sync = statistics.median(autos), statistics.median(syncs)
         raw = raw_collect_rate(n, max(200, 20_000 // n))
         bare = gym_rate(numpy_vector(n), n, 0.5)
         rows.append((n, auto, sync, raw, bare))
@@ -228,6 +233,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--ppo-steps", type=int, default=16_384)
+    parser.add_argument("--ppo-reps", type=int, default=3)
     parser.add_argument("--no-envpool", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(1)  # what the trainer uses for vector observations (config threads: null)
@@ -238,7 +244,7 @@ def main() -> None:
     if args.part in ("collect", "all"):
         part_collect(args.reps, args.seconds, args.workers)
     if args.part in ("ppo", "all"):
-        part_ppo(args.ppo_steps)
+        part_ppo(args.ppo_steps, args.ppo_reps)
 
 
 if __name__ == "__main__":
