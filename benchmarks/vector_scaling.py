@@ -17,7 +17,8 @@ Three parts (``--part``; each well under 3 minutes on the 2-core machine):
   ratio; everything else is wall time.
 - ``ppo``: PPO's default config on CartPole-v1, ``--ppo-steps`` env steps (collect + updates + one final
   evaluation), for num_envs 8, 16, 32, 64, on ``auto`` (native here) and ``sync``, median of
-  ``--ppo-reps``; beside them the raw collection rate at that size (vector env + policy act: the ceiling of
+  ``--ppo-reps``, with the rate of the runs' collection phases alone (the trainer's ``time/collect_s``);
+  beside them the raw collection rate at that size (vector env + policy act: the ceiling of
   what collection alone could reach) and the numpy vector env alone.
 
     python benchmarks/vector_scaling.py [--part envs|collect|ppo|all]
@@ -145,15 +146,15 @@ def ppo_policy():
     return get_algo("ppo").build_policy(cfg, probe.observation_space, probe.action_space), cfg
 
 
-def raw_collect_rate(n: int, vector_steps: int) -> float:
+def raw_collect_rate(n: int, vector_steps: int, clock: Callable[[], float] = time.process_time) -> float:
     """A bare loop: the numpy vector env's step and the PPO policy's act on the batch, nothing else."""
     policy, _ = ppo_policy()
     env = numpy_vector(n)
     obs, _ = env.reset(seed=0)
-    start = time.process_time()
+    start = clock()
     for _ in range(vector_steps):
         obs = env.step(policy.act(obs, "collect").env_action)[0]
-    return vector_steps * n / (time.process_time() - start)
+    return vector_steps * n / (clock() - start)
 
 
 def collector_rate(n: int, vector_steps: int, manager: str = "native") -> float:
@@ -194,8 +195,11 @@ def part_collect(reps: int, seconds: float, workers: int) -> None:
           f"auto (not native) picks {picked}: {({'subproc': s, 'sync': y}[picked]) / g:.2f}x gymnasium Sync")
 
 
-def ppo_train_rate(n: int, manager: str, steps: int) -> float:
+def ppo_train_rate(n: int, manager: str, steps: int) -> tuple[float, float]:
+    """(env steps per second of the whole run, env steps per second of its collection phases alone)."""
+    import json
     import tempfile
+    from pathlib import Path
 
     from relayrl.config import build_config
     from relayrl.launch import train
@@ -204,26 +208,31 @@ def ppo_train_rate(n: int, manager: str, steps: int) -> float:
                                         "eval.episodes=1", "eval.num_envs=1"], {"seed": 0, "total_steps": steps})
     with tempfile.TemporaryDirectory() as run_dir:
         summary = train(config, run_dir=run_dir, tensorboard=False)
-    return summary["env_steps"] / summary["wall_time_s"]
+        events = [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+    collect_s = sum(e["time/collect_s"] for e in events if "time/collect_s" in e)
+    return summary["env_steps"] / summary["wall_time_s"], summary["env_steps"] / collect_s
 
 
 def part_ppo(steps: int, reps: int) -> None:
     rows = []
     for n in (8, 16, 32, 64):
-        autos, syncs = [], []
+        runs: dict[str, list[tuple[float, float]]] = {"auto": [], "sync": []}
         for _ in range(reps):  # alternating
-            autos.append(ppo_train_rate(n, "auto", steps))
-            syncs.append(ppo_train_rate(n, "sync", steps))
-        auto, sync = statistics.median(autos), statistics.median(syncs)
-        raw = raw_collect_rate(n, max(200, 20_000 // n))
+            for manager in runs:
+                runs[manager].append(ppo_train_rate(n, manager, steps))
+        (auto, auto_collect), (sync, sync_collect) = (
+            tuple(statistics.median(x[i] for x in runs[m]) for i in (0, 1)) for m in ("auto", "sync"))
+        raw = raw_collect_rate(n, max(200, 20_000 // n), time.perf_counter)  # wall time, as the runs'
         bare = gym_rate(numpy_vector(n), n, 0.5)
-        rows.append((n, auto, sync, raw, bare))
-        print(f"  x{n}: PPO auto(native) {auto:,.0f}, PPO sync {sync:,.0f}, raw collection {raw:,.0f}, "
-              f"numpy vector env {bare:,.0f} steps/s", flush=True)
-    print("\n| num_envs | PPO train, auto (native) | PPO train, sync | raw collection (env + act) | numpy vector env |")
-    print("|---:|---:|---:|---:|---:|")
-    for n, auto, sync, raw, bare in rows:
-        print(f"| {n} | {auto:,.0f} | {sync:,.0f} | {raw:,.0f} | {bare:,.0f} |")
+        rows.append((n, auto, auto_collect, sync, sync_collect, raw, bare))
+        print(f"  x{n}: PPO auto(native) {auto:,.0f} (collecting {auto_collect:,.0f}), PPO sync {sync:,.0f} "
+              f"(collecting {sync_collect:,.0f}), raw collection {raw:,.0f}, numpy vector env {bare:,.0f} steps/s",
+              flush=True)
+    print("\n| num_envs | PPO train, auto (native) | its collection phases | PPO train, sync | its collection phases "
+          "| raw collection (env + act) | numpy vector env |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for n, *figures in rows:
+        print(f"| {n} | " + " | ".join(f"{x:,.0f}" for x in figures) + " |")
 
 
 def main() -> None:

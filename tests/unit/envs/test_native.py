@@ -159,3 +159,12 @@ def test_envpool_only_ids_go_native_under_auto_with_their_stop_value():
     assert native_stop_value("CartPole-v1") == 475.0
     with make_vec("Acrobot-v1", 2, manager="native", seed=0) as venv:  # asked for explicitly: EnvPool's port
         assert venv.source == "envpool" and venv.step(np.zeros(2, np.int64)).obs.shape == (2, 6)
+
+
+def test_the_cli_refuses_native_for_an_env_without_one_in_one_line(tmp_path, capsys):
+    from relayrl.cli import main
+
+    code = main(["train", "ppo", "--env", "relayrl.testing.envs:relayrl-test/SlowCartPole-v0", "--set",
+                 "env.manager=native", "--run-dir", str(tmp_path / "run"), "--quiet", "--no-tensorboard"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("relayrl: error:") == 1 and "no native vector implementation" in err, err
