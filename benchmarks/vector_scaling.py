@@ -98,6 +98,25 @@ def gym_rate(env: gym.vector.VectorEnv, n: int, seconds: float) -> float:
         env.close()
 
 
+def gym_transition_rate(env: gym.vector.VectorEnv, n: int, seconds: float) -> float:
+    """Like ``gym_rate``, counting transitions only: Gymnasium's vector envs autoreset on the next step, whose
+    rows for the envs that had just ended carry no transition (and cost a reset, not a step)."""
+    try:
+        env.reset(seed=0)
+        draw = random_actions(n)
+        ended = [np.zeros(n, bool)]
+
+        def step() -> int:
+            _, _, terminated, truncated, _ = env.step(draw())
+            real = n - int(np.count_nonzero(ended[0]))
+            ended[0] = terminated | truncated
+            return real
+
+        return timed(step, seconds)
+    finally:
+        env.close()
+
+
 def numpy_vector(n: int) -> gym.vector.VectorEnv:
     return gym.make_vec(ENV, n, vectorization_mode="vector_entry_point")
 
@@ -183,16 +202,19 @@ def part_collect(reps: int, seconds: float, workers: int) -> None:
     print(f"PPO collection, CartPole x{n}: raw (vector env + policy act) {statistics.median(raws):,.0f} steps/s, "
           f"relayrl collector on native {statistics.median(colls):,.0f} steps/s, median ratio "
           f"{statistics.median(ratios):.2f} (goal >= 0.8)")
-    sub, sync, gsync = [], [], []
+    sub, sync, gsync, gtrans = [], [], [], []
     for _ in range(reps):
         sub.append(relayrl_rate("subproc", n, seconds, workers=workers))
         sync.append(relayrl_rate("sync", n, seconds))
         gsync.append(gym_rate(gym.vector.SyncVectorEnv([lambda: gym.make(ENV)] * n), n, seconds))
-    s, y, g = (statistics.median(x) for x in (sub, sync, gsync))
+        gtrans.append(gym_transition_rate(gym.vector.SyncVectorEnv([lambda: gym.make(ENV)] * n), n, seconds))
+    s, y, g, t = (statistics.median(x) for x in (sub, sync, gsync, gtrans))
     picked = choose_manager(ENV, n, workers=workers)[0]
+    got = {"subproc": s, "sync": y}[picked]
     print(f"CartPole x{n} without native: relayrl subproc ({workers}w) {s:,.0f}, relayrl sync {y:,.0f}, "
-          f"gymnasium SyncVectorEnv {g:,.0f} steps/s; subproc/gym = {s / g:.2f}x, sync/gym = {y / g:.2f}x; "
-          f"auto (not native) picks {picked}: {({'subproc': s, 'sync': y}[picked]) / g:.2f}x gymnasium Sync")
+          f"gymnasium SyncVectorEnv {g:,.0f} steps/s ({t:,.0f} transitions/s without its autoreset steps); "
+          f"subproc/gym = {s / g:.2f}x, sync/gym = {y / g:.2f}x; auto (not native) picks {picked}: "
+          f"{got / g:.2f}x gymnasium Sync per step, {got / t:.2f}x per transition")
 
 
 def ppo_train_rate(n: int, manager: str, steps: int) -> tuple[float, float]:
