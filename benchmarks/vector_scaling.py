@@ -5,9 +5,9 @@ Three parts (``--part``; each well under 3 minutes on the 2-core machine):
 
 - ``envs``: CartPole-v1 with random actions, env steps/s for 8, 32, 128, 512 envs on relayrl's sync,
   subproc, async (2 workers) and native managers, Gymnasium's SyncVectorEnv and AsyncVectorEnv (one
-  process per env: up to 128), Gymnasium's numpy ``CartPoleVectorEnv`` stepped bare (the ceiling), and
-  EnvPool's CartPole bare and under the native manager when the envpool extra is installed. One timed
-  window of ``--seconds`` per figure, managers alternating within each size.
+  process per env: up to 32), Gymnasium's numpy ``CartPoleVectorEnv`` stepped bare (the ceiling), and
+  EnvPool's CartPole bare and under the native manager when the envpool extra is installed. The median
+  of ``--env-reps`` timed windows of ``--seconds``, the columns alternating within each size.
 - ``collect``: 32 envs; the raw rate (a bare loop of ``CartPoleVectorEnv.step`` + the PPO policy's
   ``act`` on the batch) against relayrl's ``OnPolicyCollector`` on the native manager, which adds the
   same-step autoreset, action checks, the rollout store, episode tracking and bootstrapping; and
@@ -127,7 +127,7 @@ def envpool_raw(n: int) -> gym.vector.VectorEnv:
     return envpool.make_gymnasium(ENV, num_envs=n, seed=0)
 
 
-def part_envs(seconds: float, workers: int, with_envpool: bool) -> None:
+def part_envs(seconds: float, workers: int, with_envpool: bool, reps: int) -> None:
     columns: dict[str, Callable[[int], float | None]] = {
         "numpy CartPoleVectorEnv (bare)": lambda n: gym_rate(numpy_vector(n), n, seconds),
         "relayrl native": lambda n: relayrl_rate("native", n, seconds),
@@ -136,16 +136,20 @@ def part_envs(seconds: float, workers: int, with_envpool: bool) -> None:
         f"relayrl async ({workers}w)": lambda n: relayrl_rate("async", n, seconds, workers=workers),
         "gymnasium SyncVectorEnv": lambda n: gym_rate(
             gym.vector.SyncVectorEnv([lambda: gym.make(ENV)] * n), n, seconds),
-        "gymnasium AsyncVectorEnv": lambda n: None if n > 128 else gym_rate(
+        "gymnasium AsyncVectorEnv": lambda n: None if n > 32 else gym_rate(
             gym.vector.AsyncVectorEnv([lambda: gym.make(ENV)] * n, shared_memory=True), n, seconds),
     }
     if with_envpool:
         columns["EnvPool (bare)"] = lambda n: gym_rate(envpool_raw(n), n, seconds)
         columns["relayrl native on EnvPool"] = lambda n: native_envpool_rate(n, seconds)
-    table = {name: {} for name in columns}
+    table: dict[str, dict[int, float | None]] = {name: {} for name in columns}
     for n in SIZES:
-        for name, rate in columns.items():
-            table[name][n] = rate(n)
+        samples: dict[str, list[float | None]] = {name: [] for name in columns}
+        for _ in range(reps):  # alternating, so a busy moment of the machine hits every column alike
+            for name, rate in columns.items():
+                samples[name].append(rate(n))
+        for name, values in samples.items():
+            table[name][n] = None if values[0] is None else statistics.median(values)
             shown = "—" if table[name][n] is None else f"{table[name][n]:,.0f}"
             print(f"  x{n:<4} {name:<32} {shown:>12} steps/s", flush=True)
     print("\n| manager | " + " | ".join(f"{n} envs" for n in SIZES) + " |")
@@ -260,7 +264,8 @@ def part_ppo(steps: int, reps: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", choices=["envs", "collect", "ppo", "all"], default="all")
-    parser.add_argument("--seconds", type=float, default=0.6, help="timed window per env-throughput figure")
+    parser.add_argument("--seconds", type=float, default=0.3, help="timed window per env-throughput sample")
+    parser.add_argument("--env-reps", type=int, default=3, help="env-throughput samples per figure (median)")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--ppo-steps", type=int, default=16_384)
@@ -271,7 +276,7 @@ def main() -> None:
     from relayrl.envs.native import envpool_ids
 
     if args.part in ("envs", "all"):
-        part_envs(args.seconds, args.workers, bool(envpool_ids()) and not args.no_envpool)
+        part_envs(args.seconds, args.workers, bool(envpool_ids()) and not args.no_envpool, args.env_reps)
     if args.part in ("collect", "all"):
         part_collect(args.reps, args.seconds, args.workers)
     if args.part in ("ppo", "all"):
