@@ -63,62 +63,68 @@ def random_actions(n: int) -> Callable[[], np.ndarray]:
     return draw
 
 
-def relayrl_rate(manager: str, n: int, seconds: float, **kw) -> float:
-    with make_vec(ENV, n, manager=manager, seed=0, **kw) as venv:
-        draw = random_actions(n)
-        if manager == "async":
-            venv.send(draw())
-
-            def step() -> int:
-                result = venv.recv()
-                venv.send(draw()[:len(result.env_ids)])
-                return len(result.env_ids)
-        else:
-            def step() -> int:
-                venv.step(draw())
-                return n
-        return timed(step, seconds)
+Stepper = tuple[Callable[[], int], Callable[[], None]]  # (one step: the env steps it made, close)
 
 
-def native_envpool_rate(n: int, seconds: float) -> float:
-    from relayrl.envs.native import NativeVectorEnv
-
-    with NativeVectorEnv(ENV, n, source="envpool") as venv:
-        venv.reset(seed=0)
-        draw = random_actions(n)
-        return timed(lambda: (venv.step(draw()), n)[1], seconds)
-
-
-def gym_rate(env: gym.vector.VectorEnv, n: int, seconds: float) -> float:
-    try:
-        env.reset(seed=0)
-        draw = random_actions(n)
-        return timed(lambda: (env.step(draw()), n)[1], seconds)
-    finally:
-        env.close()
-
-
-def gym_transition_rate(env: gym.vector.VectorEnv, n: int, seconds: float) -> float:
-    """Like ``gym_rate``, counting transitions only: Gymnasium's vector envs autoreset on the next step, whose
-    rows for the envs that had just ended carry no transition (and cost a reset, not a step)."""
-    try:
-        env.reset(seed=0)
-        draw = random_actions(n)
-        ended = [np.zeros(n, bool)]
+def relayrl_stepper(manager: str, n: int, **kw) -> Stepper:
+    venv = make_vec(ENV, n, manager=manager, seed=0, **kw)
+    draw = random_actions(n)
+    if manager == "async":
+        venv.send(draw())
 
         def step() -> int:
-            _, _, terminated, truncated, _ = env.step(draw())
-            real = n - int(np.count_nonzero(ended[0]))
-            ended[0] = terminated | truncated
-            return real
+            result = venv.recv()
+            venv.send(draw()[:len(result.env_ids)])
+            return len(result.env_ids)
+    else:
+        def step() -> int:
+            venv.step(draw())
+            return n
+    return step, venv.close
 
+
+def native_envpool_stepper(n: int) -> Stepper:
+    from relayrl.envs.native import NativeVectorEnv
+
+    venv = NativeVectorEnv(ENV, n, source="envpool")
+    venv.reset(seed=0)
+    draw = random_actions(n)
+    return (lambda: (venv.step(draw()), n)[1]), venv.close
+
+
+def gym_stepper(env: gym.vector.VectorEnv, n: int, transitions: bool = False) -> Stepper:
+    """Steps of a Gymnasium vector env; with ``transitions``, counting only the rows that carry one (its
+    vector envs autoreset on the next step, whose rows for the envs that had just ended carry none and
+    cost a reset, not a step)."""
+    env.reset(seed=0)
+    draw = random_actions(n)
+    ended = [np.zeros(n, bool)]
+
+    def step() -> int:
+        _, _, terminated, truncated, _ = env.step(draw())
+        if not transitions:
+            return n
+        real = n - int(np.count_nonzero(ended[0]))
+        ended[0] = terminated | truncated
+        return real
+
+    return step, env.close
+
+
+def rate_of(stepper: Stepper, seconds: float) -> float:
+    step, close = stepper
+    try:
         return timed(step, seconds)
     finally:
-        env.close()
+        close()
 
 
 def numpy_vector(n: int) -> gym.vector.VectorEnv:
     return gym.make_vec(ENV, n, vectorization_mode="vector_entry_point")
+
+
+def gym_sync(n: int) -> gym.vector.VectorEnv:
+    return gym.vector.SyncVectorEnv([lambda: gym.make(ENV)] * n)
 
 
 def envpool_raw(n: int) -> gym.vector.VectorEnv:
@@ -128,28 +134,34 @@ def envpool_raw(n: int) -> gym.vector.VectorEnv:
 
 
 def part_envs(seconds: float, workers: int, with_envpool: bool, reps: int) -> None:
-    columns: dict[str, Callable[[int], float | None]] = {
-        "numpy CartPoleVectorEnv (bare)": lambda n: gym_rate(numpy_vector(n), n, seconds),
-        "relayrl native": lambda n: relayrl_rate("native", n, seconds),
-        "relayrl sync": lambda n: relayrl_rate("sync", n, seconds),
-        f"relayrl subproc ({workers}w)": lambda n: relayrl_rate("subproc", n, seconds, workers=workers),
-        f"relayrl async ({workers}w)": lambda n: relayrl_rate("async", n, seconds, workers=workers),
-        "gymnasium SyncVectorEnv": lambda n: gym_rate(
-            gym.vector.SyncVectorEnv([lambda: gym.make(ENV)] * n), n, seconds),
-        "gymnasium AsyncVectorEnv": lambda n: None if n > 32 else gym_rate(
-            gym.vector.AsyncVectorEnv([lambda: gym.make(ENV)] * n, shared_memory=True), n, seconds),
+    columns: dict[str, Callable[[int], Stepper | None]] = {
+        "numpy CartPoleVectorEnv (bare)": lambda n: gym_stepper(numpy_vector(n), n),
+        "relayrl native": lambda n: relayrl_stepper("native", n),
+        "relayrl sync": lambda n: relayrl_stepper("sync", n),
+        f"relayrl subproc ({workers}w)": lambda n: relayrl_stepper("subproc", n, workers=workers),
+        f"relayrl async ({workers}w)": lambda n: relayrl_stepper("async", n, workers=workers),
+        "gymnasium SyncVectorEnv": lambda n: gym_stepper(gym_sync(n), n),
+        "gymnasium AsyncVectorEnv": lambda n: None if n > 32 else gym_stepper(
+            gym.vector.AsyncVectorEnv([lambda: gym.make(ENV)] * n, shared_memory=True), n),
     }
     if with_envpool:
-        columns["EnvPool (bare)"] = lambda n: gym_rate(envpool_raw(n), n, seconds)
-        columns["relayrl native on EnvPool"] = lambda n: native_envpool_rate(n, seconds)
+        columns["EnvPool (bare)"] = lambda n: gym_stepper(envpool_raw(n), n)
+        columns["relayrl native on EnvPool"] = native_envpool_stepper
     table: dict[str, dict[int, float | None]] = {name: {} for name in columns}
     for n in SIZES:
-        samples: dict[str, list[float | None]] = {name: [] for name in columns}
-        for _ in range(reps):  # alternating, so a busy moment of the machine hits every column alike
-            for name, rate in columns.items():
-                samples[name].append(rate(n))
+        steppers = {name: build(n) for name, build in columns.items()}  # built once per size
+        samples: dict[str, list[float]] = {name: [] for name in columns}
+        try:
+            for _ in range(reps):  # alternating, so a busy moment of the machine hits every column alike
+                for name, stepper in steppers.items():
+                    if stepper is not None:
+                        samples[name].append(timed(stepper[0], seconds))
+        finally:
+            for stepper in steppers.values():
+                if stepper is not None:
+                    stepper[1]()
         for name, values in samples.items():
-            table[name][n] = None if values[0] is None else statistics.median(values)
+            table[name][n] = statistics.median(values) if values else None
             shown = "—" if table[name][n] is None else f"{table[name][n]:,.0f}"
             print(f"  x{n:<4} {name:<32} {shown:>12} steps/s", flush=True)
     print("\n| manager | " + " | ".join(f"{n} envs" for n in SIZES) + " |")
@@ -208,10 +220,10 @@ def part_collect(reps: int, seconds: float, workers: int) -> None:
           f"{statistics.median(ratios):.2f} (goal >= 0.8)")
     sub, sync, gsync, gtrans = [], [], [], []
     for _ in range(reps):
-        sub.append(relayrl_rate("subproc", n, seconds, workers=workers))
-        sync.append(relayrl_rate("sync", n, seconds))
-        gsync.append(gym_rate(gym.vector.SyncVectorEnv([lambda: gym.make(ENV)] * n), n, seconds))
-        gtrans.append(gym_transition_rate(gym.vector.SyncVectorEnv([lambda: gym.make(ENV)] * n), n, seconds))
+        sub.append(rate_of(relayrl_stepper("subproc", n, workers=workers), seconds))
+        sync.append(rate_of(relayrl_stepper("sync", n), seconds))
+        gsync.append(rate_of(gym_stepper(gym_sync(n), n), seconds))
+        gtrans.append(rate_of(gym_stepper(gym_sync(n), n, transitions=True), seconds))
     s, y, g, t = (statistics.median(x) for x in (sub, sync, gsync, gtrans))
     picked = choose_manager(ENV, n, workers=workers)[0]
     got = {"subproc": s, "sync": y}[picked]
@@ -249,7 +261,7 @@ def part_ppo(steps: int, reps: int) -> None:
         (auto, auto_collect), (sync, sync_collect) = (
             tuple(statistics.median(x[i] for x in runs[m]) for i in (0, 1)) for m in ("auto", "sync"))
         raw = raw_collect_rate(n, max(200, 20_000 // n), time.perf_counter)  # wall time, as the runs'
-        bare = gym_rate(numpy_vector(n), n, 0.5)
+        bare = rate_of(gym_stepper(numpy_vector(n), n), 0.5)
         rows.append((n, auto, auto_collect, sync, sync_collect, raw, bare))
         print(f"  x{n}: PPO auto(native) {auto:,.0f} (collecting {auto_collect:,.0f}), PPO sync {sync:,.0f} "
               f"(collecting {sync_collect:,.0f}), raw collection {raw:,.0f}, numpy vector env {bare:,.0f} steps/s",
