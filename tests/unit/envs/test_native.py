@@ -104,11 +104,20 @@ def test_auto_picks_native_when_the_env_has_it_and_nothing_rules_it_out():
     assert "workers" not in args and "step_timeout" not in args
 
 
-def test_ppo_trains_and_evaluates_on_the_native_manager(tiny_config):
+def test_ppo_on_the_native_manager_learns_exactly_what_it_learns_on_sync(tmp_path, tiny_config):
+    """Same seeds, same trajectories: a run's metrics (training returns, losses, evaluations) are identical."""
+    from relayrl.io.metrics import read_metrics
     from relayrl.launch import train
 
-    summary = train(tiny_config("env.manager=native", "env.num_envs=4"))
-    assert summary["env_steps"] >= 128 and summary["best_eval_return"] > 0
+    def run(manager):
+        train(tiny_config(f"env.manager={manager}", "env.num_envs=4", total_steps=320, seed=3),
+              run_dir=tmp_path / manager, tensorboard=False)
+        return [{k: v for k, v in e.items() if not k.startswith(("time/", "wall_time"))}
+                for e in read_metrics(tmp_path / manager)]
+
+    native, sync = run("native"), run("sync")
+    assert native == sync and any(e["event"] == "eval" for e in native)
+    assert any("train/return_mean" in e for e in native)  # episodes ended, so autoresets were in the data
 
 
 @needs_envpool
