@@ -38,11 +38,13 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.utils import seeding
 
+from relayrl.envs.registry import spec_stop_value
 from relayrl.envs.vector import VectorEnv
 from relayrl.errors import EnvError
 from relayrl.types import StepResult
 
-__all__ = ["NativeVectorEnv", "native_source", "native_refusal", "picks_native", "in_process_manager", "native_stop_value", "envpool_ids"]
+__all__ = ["NativeVectorEnv", "native_source", "native_refusal", "picks_native", "in_process_manager",
+           "native_stop_value", "envpool_ids"]
 
 
 # ---------------------------------------------------------------- which ids have a native implementation
@@ -129,7 +131,7 @@ def in_process_manager(manager: str, env_id: Any, env_kwargs: Any = None,
 def native_stop_value(env_id: str) -> float | None:
     """The registered reward threshold: Gymnasium's, or for an EnvPool-only id EnvPool's."""
     if env_id in gym.registry or native_source(env_id) != "envpool":
-        return None if env_id not in gym.registry else gym.spec(env_id).reward_threshold
+        return spec_stop_value(env_id)
     import envpool
 
     threshold = envpool.make_spec(env_id).reward_threshold
