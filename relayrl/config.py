@@ -88,9 +88,11 @@ class EnvConfig(Section):
     """Keyword arguments passed to gymnasium.make."""
     max_episode_steps: int | None = Field(None, ge=1)
     """Override the env's time limit (null keeps the registered one)."""
-    manager: Literal["auto", "sync", "subproc", "async"] = "auto"
+    manager: Literal["auto", "sync", "subproc", "async", "native"] = "auto"
     """How envs are stepped: in process (sync), in worker processes through shared memory (subproc,
-    async), or auto: subproc when a timed step shows the workers would save more than they cost."""
+    async), in the env's own vectorised implementation (native: Gymnasium's vector_entry_point, e.g.
+    CartPole, or EnvPool), or auto: native when the env has one and no option rules it out, else subproc
+    when a timed step shows the workers would save more than they cost, else sync."""
     workers: int | None = Field(None, ge=1)
     """Worker processes for subproc/async (null: one per core, at most num_envs)."""
     step_timeout: float | None = Field(60.0, gt=0)

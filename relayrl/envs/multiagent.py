@@ -288,7 +288,7 @@ def multiagent_envs(config: Any, env_fn: Callable[..., Any] | None = None,
     evaluation ``min(config.eval.num_envs, config.eval.episodes)`` (none with ``evaluation=False``)."""
     env = config.env
     ignored = {"env.max_episode_steps": env.max_episode_steps, "env.frame_stack": (env.frame_stack or 1) > 1 or None,
-               "env.manager": env.manager if env.manager in ("subproc", "async") else None}
+               "env.manager": env.manager if env.manager in ("subproc", "async", "native") else None}
     ignored = [key for key, value in ignored.items() if value is not None]
     if ignored:
         raise ConfigError(f"{', '.join(ignored)} do not apply to PettingZoo envs (their copies step in this process, "

@@ -10,7 +10,9 @@ Usage::
             # episode that ended on this step (terminated[i] or truncated[i]), for bootstrapping.
 
 Managers: ``sync`` (in process), ``subproc`` (worker processes, shared memory), ``async`` (subproc
-whose ``recv`` returns the envs that are ready; ``send`` then takes actions for those env ids).
+whose ``recv`` returns the envs that are ready; ``send`` then takes actions for those env ids),
+``native`` (the env's own vectorised implementation: Gymnasium's ``vector_entry_point`` or EnvPool;
+envs/native.py).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from relayrl.envs.runner import EnvFactory, EnvRunner, StepArrays, action_dtype
 from relayrl.errors import EnvError
 from relayrl.types import StepResult
 
-MANAGERS = ("sync", "subproc", "async")
+MANAGERS = ("sync", "subproc", "async", "native")
 
 
 class ActionError(EnvError, ValueError):
@@ -105,7 +107,7 @@ def check_actions(spec: ActionSpec | gym.Space, actions: Any, count: int) -> np.
     if spec.integer:
         if actions.dtype.kind not in "iub":
             raise ActionError(f"actions have dtype {actions.dtype}, expected integers for {spec.space}")
-        if actions.size and ((actions < spec.low).any() or (actions > spec.high).any()):
+        if actions.size and (np.count_nonzero(actions < spec.low) or np.count_nonzero(actions > spec.high)):
             raise ActionError(f"actions out of range for {spec.space}: got values from {actions.min()} "
                               f"to {actions.max()}")
     elif actions.dtype.kind not in "fiu":
@@ -228,6 +230,9 @@ def make_vec(env_id_or_factory: str | EnvFactory, num_envs: int, *, manager: str
         raise EnvError(f"unknown env manager {manager!r}: use one of {', '.join(MANAGERS)}")
     if num_envs < 1:
         raise EnvError(f"num_envs must be at least 1, got {num_envs}")
+    if manager == "native":
+        return _make_native(env_id_or_factory, num_envs, seed, env_kwargs, max_episode_steps, render_mode,
+                            wrapping, workers, options)
     if callable(env_id_or_factory):
         if env_kwargs or any(v not in (None, True) for v in (wrapping or {}).values()):
             raise EnvError("env_kwargs and frame_stack apply to env ids; bind arguments and wrappers into the "
@@ -249,6 +254,24 @@ def make_vec(env_id_or_factory: str | EnvFactory, num_envs: int, *, manager: str
         if manager == "subproc" and "wait_num" in options:
             raise EnvError("wait_num applies to the async manager only")
         venv = SubprocVectorEnv(factories, workers=workers, asynchronous=manager == "async", **options)
+    if seed is not None:
+        venv.reset(seed=seed)
+    return venv
+
+
+def _make_native(env_id: Any, num_envs: int, seed: int | None, env_kwargs: Any, max_episode_steps: int | None,
+                 render_mode: str | None, wrapping: dict[str, Any] | None, workers: int | None,
+                 options: dict[str, Any]) -> VectorEnv:
+    from relayrl.envs.native import NativeVectorEnv, native_refusal
+
+    why = native_refusal(env_id, env_kwargs=env_kwargs, wrapping=wrapping, render_mode=render_mode)
+    if why is not None:
+        raise EnvError(why)
+    unknown = set(options) - {"max_restarts"}
+    if unknown or workers is not None:
+        raise EnvError(f"options {sorted(unknown | ({'workers'} if workers is not None else set()))} do not apply to "
+                       "the native manager (one vector env in this process)")
+    venv = NativeVectorEnv(env_id, num_envs, env_kwargs=env_kwargs, max_episode_steps=max_episode_steps, **options)
     if seed is not None:
         venv.reset(seed=seed)
     return venv

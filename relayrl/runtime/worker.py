@@ -11,6 +11,7 @@ from typing import Any
 
 from relayrl.algos import get_algo
 from relayrl.config import RunConfig
+from relayrl.envs.native import in_process_manager
 from relayrl.envs.vector import make_vec
 from relayrl.runtime.messages import InsertTransitions, LoadParams
 from relayrl.training.collector import OnPolicyCollector
@@ -24,7 +25,9 @@ class RolloutWorker:
         self.worker_id, self.on_policy, self.total_steps = worker_id, entry.on_policy, config.total_steps
         env = config.env
         self.venv = make_vec(env.id, env.num_envs, env_kwargs=env.kwargs, max_episode_steps=env.max_episode_steps,
-                             wrapping=env.wrapping(), manager="sync", max_restarts=env.max_restarts)
+                             wrapping=env.wrapping(),
+                             manager=in_process_manager(env.manager, env.id, env.kwargs, env.wrapping()),
+                             max_restarts=env.max_restarts)
         try:
             self.policy = entry.build_policy(cfg, self.venv.single_observation_space, self.venv.single_action_space)
             self.policy.observe_only()  # statistics belong to the learner; workers use the copy it publishes

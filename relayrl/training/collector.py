@@ -27,7 +27,7 @@ class EpisodeStats:
         self._return += result.reward
         self._length += 1
         done = result.terminated | result.truncated
-        if done.any():
+        if np.count_nonzero(done):  # (cheaper than done.any(), which goes through a Python wrapper)
             for k in np.flatnonzero(done):
                 self.returns.append(float(self._return[k]))
                 self.lengths.append(int(self._length[k]))
@@ -86,7 +86,7 @@ class OnPolicyCollector(SampleSource):
             store.add(t, out.obs, out.action, out.logp, out.value,
                       result.reward, result.terminated, result.truncated, hidden, self._mask)
             truncated = result.truncated & ~result.terminated
-            if truncated.any():
+            if np.count_nonzero(truncated):
                 store.bootstrap(t, truncated, self._value(result.final_obs[truncated], truncated))
             self._obs = self._track(result)
         return store.finish(self._value(self._obs, None))

@@ -13,6 +13,7 @@ from relayrl.algos import get_algo
 from relayrl.config import validate
 from relayrl.envs.masks import info_mask
 from relayrl.envs.multiagent import MultiAgentVectorEnv, is_pettingzoo, pettingzoo_factory
+from relayrl.envs.native import in_process_manager
 from relayrl.envs.registry import make
 from relayrl.envs.vector import make_vec
 from relayrl.errors import CheckpointError, ConfigError, EnvError
@@ -83,8 +84,9 @@ def evaluate_checkpoint(path: Path | Checkpoint, episodes: int = 10, env_id: str
         with _pettingzoo_envs(env_id, config, min(episodes, 10)) as env:
             result = AgentEvaluator(env, episodes, seed=seed).evaluate(policy)
     else:
-        env_args = dict(env_kwargs=config.env.kwargs, max_episode_steps=config.env.max_episode_steps,
-                        wrapping=config.env.wrapping())
+        cfg = config.env
+        env_args = dict(env_kwargs=cfg.kwargs, max_episode_steps=cfg.max_episode_steps, wrapping=cfg.wrapping(),
+                        manager=in_process_manager(cfg.manager, env_id, cfg.kwargs, cfg.wrapping()))
         with make_vec(env_id, min(episodes, 10), **env_args) as venv:
             result = Evaluator(venv, episodes, seed=seed).evaluate(policy)
     out: dict[str, Any] = {

@@ -34,6 +34,7 @@ from relayrl.config import RunConfig
 from relayrl.core import Policy, SampleSource
 from relayrl.envs.agents import AgentEnv
 from relayrl.envs.auto import choose_manager
+from relayrl.envs.native import native_stop_value, picks_native
 from relayrl.envs.registry import spec_stop_value
 from relayrl.envs.vector import VectorEnv, make_vec
 from relayrl.errors import ConfigError
@@ -81,11 +82,13 @@ def env_setup(config: RunConfig, on_policy: bool) -> dict[str, Any]:
     if manager == "async" and on_policy:
         raise ConfigError(f"{config.algo} needs every env at every step: use env.manager sync or subproc, "
                           "not async")
-    if manager == "auto":
+    if manager == "auto" and picks_native(env.id, env.kwargs, env.wrapping()):
+        manager = "native"
+    elif manager == "auto":
         manager, workers = choose_manager(env.id, env.num_envs, {**env.kwargs, **env.wrapping()}, env.workers)
     args: dict[str, Any] = dict(env_kwargs=env.kwargs, max_episode_steps=env.max_episode_steps,
                                 wrapping=env.wrapping(), manager=manager, max_restarts=env.max_restarts)
-    if manager != "sync":
+    if manager in ("subproc", "async"):
         args.update(workers=workers, step_timeout=env.step_timeout)
     return args
 
@@ -98,7 +101,7 @@ class GymExperience(Experience):
     """``config.env.num_envs`` Gymnasium envs collected in this process (through the env manager)."""
 
     def __init__(self, config: RunConfig, on_policy: bool):
-        env_args = env_setup(config, on_policy)
+        self.env_args = env_args = env_setup(config, on_policy)
         self.venv = make_vec(config.env.id, config.env.num_envs, **env_args)
         try:
             self.eval_venv = make_eval_envs(config, env_args)
@@ -122,7 +125,7 @@ class GymExperience(Experience):
         return dict(self.venv.stats)
 
     def stop_value(self) -> float | None:
-        return spec_stop_value(self.env_id)
+        return native_stop_value(self.env_id) if self.env_args["manager"] == "native" else spec_stop_value(self.env_id)
 
     def close(self) -> None:
         try:

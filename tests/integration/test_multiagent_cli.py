@@ -130,6 +130,7 @@ def test_masks_and_keys_that_do_not_fit_exit_2_with_one_message(tmp_path, capsys
                                                                    "are not supported yet"),
     (["--env", ENV, "--workers", "2"], "PettingZoo envs train in this process"),
     (["--env", ENV, "--set", "env.max_episode_steps=5"], "env.max_episode_steps do not apply to PettingZoo envs"),
+    (["--env", ENV, "--set", "env.manager=native"], "env.manager do not apply to PettingZoo envs"),
 ])
 def test_bad_pettingzoo_runs_are_refused_before_anything_is_written(tmp_path, capsys, args, text):
     code = main(["train", "ppo", *args, "--run-dir", str(tmp_path / "run"), "--quiet", "--no-tensorboard"])
