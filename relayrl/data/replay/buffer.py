@@ -8,6 +8,12 @@ a throughput monitor, save/load without pickle, and offline dataset preloading.
 
 ``index`` values are item ids (``generation * capacity + row``): an update for an item that was
 overwritten since it was sampled is ignored.
+
+A sample owns its memory: the sampled records are copied once, into one block per sample, and each
+field is a view into that block (strided by the record's size, not C-contiguous). Nothing the buffer
+does later (adds, other samples) changes a sample already returned, and writing into a sample leaves
+the buffer as it was. ``to_tensor`` (data/dtypes.py) turns a float32 field into a tensor without a
+copy; call ``np.ascontiguousarray`` on a field where contiguous memory is needed.
 """
 
 from __future__ import annotations
@@ -123,9 +129,8 @@ class ReplayBuffer:
         if len(self) == 0:
             return None
         rows, weights = self.sampler.sample(n, self.storage.size, self.rng)
-        batch = self.storage.get(rows)
-        batch["index"] = self.storage.generation[rows] * self.capacity + rows
-        batch["weight"] = weights
+        batch, ids = self.storage.gather(rows)
+        batch["index"], batch["weight"] = ids, weights
         if self.use_count is not None:
             np.add.at(self.use_count, rows, 1)
             worn = np.unique(rows[self.use_count[rows] >= self.max_use])
