@@ -15,7 +15,8 @@ from numba import njit
 
 from relayrl.data.replay.sumtree import SumTree, _apply_priorities, _sample_prioritized
 
-_NOT_TRACKED = np.zeros(0, dtype=bool)  # ``live`` of a buffer without evictions: every row counts
+_NOT_TRACKED = np.zeros(0, dtype=bool)
+NEGATIVE_IDS = "item ids are never negative: pass the 'index' column of a sample"  # ``live`` of a buffer without evictions: every row counts
 
 
 @njit(cache=True, nogil=True)
@@ -25,6 +26,8 @@ def _uniform_rows(raw, size, rows):
 
 
 def _matching(index: np.ndarray, generation: np.ndarray, live: np.ndarray | None) -> int:
+    if len(index) and index.min() < 0:
+        raise ValueError(NEGATIVE_IDS)
     rows = index % len(generation)
     keep = generation[rows] == index // len(generation)
     if live is not None:
@@ -116,6 +119,8 @@ class PrioritizedSampler:
         applied, largest = _apply_priorities(tree.tree, tree.cum, tree.mins, tree.offsets, tree.capacity, index,
                                              priority, generation, _NOT_TRACKED if live is None else live,
                                              self.eps, self.alpha)
+        if applied == -2:
+            raise ValueError(NEGATIVE_IDS)
         if applied < 0:
             raise ValueError("priorities must be finite")
         self.max_priority = max(self.max_priority, largest)

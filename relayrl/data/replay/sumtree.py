@@ -170,8 +170,8 @@ def _find(tree, cum, offsets, capacity, values, out, weight):
 def _apply_priorities(tree, cum, mins, offsets, capacity, index, priority, generation, live, eps, alpha):
     """Prioritized replay's update in one pass: keep the items whose row still holds them (same
     generation, and live if ``live`` is non-empty), set their leaves to (|p| + eps)^alpha, recompute
-    their ancestors. Returns (items applied, largest |p| + eps applied), or (-1, 0) and writes
-    nothing if a priority is not finite."""
+    their ancestors. Returns (items applied, largest |p| + eps applied), or, writing nothing, (-1, 0)
+    if a priority is not finite and (-2, 0) if an item id is negative."""
     n = index.shape[0]
     rows = np.empty(n, np.int64)
     values = np.empty(n, np.float64)
@@ -186,6 +186,8 @@ def _apply_priorities(tree, cum, mins, offsets, capacity, index, priority, gener
         p = abs(priority[q]) + eps
         if not np.isfinite(p):
             return -1, 0.0
+        if index[q] < 0:
+            return -2, 0.0
         row = index[q] % capacity
         if index[q] // capacity != generation[row] or (live.shape[0] > 0 and not live[row]):
             continue
