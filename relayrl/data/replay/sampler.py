@@ -15,8 +15,8 @@ from numba import njit
 
 from relayrl.data.replay.sumtree import SumTree, _apply_priorities, _sample_prioritized
 
-_NOT_TRACKED = np.zeros(0, dtype=bool)
-NEGATIVE_IDS = "item ids are never negative: pass the 'index' column of a sample"  # ``live`` of a buffer without evictions: every row counts
+_NOT_TRACKED = np.zeros(0, dtype=bool)  # ``live`` of a buffer without evictions: every row counts
+NEGATIVE_IDS = "item ids are never negative: pass the 'index' column of a sample"
 
 
 @njit(cache=True, nogil=True)

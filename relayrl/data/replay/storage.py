@@ -32,9 +32,9 @@ GATHER_AHEAD = 8  # records ahead whose cache lines are fetched while one is cop
 @njit(cache=True, nogil=True)
 def _gather(data, rows, generation, capacity, block, ids):
     """Record q of ``block`` (flat bytes) = ``data[rows[q]]`` (uint8 records), and ``ids[q]`` the item
-    id of ``rows[q]``. The
-    rows are random, so each record is a cache miss: the records (and generations) of the rows
-    ``GATHER_AHEAD`` later are prefetched to overlap the misses (numpy's ``take`` waits on each)."""
+    id of ``rows[q]``. The rows are random, so each record is a cache miss: the records (and
+    generations) of the rows ``GATHER_AHEAD`` later are prefetched to overlap the misses (numpy's
+    ``take`` waits on each)."""
     n, width = rows.shape[0], data.shape[1]
     flat = data.reshape(-1)
     for q in range(n):

@@ -207,6 +207,12 @@ def test_mixed_fields_round_trip_through_the_record_layout():
         np.testing.assert_array_equal(got[key], value[rows])
     for key, value in batch.items():
         np.testing.assert_array_equal(buf.storage.arrays[key][:n], value)
+    picked = np.array([49, 0, 7, 7, 23])
+    gathered, ids = buf.storage.gather(picked)  # what samples use: views into one block of records
+    np.testing.assert_array_equal(ids, 64 + picked)  # generation 1 of each row
+    for key, value in batch.items():
+        assert gathered[key].dtype == value.dtype and gathered[key].shape == (5, *value.shape[1:])
+        np.testing.assert_array_equal(gathered[key], value[picked])
 
 
 def test_a_sample_owns_its_block_and_reaches_the_learner_without_a_copy_per_field():
