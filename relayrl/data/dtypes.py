@@ -7,9 +7,11 @@ its own (issue 13):
 - **Stored** (rollouts, replay, the transitions workers send): ``stored_dtype`` of the observation's
   dtype. Floating point of any width becomes float32 (the learner's dtype: float64 would double the
   replay's memory for precision no network uses). Integers keep their dtype: uint8 images stay uint8
-  from the env to the learner's batch (a quarter of float32's memory, and exact). bool becomes
-  float32: boolean observations are flags, not pixels, so nothing downstream may mistake them for an
-  image. ``store_transitions`` applies this to a batch of transitions on its way into replay, and
+  from the env to the learner's batch (a quarter of float32's memory, and exact). bool becomes uint8
+  0/1 (exact, a quarter of float32's memory: MinAtar's planes); it is never mistaken for pixels,
+  because networks take their scale from the observation space (policy/encoders.py: only a uint8
+  space's pixels are divided by its upper bound; a bool space's 0/1 reach the network as 0.0/1.0).
+  ``store_transitions`` applies this to a batch of transitions on its way into replay, and
   makes the other float columns (reward, discount, continuous actions) float32 too.
 - **Learned from**: ``to_tensor(array)``, a float32 tensor with the array's shape. A plain cast:
   uint8 values stay 0..255 (scaling pixels belongs to the network that knows they are pixels). A
@@ -34,7 +36,9 @@ def stored_dtype(dtype: np.dtype | type | str) -> np.dtype:
     dtype = np.dtype(dtype)
     if dtype.kind in "iu":
         return dtype
-    if dtype.kind in "fb":
+    if dtype.kind == "b":
+        return np.dtype(np.uint8)
+    if dtype.kind == "f":
         return FLOAT
     raise EnvError(f"observations of dtype {dtype} cannot be learned from: use a Box of floats or integers")
 

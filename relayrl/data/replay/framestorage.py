@@ -172,6 +172,15 @@ class FrameStorage:
             batch[key] = self.ring.frames[slots].reshape(*lead, *self.obs_shape)
         return batch
 
+    def gather(self, rows: np.ndarray) -> tuple[Batch, np.ndarray]:
+        """ArrayStorage.gather: the records as views of one fresh block, observations rebuilt from
+        their frames, and the item ids."""
+        batch, ids = self.records.gather(rows)
+        for key in FRAME_KEYS:
+            slots = batch.pop(f"{key}_slots")
+            batch[key] = self.ring.frames[slots].reshape(len(rows), *self.obs_shape)
+        return batch, ids
+
     # ---- persistence
     def state_dict(self) -> dict[str, Any]:
         if self.ring is None:

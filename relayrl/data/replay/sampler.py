@@ -13,9 +13,10 @@ import numpy as np
 
 from numba import njit
 
-from relayrl.data.replay.sumtree import MinTree, SumTree, _apply_priorities, _sample_prioritized
+from relayrl.data.replay.sumtree import SumTree, _apply_priorities, _sample_prioritized
 
 _NOT_TRACKED = np.zeros(0, dtype=bool)  # ``live`` of a buffer without evictions: every row counts
+NEGATIVE_IDS = "item ids are never negative: pass the 'index' column of a sample"
 
 
 @njit(cache=True, nogil=True)
@@ -25,6 +26,8 @@ def _uniform_rows(raw, size, rows):
 
 
 def _matching(index: np.ndarray, generation: np.ndarray, live: np.ndarray | None) -> int:
+    if len(index) and index.min() < 0:
+        raise ValueError(NEGATIVE_IDS)
     rows = index % len(generation)
     keep = generation[rows] == index // len(generation)
     if live is not None:
@@ -82,7 +85,7 @@ class PrioritizedSampler:
     def __init__(self, capacity: int, alpha: float = 0.6, beta: float = 0.4, beta_steps: int = 100_000,
                  eps: float = 1e-6):
         self.alpha, self.beta0, self.beta_steps, self.eps = alpha, beta, beta_steps, eps
-        self.sum, self.min = SumTree(capacity), MinTree(capacity)
+        self.sum = SumTree(capacity)  # also keeps the smallest positive priority (the largest IS weight)
         self.max_priority = 1.0
         self.calls = 0
         self.live = 0
@@ -95,17 +98,16 @@ class PrioritizedSampler:
         p = self.max_priority ** self.alpha
         self.live += int(np.count_nonzero(self.sum[rows] == 0))
         self.sum.update(rows, p)
-        self.min.update(rows, p)
 
     def on_evict(self, rows: np.ndarray) -> None:
         self.live -= int(np.count_nonzero(self.sum[rows] > 0))
         self.sum.update(rows, 0.0)
-        self.min.update(rows, np.inf)
 
     def sample(self, n: int, size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         rows, weights = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.float32)
-        _sample_prioritized(self.sum.tree, self.sum.offsets, self.sum.k, self.sum.capacity,
-                            rng.bit_generator.random_raw(n), float(self.live), self.min.root, self.beta, rows, weights)
+        tree = self.sum
+        _sample_prioritized(tree.tree, tree.cum, tree.mins, tree.offsets, tree.capacity,
+                            rng.bit_generator.random_raw(n), self.beta, rows, weights)
         self.calls += 1
         return rows, weights
 
@@ -113,9 +115,12 @@ class PrioritizedSampler:
                      live: np.ndarray | None) -> int:
         """``update`` for item ids (``generation * capacity + row``), in one compiled pass: items
         overwritten (or evicted) since they were sampled are skipped. Returns how many were applied."""
-        applied, largest = _apply_priorities(self.sum.tree, self.min.tree, self.sum.offsets, self.sum.k,
-                                             self.sum.capacity, index, priority, generation,
-                                             _NOT_TRACKED if live is None else live, self.eps, self.alpha)
+        tree = self.sum
+        applied, largest = _apply_priorities(tree.tree, tree.cum, tree.mins, tree.offsets, tree.capacity, index,
+                                             priority, generation, _NOT_TRACKED if live is None else live,
+                                             self.eps, self.alpha)
+        if applied == -2:
+            raise ValueError(NEGATIVE_IDS)
         if applied < 0:
             raise ValueError("priorities must be finite")
         self.max_priority = max(self.max_priority, largest)
@@ -128,5 +133,4 @@ class PrioritizedSampler:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         leaves = np.asarray(state["priorities"], dtype=np.float64)
         self.sum.load_leaves(leaves)
-        self.min.load_leaves(np.where(leaves > 0, leaves, np.inf))
         self.max_priority, self.calls, self.live = float(state["max_priority"]), int(state["calls"]), int(state["live"])

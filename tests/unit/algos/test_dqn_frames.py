@@ -34,5 +34,5 @@ def test_dqn_trains_on_minatar_through_the_frames_layout(tmp_path):
     in_use = int((storage.ring.user >= storage.written - storage.capacity).sum())
     assert in_use < 1.25 * len(buffer)  # one observation per transition (+ resets), not two
     batch = buffer.sample(64)
-    assert batch["obs"].shape == (64, 10, 10, 4) and batch["obs"].dtype == np.float32  # bool planes as float32
-    assert set(np.unique(batch["obs"])) <= {0.0, 1.0}
+    assert batch["obs"].shape == (64, 10, 10, 4) and batch["obs"].dtype == np.uint8  # bool planes as uint8 0/1
+    assert set(np.unique(batch["obs"])) <= {0, 1}

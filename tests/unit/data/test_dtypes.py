@@ -9,7 +9,7 @@ from relayrl.errors import EnvError
 
 @pytest.mark.parametrize("given,stored", [
     (np.float64, np.float32), (np.float32, np.float32), (np.float16, np.float32), (np.uint8, np.uint8),
-    (np.int16, np.int16), (np.int64, np.int64), (np.bool_, np.float32)])
+    (np.int16, np.int16), (np.int64, np.int64), (np.bool_, np.uint8)])
 def test_stored_dtype(given, stored):
     assert stored_dtype(given) == np.dtype(stored)
 
@@ -56,6 +56,22 @@ def test_store_transitions_makes_floats_float32_and_leaves_the_rest():
     discrete = {"obs": np.zeros((3, 4, 4), np.uint8), "action": np.arange(3), "reward": np.ones(3, np.float32)}
     kept = store_transitions(discrete)
     assert all(kept[key] is discrete[key] for key in discrete)  # already stored: no copies
+
+
+def test_bool_observations_are_stored_as_uint8_and_reach_the_learner_as_0_and_1():
+    """A quarter of float32's replay memory for MinAtar's planes, and the learner's tensor is unchanged."""
+    from relayrl.data.replay import ReplayBuffer
+
+    planes = np.random.default_rng(0).random((6, 10, 10, 4)) > 0.5
+    batch = store_transitions({"obs": planes, "next_obs": ~planes, "action": np.arange(6), "reward": np.ones(6)})
+    assert batch["obs"].dtype == batch["next_obs"].dtype == np.uint8
+    buffer = ReplayBuffer(8, seed=0)
+    buffer.add(batch)
+    assert buffer.storage.arrays["obs"].dtype == np.uint8
+    sample = buffer.sample(16)
+    rows = sample["index"] % 8
+    torch.testing.assert_close(to_tensor(sample["obs"]), torch.as_tensor(planes[rows], dtype=torch.float32))
+    torch.testing.assert_close(to_tensor(sample["next_obs"]), torch.as_tensor(~planes[rows], dtype=torch.float32))
 
 
 def test_rollout_store_keeps_the_stored_dtype_of_its_observations():

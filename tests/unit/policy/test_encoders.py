@@ -17,6 +17,7 @@ import relayrl
 from relayrl.algos import get_algo
 from relayrl.algos.dqn import QNetwork
 from relayrl.config import build_config
+from relayrl.data.dtypes import to_stored, to_tensor
 from relayrl.errors import EnvError
 from relayrl.policy.actor_critic import ActorCritic
 from relayrl.policy.encoders import (NatureCNN, OneHot, SmallCNN, choose, image_layout, make_encoder)
@@ -59,8 +60,10 @@ def test_uint8_pixels_are_scaled_to_0_1_inside_the_network_and_bool_and_unit_flo
     x = images(pixels, 3)
     torch.testing.assert_close(on_pixels(torch.as_tensor(x, dtype=torch.float32)),
                                on_unit(torch.as_tensor(x / 255.0, dtype=torch.float32)))
-    planes = torch.as_tensor(x > 127, dtype=torch.float32)  # MinAtar's bool planes, stored as 0/1 floats
-    torch.testing.assert_close(on_planes(planes), on_unit(planes))
+    planes = x > 127  # MinAtar's bool planes: stored as uint8 0/1, the network sees them as 0.0/1.0
+    stored = to_stored(planes)
+    assert stored.dtype == np.uint8 and stored.nbytes == planes.nbytes
+    torch.testing.assert_close(on_planes(to_tensor(stored)), on_unit(torch.as_tensor(planes, dtype=torch.float32)))
     # the Nature CNN's first layer sees [0, 1] too; normalised input (ppo.obs_norm) is read unscaled
     assert NatureCNN(Box(0, 255, (4, 36, 36), np.uint8)).scale == pytest.approx(1 / 255)
     assert NatureCNN(Box(0, 255, (4, 36, 36), np.uint8), scale=False).scale == 1.0

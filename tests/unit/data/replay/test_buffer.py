@@ -73,15 +73,16 @@ def test_priority_update_for_an_overwritten_item_is_ignored():
 def test_bad_priority_updates_are_refused_and_change_nothing():
     buf = ReplayBuffer(8, sampler="prioritized", alpha=1.0, eps=0.0, seed=0)
     index = buf.add(transitions(8))
-    before = buf.sampler.sum.tree.copy(), buf.sampler.min.tree.copy()
+    tree = buf.sampler.sum
+    before = tree.tree.copy(), tree.cum.copy(), tree.mins.copy()
     with pytest.raises(ValueError, match="finite"):
         buf.update_priorities(index, np.array([1.0, 2.0, np.nan, 1.0, 1.0, 1.0, 1.0, 1.0]))
     with pytest.raises(ValueError, match="8 items but 3 priorities"):
         buf.update_priorities(index, np.ones(3))
     with pytest.raises(ValueError, match="never negative"):
         buf.update_priorities(-index - 1, np.ones(8))
-    np.testing.assert_array_equal(buf.sampler.sum.tree, before[0])
-    np.testing.assert_array_equal(buf.sampler.min.tree, before[1])
+    for now, then in zip((tree.tree, tree.cum, tree.mins), before):
+        np.testing.assert_array_equal(now, then)
 
 
 def test_a_priority_update_for_an_evicted_item_is_ignored():
@@ -206,3 +207,51 @@ def test_mixed_fields_round_trip_through_the_record_layout():
         np.testing.assert_array_equal(got[key], value[rows])
     for key, value in batch.items():
         np.testing.assert_array_equal(buf.storage.arrays[key][:n], value)
+    picked = np.array([49, 0, 7, 7, 23])
+    gathered, ids = buf.storage.gather(picked)  # what samples use: views into one block of records
+    np.testing.assert_array_equal(ids, 64 + picked)  # generation 1 of each row
+    for key, value in batch.items():
+        assert gathered[key].dtype == value.dtype and gathered[key].shape == (5, *value.shape[1:])
+        np.testing.assert_array_equal(gathered[key], value[picked])
+
+
+def test_a_sample_owns_its_block_and_reaches_the_learner_without_a_copy_per_field():
+    from relayrl.data.dtypes import to_tensor
+
+    buf = ReplayBuffer(16, seed=0)
+    buf.add(transitions(16))
+    s = buf.sample(8)
+    kept = {k: v.copy() for k, v in s.items()}
+    assert s["obs"].base is s["reward"].base is not None  # one gathered block, fields are views into it
+    assert not np.shares_memory(s["obs"], buf.storage.data)
+    assert np.shares_memory(to_tensor(s["obs"]).numpy(), s["obs"])  # float32 field -> tensor, no copy
+    np.testing.assert_array_equal(s["obs"][:, 0], s["index"] % 16)  # each row is its own item's record
+    for _ in range(3):
+        buf.sample(8)
+    buf.add(transitions(16, start=100))  # every row overwritten
+    for key, value in kept.items():
+        np.testing.assert_array_equal(s[key], value)
+
+
+def test_a_replay_file_written_before_the_running_sums_loads_and_samples(tmp_path):
+    """The saved state is the same as before this layout (fields, generations, leaf priorities): a file
+    written then (its state built here key by key) loads, and the trees are rebuilt from its leaves."""
+    from relayrl.io.checkpoint import save_checkpoint
+
+    obs = np.arange(6, dtype=np.float32)[:, None].repeat(3, 1)
+    priorities = np.array([0.0, 2.0, 1.0, 4.0, 0.5, 3.0, 0.0, 0.0])  # row 0: evicted, rows 6-7: never written
+    state = {"storage": {"arrays": {"obs": obs, "action": np.arange(6) % 2, "reward": np.ones(6, np.float32)},
+                         "generation": np.array([1, 1, 1, 1, 1, 1, 0, 0]), "capacity": 8, "pos": 6, "size": 6},
+             "sampler": {"priorities": priorities, "max_priority": 4.0, "calls": 3, "live": 5},
+             "rng": np.random.default_rng(5).bit_generator.state, "evicted": 1}
+    path = save_checkpoint(tmp_path / "old", state, {"kind": "replay_buffer", "capacity": 8, "layout": "plain"})
+    buf = ReplayBuffer(8, sampler="prioritized", alpha=1.0, seed=0)
+    buf.load(path)
+    tree = buf.sampler.sum
+    assert tree.root == priorities.sum() and tree.min_positive == 0.5
+    beta = buf.sampler.beta  # annealed from the saved count of sample calls
+    s = buf.sample(64)
+    rows = s["index"] % 8
+    assert set(rows.tolist()) <= {1, 2, 3, 4, 5}
+    np.testing.assert_array_equal(s["obs"][:, 0], rows)
+    np.testing.assert_allclose(s["weight"], (priorities[rows] / 0.5) ** -beta, rtol=1e-6)
