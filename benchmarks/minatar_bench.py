@@ -34,7 +34,7 @@ PPO = {"env.num_envs": 8, "ppo.num_steps": 128, "ppo.epochs": 4, "ppo.batch_size
        "ppo.gamma": 0.99, "ppo.gae_lambda": 0.95, "ppo.grad_clip": 0.5, "ppo.normalize_reward": False,
        "ppo.hidden_sizes": [64, 64], "ppo.activation": "tanh"}
 DQN = {"env.num_envs": 1, "dqn.buffer_size": 100_000, "dqn.batch_size": 32, "dqn.start_training": 5_000,
-       "dqn.updates_per_step": 0.25, "dqn.steps_per_iteration": 4, "dqn.lr": 1e-4, "dqn.gamma": 0.99,
+       "dqn.updates_per_step": 0.25, "dqn.steps_per_iteration": 4, "dqn.lr": 1e-4, "dqn.gamma": 0.99, "dqn.n_step": 1,
        "dqn.target_update_period": 250, "dqn.double": False, "dqn.dueling": False, "dqn.grad_clip": 10.0,
        "dqn.epsilon_start": 1.0, "dqn.epsilon_end": 0.05, "dqn.epsilon_decay_steps": 50_000,
        "dqn.hidden_sizes": []}

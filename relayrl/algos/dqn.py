@@ -70,8 +70,14 @@ class DQNConfig(ReplayLoopConfig):
     """Exploration rate after the decay."""
     epsilon_decay_steps: int = Field(8000, ge=1)
     """Env steps over which epsilon decays linearly from epsilon_start to epsilon_end."""
-    hidden_sizes: list[int] = Field(default_factory=lambda: [256, 256])
-    """Hidden layer sizes."""
+    gamma: float = Field(0.98, ge=0.0, le=1.0)
+    """Discount factor (0.98: with n_step 3, CartPole's values settle sooner than at 0.99)."""
+    n_step: int = Field(3, ge=1)
+    """Steps summed into each return before bootstrapping (3: rewards reach earlier states three times
+    faster than one-step targets)."""
+    hidden_sizes: list[int] = Field(default_factory=lambda: [64, 64])
+    """Hidden layer sizes (64x64: an update costs half of 256x256's on a CPU, and with gamma 0.98 and
+    n_step 3 it solved CartPole in fewer env steps than RL Zoo's 256x256 settings; docs/benchmarks.md)."""
     activation: Literal["tanh", "relu", "elu", "silu"] = "relu"
     """Hidden activation."""
     encoder: EncoderRef = None

@@ -88,9 +88,9 @@ def native_source(env_id: str, prefer_gymnasium_single: bool = False) -> str | N
     cls = _gym_vector_class(env_id)
     if cls is not None and cls in _GYM_ADAPTERS:
         return "gymnasium"
-    if env_id in envpool_ids() and not (prefer_gymnasium_single and env_id in gym.registry):
-        return "envpool"
-    return None
+    if prefer_gymnasium_single and env_id in gym.registry:  # (decided without importing envpool: ~2 s)
+        return None
+    return "envpool" if env_id in envpool_ids() else None
 
 
 def native_refusal(env_id: Any, *, env_kwargs: Any = None, wrapping: dict[str, Any] | None = None,
@@ -99,7 +99,7 @@ def native_refusal(env_id: Any, *, env_kwargs: Any = None, wrapping: dict[str, A
     if not isinstance(env_id, str):
         return "an env factory has no native vector implementation: use manager sync or subproc"
     if native_source(env_id, prefer_gymnasium_single=auto) is None:
-        extra = "" if envpool_ids() else " (EnvPool ids need relayrl's envpool extra)"
+        extra = "" if importlib.util.find_spec("envpool") else " (EnvPool ids need relayrl's envpool extra)"
         return (f"{env_id!r} has no native vector implementation relayrl can use{extra}: use manager sync, "
                 "subproc or auto")
     if isinstance(env_kwargs, list):

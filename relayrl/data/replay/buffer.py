@@ -57,6 +57,24 @@ class ThroughputMonitor:
                 "replay/pushed": float(self.pushed), "replay/sampled": float(self.sampled)}
 
 
+_LOADED: set[tuple[str, str]] = set()
+
+
+def _load_kernels(sampler: str, layout: str) -> None:
+    """Run a tiny buffer of this kind once per process, so that numba loads (or, on a fresh machine,
+    compiles) the gather and sum-tree kernels when a buffer is built, not on its first sample inside a
+    run's timed training (~0.5 s for uniform, ~0.8 s for prioritized from numba's cache here)."""
+    if (sampler, layout) in _LOADED:
+        return
+    _LOADED.add((sampler, layout))
+    tiny = ReplayBuffer(2, sampler=sampler, layout=layout, seed=0)
+    obs = np.zeros((2, 4, 32, 32) if layout == "frames" else (2, 1), np.uint8)
+    tiny.add({"obs": obs, "next_obs": obs, "reward": np.zeros(2, np.float32)})
+    sample = tiny.sample(2)
+    if sampler == "prioritized":
+        tiny.update_priorities(sample["index"], np.ones(2))
+
+
 class ReplayBuffer:
     """Args:
         capacity: rows kept; the oldest are overwritten.
@@ -99,6 +117,7 @@ class ReplayBuffer:
         self.rng = np.random.default_rng(seed)
         self.monitor = ThroughputMonitor()
         self.evicted = 0
+        _load_kernels(sampler, layout)
 
     @property
     def capacity(self) -> int:
