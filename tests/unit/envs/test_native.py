@@ -178,3 +178,14 @@ def test_the_cli_refuses_native_for_an_env_without_one_in_one_line(tmp_path, cap
                  "env.manager=native", "--run-dir", str(tmp_path / "run"), "--quiet", "--no-tensorboard"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("relayrl: error:") == 1 and "no native vector implementation" in err, err
+
+
+def test_auto_decides_for_a_gymnasium_id_without_importing_envpool():
+    """Importing envpool costs ~2 s: ``auto`` must not pay it for ids Gymnasium registers."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from relayrl.envs.native import picks_native; "
+            "print(picks_native('Pendulum-v1'), picks_native('CartPole-v1'), 'envpool' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "True", "False"]

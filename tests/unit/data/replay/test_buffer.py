@@ -255,3 +255,20 @@ def test_a_replay_file_written_before_the_running_sums_loads_and_samples(tmp_pat
     assert set(rows.tolist()) <= {1, 2, 3, 4, 5}
     np.testing.assert_array_equal(s["obs"][:, 0], rows)
     np.testing.assert_allclose(s["weight"], (priorities[rows] / 0.5) ** -beta, rtol=1e-6)
+
+
+@pytest.mark.parametrize("sampler", ["uniform", "prioritized"])
+def test_building_a_buffer_loads_the_kernels_its_samples_run(sampler):
+    """Numba loads (or compiles) a kernel at its first call: a buffer does that when it is built, so the
+    first sample inside a run's timed training does not (a fresh process, so no other test did it)."""
+    import subprocess
+    import sys
+
+    code = ("from relayrl.data.replay import ReplayBuffer; from relayrl.data.replay.storage import _gather; "
+            "from relayrl.data.replay import sumtree; "
+            "kernels = [_gather] + [v for v in vars(sumtree).values() if hasattr(v, 'signatures')]; "
+            f"before = sum(len(k.signatures) for k in kernels); ReplayBuffer(8, sampler={sampler!r}); "
+            "print(before, len(_gather.signatures), sum(len(k.signatures) for k in kernels))")
+    before, gather, after = map(int, subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                                    check=True).stdout.split())
+    assert before == 0 and gather == 1 and after > (1 if sampler == "prioritized" else 0)
