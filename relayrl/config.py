@@ -56,8 +56,9 @@ class ReplayLoopConfig(AlgoConfig):
     """Pause updates when updates / env steps exceeds this (null: no cap)."""
     gamma: float = Field(0.99, ge=0.0, le=1.0)
     """Discount factor."""
-    n_step: int = Field(1, ge=1)
-    """Steps summed into each return before bootstrapping."""
+    n_step: int | None = Field(1, ge=1)
+    """Steps summed into each return before bootstrapping (null: the algorithm's default for the env kind,
+    ``n_step_for``)."""
     prioritized: bool = False
     """Prioritized replay (proportional, with importance weights) on the TD errors."""
     priority_alpha: float = Field(0.6, ge=0)
@@ -70,6 +71,16 @@ class ReplayLoopConfig(AlgoConfig):
     max_staleness: int | None = Field(None, ge=1)
     """Evict a transition once the learner's policy is this many versions (updates) past the one it had
     when the transition entered the buffer (null: never)."""
+    vector_n_step: ClassVar[int] = 1
+    """What ``n_step: null`` means on vector envs (an algorithm's config may set it)."""
+
+    def n_step_for(self, agents: bool) -> int:
+        """``n_step``, or for null: 1 on agent envs (a simulator bridge, PettingZoo: their transitions are
+        one-step, complete as soon as an agent reports back), ``vector_n_step`` on vector envs."""
+        if self.n_step is not None:
+            return self.n_step
+        return 1 if agents else self.vector_n_step
+
     update_model_interval: int = Field(1, ge=1)
     """Publish the learner's weights every this many updates (matters with an external sample source;
     the local collector acts with the learner's own policy)."""

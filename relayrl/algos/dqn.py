@@ -72,9 +72,11 @@ class DQNConfig(ReplayLoopConfig):
     """Env steps over which epsilon decays linearly from epsilon_start to epsilon_end."""
     gamma: float = Field(0.98, ge=0.0, le=1.0)
     """Discount factor (0.98: with n_step 3, CartPole's values settle sooner than at 0.99)."""
-    n_step: int = Field(3, ge=1)
-    """Steps summed into each return before bootstrapping (3: rewards reach earlier states three times
-    faster than one-step targets)."""
+    n_step: int | None = Field(None, ge=1)
+    """Steps summed into each return before bootstrapping (null: 3 on vector envs, where rewards then reach
+    earlier states three times faster than with one-step targets; 1 on agent envs, whose transitions are
+    one-step)."""
+    vector_n_step: ClassVar[int] = 3
     hidden_sizes: list[int] = Field(default_factory=lambda: [64, 64])
     """Hidden layer sizes (64x64: an update costs half of 256x256's on a CPU, and with gamma 0.98 and
     n_step 3 it solved CartPole in fewer env steps than RL Zoo's 256x256 settings; docs/benchmarks.md)."""

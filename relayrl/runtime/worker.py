@@ -34,7 +34,7 @@ class RolloutWorker:
             if self.on_policy:
                 self.collector: Any = OnPolicyCollector(self.venv, self.policy, cfg.num_steps)
             else:
-                self.collector = OffPolicyCollector(self.venv, self.policy, cfg.n_step, cfg.gamma,
+                self.collector = OffPolicyCollector(self.venv, self.policy, cfg.n_step_for(agents=False), cfg.gamma,
                                                     cfg.steps_per_iteration)
             self.collector.reset(seed)
         except BaseException:

@@ -182,8 +182,8 @@ class AgentTransitionCollector(SampleSource):
 
     def __init__(self, env: AgentEnv, policy, gamma: float, turns_per_pull: int, n_step: int = 1):
         if n_step != 1:
-            raise ConfigError("agent envs (a simulator bridge, PettingZoo envs) learn from one-step transitions: "
-                              "set n_step=1")
+            raise ConfigError(f"agent envs (a simulator bridge, PettingZoo envs) learn from one-step transitions, not "
+                              f"n_step={n_step}: set n_step=1 (or null, which means 1 here)")
         self.env, self.policy, self.gamma, self.turns = env, policy, gamma, turns_per_pull
         self.episodes = AgentEpisodes()
         self._turn: AgentTurn | None = None

@@ -116,7 +116,8 @@ class GymExperience(Experience):
     def source(self, policy: Policy, cfg: Any, on_policy: bool) -> SampleSource:
         if on_policy:
             return OnPolicyCollector(self.venv, policy, cfg.num_steps)
-        return OffPolicyCollector(self.venv, policy, cfg.n_step, cfg.gamma, cfg.steps_per_iteration)
+        return OffPolicyCollector(self.venv, policy, cfg.n_step_for(agents=False), cfg.gamma,
+                                   cfg.steps_per_iteration)
 
     def evaluator(self, episodes: int, seed: int) -> Evaluation:
         return Evaluator(self.eval_venv, episodes, seed=seed)
@@ -149,7 +150,8 @@ class AgentExperience(Experience):
     def source(self, policy: Policy, cfg: Any, on_policy: bool) -> SampleSource:
         if on_policy:
             return AgentRolloutCollector(self.env, policy, cfg.num_steps)
-        return AgentTransitionCollector(self.env, policy, cfg.gamma, cfg.steps_per_iteration, cfg.n_step)
+        return AgentTransitionCollector(self.env, policy, cfg.gamma, cfg.steps_per_iteration,
+                                        cfg.n_step_for(agents=True))
 
     def evaluator(self, episodes: int, seed: int) -> Evaluation:
         return AgentEvaluator(self.eval_env, episodes, seed=seed)

@@ -156,8 +156,11 @@ def test_training_survives_dying_and_hanging_workers(tmp_path, tiny_config, faul
 
 
 def test_dqn_trains_and_resumes_with_its_replay_buffer(tmp_path):
+    # one-step transitions, so that every env step is one replay row (with n-step returns the last n - 1
+    # steps of each env at a stop are windows that never complete)
     sets = ["dqn.start_training=200", "dqn.steps_per_iteration=8", "dqn.buffer_size=5000", "dqn.batch_size=32",
-            "dqn.hidden_sizes=[32, 32]", "env.num_envs=4", "eval.freq=256", "eval.episodes=2", "eval.num_envs=2"]
+            "dqn.hidden_sizes=[32, 32]", "env.num_envs=4", "eval.freq=256", "eval.episodes=2", "eval.num_envs=2",
+            "dqn.n_step=1"]
     first = train(build_config("dqn", None, sets, {"total_steps": 512, "seed": 0}), run_dir=tmp_path / "r",
                   tensorboard=False)
     replay = tmp_path / "r" / "checkpoints" / "replay.safetensors"

@@ -175,3 +175,14 @@ def test_the_evaluator_keeps_a_quota_per_agent(monkeypatch):
     monkeypatch.setattr("relayrl.training.agents.MAX_EVAL_TURNS", 50)
     with pytest.raises(Exception, match="did not finish 1 episodes in 50 turns"):
         AgentEvaluator(ScriptedAgents(), episodes=1, seed=0).evaluate(policy)  # agent 0 never ends
+
+
+def test_n_step_null_means_one_step_on_agent_envs_and_the_algorithms_default_on_vector_envs():
+    from relayrl.config import build_config
+
+    dqn = build_config("dqn").dqn
+    assert dqn.n_step is None and (dqn.n_step_for(agents=True), dqn.n_step_for(agents=False)) == (1, 3)
+    sac = build_config("sac").sac
+    assert (sac.n_step_for(agents=True), sac.n_step_for(agents=False)) == (1, 1)
+    explicit = build_config("dqn", None, ["dqn.n_step=5"]).dqn
+    assert (explicit.n_step_for(agents=True), explicit.n_step_for(agents=False)) == (5, 5)  # then refused on agents
