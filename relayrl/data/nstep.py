@@ -8,6 +8,7 @@ otherwise (a truncated episode still bootstraps from its final observation).
 
 from __future__ import annotations
 
+import numbers
 from collections import deque
 
 import numpy as np
@@ -17,8 +18,9 @@ from relayrl.types import Batch
 
 class NStepAccumulator:
     def __init__(self, n: int, gamma: float, num_envs: int):
-        if n < 1:
-            raise ValueError(f"n-step needs n >= 1, got {n}")
+        if not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 1:
+            hint = (" (a config's n_step: null is resolved by cfg.n_step_for(agents=...))" if n is None else "")
+            raise ValueError(f"n-step needs an integer n >= 1, got {n!r}{hint}")
         self.n, self.gamma = n, gamma
         self.pending: list[deque] = [deque() for _ in range(num_envs)]  # (obs, action, return, steps)
 

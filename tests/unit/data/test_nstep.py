@@ -32,3 +32,10 @@ def test_envs_are_independent():
     assert list(out["reward"]) == [5.0] and list(out["terminated"]) == [True]
     out = acc.push(obs, np.zeros(2), np.array([2.0, 7.0]), obs, np.array([False, False]), np.array([False, False]))
     assert list(out["reward"]) == [3.0]
+
+
+@pytest.mark.parametrize("n", [0, None, 2.0])
+def test_a_bad_n_is_refused_with_the_fix(n):
+    with pytest.raises(ValueError, match="integer n >= 1") as info:
+        NStepAccumulator(n, 0.99, 2)
+    assert ("n_step_for" in str(info.value)) == (n is None)
