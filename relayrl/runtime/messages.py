@@ -1,7 +1,14 @@
 """The runtime's messages (DistributedReinforcementLearning.jl's vocabulary), typed and immutable.
 
-Only the messages something sends are defined; the replay service's (SampleBatch, BatchTrainingData,
-UpdatePriority) and the orchestrator's (Heartbeat, Stop) come with the roles that send them.
+Who sends what (DESIGN.md's roles):
+
+- ``InsertTransitions``: a rollout worker (or its node proxy) -> the learner, or a replay shard;
+- ``LoadParams``: the learner -> the workers (through their node proxies);
+- ``SampleBatch``: the learner -> a replay shard; the shard answers ``BatchTrainingData``;
+- ``UpdatePriority``: the learner -> the replay shard whose items it learned from;
+- ``Heartbeat``: every role -> the orchestrator, with its counters;
+- ``Stop``: the orchestrator -> every role, with the deadline it must have stopped by;
+- ``WorkerFailed``: a backend -> the orchestrator.
 
 Every array a message carries is made read-only when the message is built: a message that was sent
 cannot be changed under its receiver, and a receiver that wants to write copies first.
@@ -64,3 +71,68 @@ class WorkerFailed:
 
     worker_id: int
     reason: str
+
+
+@dataclass(frozen=True)
+class SampleBatch:
+    """A request for ``batch_size`` items from one replay shard. ``version``: the learner's policy
+    version (shards that evict stale items need it)."""
+
+    request_id: int
+    batch_size: int
+    version: int = 0
+
+
+@dataclass(frozen=True)
+class BatchTrainingData:
+    """A shard's answer to ``SampleBatch``: ``batch`` holds the items (with ``index``: the shard's item
+    ids, and ``mass``: each item's sampling mass, its priority^alpha, or 1 under uniform sampling),
+    empty with ``reason`` when the shard cannot sample yet. ``size``, ``total`` and ``min_mass`` describe
+    the shard when it sampled: the learner splits its next requests by ``total`` and normalises the
+    importance weights over every shard's ``min_mass``."""
+
+    request_id: int
+    shard_id: int
+    batch: Batch
+    size: int
+    total: float
+    min_mass: float
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "batch", _freeze(self.batch))
+
+
+@dataclass(frozen=True)
+class UpdatePriority:
+    """New priorities for items of one shard (``index``: the shard's item ids as sampled); items
+    overwritten or evicted since are skipped and counted by the shard."""
+
+    shard_id: int
+    index: np.ndarray
+    priority: np.ndarray
+
+    def __post_init__(self) -> None:
+        frozen = _freeze({"index": self.index, "priority": self.priority})
+        object.__setattr__(self, "index", frozen["index"])
+        object.__setattr__(self, "priority", frozen["priority"])
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """A role's sign of life for the orchestrator: ``role`` ("shard", "proxy", "learner"), its id,
+    when it was sent (``time.time()`` of the sender) and its counters."""
+
+    role: str
+    role_id: int
+    sent_at: float
+    counters: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Stop now: finish or drop the work in hand, write what must survive (a shard its snapshot) and
+    exit by ``deadline`` (``time.time()``); whoever sent it kills what is left after that."""
+
+    reason: str
+    deadline: float
