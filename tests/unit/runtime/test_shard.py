@@ -1,0 +1,74 @@
+"""A replay shard's answers to its messages, and what it does with bad ones."""
+
+import numpy as np
+import pytest
+
+from relayrl.runtime.messages import InsertTransitions, SampleBatch, UpdatePriority
+from relayrl.runtime.shard import ReplayShard, ShardOptions
+
+
+def chunk(n, seq=0, obs_dim=3, obs_dtype=np.float32, start=0):
+    batch = {"obs": (np.arange(start, start + n)[:, None] * np.ones(obs_dim)).astype(obs_dtype),
+             "action": np.zeros(n, np.int64), "reward": np.ones(n, np.float32)}
+    return InsertTransitions(worker_id=2, seq=seq, version=0, batch=batch, env_steps=n)
+
+
+def test_stores_samples_and_counts():
+    shard = ReplayShard(1, ShardOptions(capacity=100, min_size=5))
+    assert shard.insert(chunk(4)) == 4
+    early = shard.sample(SampleBatch(7, 8))
+    assert early.batch == {} and early.request_id == 7 and "holds 4 of the 5" in early.reason
+    shard.insert(chunk(4, seq=1, start=4))
+    data = shard.sample(SampleBatch(8, 16))
+    assert data.shard_id == 1 and data.size == 8 and data.total == 8.0 and data.min_mass == 1.0
+    assert set(data.batch) == {"obs", "action", "reward", "index", "mass"}
+    assert len(data.batch["obs"]) == 16 and set(data.batch["obs"][:, 0]) <= set(range(8))
+    beat = shard.heartbeat().counters
+    assert (beat["inserted"], beat["chunks"], beat["early_requests"], beat["sampled"]) == (8, 2, 1, 16)
+
+
+@pytest.mark.parametrize("bad, problem", [
+    (chunk(4, obs_dim=5), "obs: float32[5] instead of float32[3]"),
+    (chunk(4, obs_dtype=np.int64), "obs: int64[3] instead of float32[3]"),
+])
+def test_a_chunk_of_the_wrong_schema_is_refused_and_counted(bad, problem):
+    shard = ReplayShard(0, ShardOptions(capacity=100))
+    shard.insert(chunk(4))
+    assert shard.insert(bad) == 0
+    (reason,) = shard.take_refusals()
+    assert problem in reason and "worker 2" in reason and "same env id" in reason
+    assert shard.heartbeat().counters["refused_chunks"] == 1 and len(shard.buffer) == 4
+
+
+def test_the_schema_given_wins_over_the_first_chunk():
+    options = ShardOptions(capacity=10, schema=(("obs", "float32", (5,)), ("action", "int64", ()),
+                                                ("reward", "float32", ())))
+    shard = ReplayShard(0, options)
+    assert shard.insert(chunk(2)) == 0 and "obs: float32[3] instead of float32[5]" in shard.take_refusals()[0]
+    missing = InsertTransitions(0, 0, 0, {"obs": np.zeros((2, 5), np.float32)}, 2)
+    assert shard.insert(missing) == 0 and "missing ['action', 'reward']" in shard.take_refusals()[0]
+
+
+def test_priority_updates_for_overwritten_items_are_skipped_and_counted():
+    shard = ReplayShard(0, ShardOptions(capacity=4, sampler="prioritized"))
+    shard.insert(chunk(4))
+    old = shard.sample(SampleBatch(0, 4)).batch["index"]
+    shard.insert(chunk(2, seq=1, start=4))  # overwrites two of the four rows
+    applied = shard.update_priority(UpdatePriority(0, old, np.full(4, 5.0)))
+    overwritten = int(np.sum(old % 4 < 2))
+    assert applied == 4 - overwritten
+    counters = shard.heartbeat().counters
+    assert counters["priority_updates"] == applied and counters["priority_skipped"] == overwritten
+
+
+def test_snapshot_restores_into_a_new_shard(tmp_path):
+    path = tmp_path / "shard0.safetensors"
+    shard = ReplayShard(0, ShardOptions(capacity=50, sampler="prioritized"), snapshot_path=str(path))
+    shard.insert(chunk(20))
+    data = shard.sample(SampleBatch(0, 8))
+    shard.update_priority(UpdatePriority(0, data.batch["index"], np.full(8, 3.0)))
+    assert shard.snapshot() == 20
+    again = ReplayShard(0, ShardOptions(capacity=50, sampler="prioritized"), snapshot_path=str(path))
+    assert len(again.buffer) == 20 and again.heartbeat().counters["restored"] == 20
+    assert again.total() == pytest.approx(shard.total())
+    assert again.insert(chunk(2, obs_dim=4)) == 0  # the restored schema still guards it
