@@ -81,6 +81,20 @@ class ReplayLoopConfig(AlgoConfig):
             return self.n_step
         return 1 if agents else self.vector_n_step
 
+    replay_shards: int = Field(0, ge=0)
+    """The replay service: 0 keeps the replay in the learner's process; N > 0 runs N replay shards as Ray
+    actors (backend ray), which the workers' node proxies insert into directly and the learner samples
+    from, prefetched. buffer_size is split evenly over them (docs/distributed.md)."""
+    max_insert_lead: int | None = Field(None, ge=0)
+    """Rate control: the env steps collection may run ahead of the updates due (updates_per_step; Reverb's
+    SampleToInsertRatio error buffer). Further ahead, the learner takes no new samples from rollout
+    workers until its updates catch up, and the workers wait (null: no limit)."""
+
+    def check(self, name: str) -> None:
+        if self.replay_shards and self.max_staleness is not None:
+            raise ConfigError(f"{name}.max_staleness is not supported with {name}.replay_shards > 0 (shards do not "
+                              f"know the learner's version): set {name}.max_staleness=null or {name}.replay_shards=0")
+
     update_model_interval: int = Field(1, ge=1)
     """Publish the learner's weights every this many updates (matters with an external sample source;
     the local collector acts with the learner's own policy)."""

@@ -31,6 +31,8 @@ from relayrl.core import SampleSource
 from relayrl.errors import RelayRLError
 from relayrl.policy.normalizer import RunningMeanStd
 from relayrl.runtime.messages import InsertTransitions, LoadParams
+from relayrl.runtime.service import ReplayService
+from relayrl.runtime.shard import ShardOptions
 from relayrl.types import Batch
 
 RECEIVE_TIMEOUT_S = 120.0  # no chunk at all for this long: the workers are stuck
@@ -122,6 +124,11 @@ class WorkerPool(SampleSource):
 
 class OffPolicyPool(WorkerPool):
     can_poll = True
+
+    def replay_service(self, options: ShardOptions, num_shards: int, **service_options: Any) -> ReplayService | None:
+        if self.backend_name != "ray":  # shards run as Ray actors; mp and inline workers feed the learner's replay
+            return None
+        return self.backend.replay_service(options, num_shards, **service_options)
 
     def pull(self) -> tuple[Batch, int]:
         return self._combine(self._receive())

@@ -28,7 +28,8 @@ import numpy as np
 
 from relayrl.data.dtypes import store_transitions
 from relayrl.data.replay import ReplayBuffer
-from relayrl.runtime.messages import BatchTrainingData, Heartbeat, InsertTransitions, SampleBatch, UpdatePriority
+from relayrl.errors import CheckpointError
+from relayrl.runtime.messages import BatchTrainingData, Heartbeat, InsertTransitions, SampleBatch, Stop, UpdatePriority
 from relayrl.types import Batch
 
 Schema = dict[str, tuple[str, tuple[int, ...]]]  # column -> (dtype, row shape)
@@ -75,7 +76,10 @@ class ReplayShard:
                          "restored": 0}
         self.refusals: list[str] = []  # reasons not yet collected (``take_refusals``)
         if self.snapshot_path is not None and self.snapshot_path.is_file():
-            self.restore()
+            try:
+                self.restore()
+            except CheckpointError as exc:  # start empty: what the snapshot held is counted as lost
+                self.refusals.append(f"replay shard {shard_id} started empty: its snapshot cannot be restored ({exc})")
 
     # ---- InsertTransitions
     def insert(self, msg: InsertTransitions) -> int:
@@ -151,7 +155,21 @@ class ReplayShard:
                     "total": total, "min_mass": smallest, "evicted": float(self.buffer.evicted)}
         return Heartbeat("shard", self.shard_id, time.time(), counters)
 
+    def beat(self) -> tuple[Heartbeat, list[str]]:
+        """The heartbeat and the refusals since the last one (what the orchestrator polls)."""
+        return self.heartbeat(), self.take_refusals()
+
+    # ---- Stop
+    def stop(self, msg: Stop) -> int:
+        """Nothing to flush (snapshots are the learner's to ask for, with its checkpoints): answer at
+        once, so the sender knows this shard is idle and may go; returns the items held."""
+        return len(self.buffer)
+
     # ---- snapshots
+    def snapshot_to(self, path: str) -> int:
+        self.snapshot_path = Path(path)
+        return self.snapshot()
+
     def snapshot(self) -> int:
         """Write the buffer to ``snapshot_path``; returns the items written (0 without a path)."""
         if self.snapshot_path is None:

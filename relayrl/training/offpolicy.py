@@ -27,6 +27,9 @@ from relayrl.training.rounds import Rounds
 from relayrl.data.dtypes import store_transitions, stored_dtype
 from relayrl.data.nstep import NStepAccumulator
 from relayrl.data.replay import ReplayBuffer, choose_layout
+from relayrl.errors import ConfigError
+from relayrl.runtime.service import ReplayService
+from relayrl.runtime.shard import ShardOptions
 from relayrl.envs.vector import VectorEnv
 from relayrl.training.collector import EpisodeStats
 from relayrl.types import Batch
@@ -99,17 +102,35 @@ class ReplayRounds(Rounds):
         the collectors act with ``algo.policy``); ``layout``: the replay's ("frames" for images:
         ``replay_layout(observation_space)``)."""
         self.algo, self.cfg, self.total_steps = algo, cfg, total_steps
-        options: dict[str, Any] = {"alpha": cfg.priority_alpha, "beta": cfg.priority_beta,
-                                   "beta_steps": max(1, total_steps)} if cfg.prioritized else {}
-        self.buffer = ReplayBuffer(cfg.buffer_size, sampler="prioritized" if cfg.prioritized else "uniform",
-                                   max_use=cfg.max_use, max_staleness=cfg.max_staleness, seed=seed, layout=layout,
-                                   **options)
         self.samples = samples
+        self.buffer: ReplayBuffer | ReplayService = (self._service(cfg, seed, total_steps, layout) if cfg.replay_shards
+                                                     else self._buffer(cfg, seed, total_steps, layout))
         self.learning = ReplayLearning(algo, self.buffer, cfg.batch_size, publish, cfg.update_model_interval)
         if cfg.update_buffer_interval is not None and self.samples.can_poll:
             self.learning.refill, self.learning.refill_every = self._poll, cfg.update_buffer_interval
         self.polled_steps = 0  # env steps received mid-round
+        self.paced = 0  # rounds in which rate control held collection back
         self.steps_at_start: int | None = None  # env steps when the buffer first reached start_training
+
+    @staticmethod
+    def _buffer(cfg: ReplayLoopConfig, seed: int, total_steps: int, layout: str) -> ReplayBuffer:
+        options: dict[str, Any] = {"alpha": cfg.priority_alpha, "beta": cfg.priority_beta,
+                                   "beta_steps": max(1, total_steps)} if cfg.prioritized else {}
+        return ReplayBuffer(cfg.buffer_size, sampler="prioritized" if cfg.prioritized else "uniform",
+                            max_use=cfg.max_use, max_staleness=cfg.max_staleness, seed=seed, layout=layout, **options)
+
+    def _service(self, cfg: ReplayLoopConfig, seed: int, total_steps: int, layout: str) -> ReplayService:
+        """The replay shards the sample source's collectors insert into (runtime/service.py)."""
+        shards = cfg.replay_shards
+        options = ShardOptions(capacity=-(-cfg.buffer_size // shards), sampler="prioritized" if cfg.prioritized else
+                               "uniform", alpha=cfg.priority_alpha, layout=layout, max_use=cfg.max_use, seed=seed)
+        service = self.samples.replay_service(options, shards, batch_size=cfg.batch_size, prioritized=cfg.prioritized,
+                                              beta=cfg.priority_beta, beta_steps=max(1, total_steps), seed=seed)
+        if service is None:
+            raise ConfigError(f"replay_shards={shards} runs the replay as shards on Ray, which this experience source "
+                              "cannot feed: train with rollout workers on Ray (--backend ray --workers N), or set "
+                              "replay_shards=0 to keep the replay in the learner")
+        return service
 
     def _poll(self) -> None:
         batch, steps = self.samples.poll()
@@ -126,19 +147,40 @@ class ReplayRounds(Rounds):
 
     def gather(self, env_steps: int, updates: int) -> tuple[int, int]:
         self.algo.set_progress(env_steps, self.total_steps)
-        batch, steps = self.samples.pull()
-        self._store(batch)
-        env_steps += steps
+        steps, ahead = 0, self._ahead(env_steps)
+        if not ahead:
+            batch, steps = self.samples.pull()
+            self._store(batch)
+            env_steps += steps
+        due = self._due(env_steps, updates)
+        if due == 0 and ahead:  # nothing to learn from after all (e.g. the cap binds): collect
+            batch, steps = self.samples.pull()
+            self._store(batch)
+            due = self._due(env_steps + steps, updates)
+        return due, steps
+
+    def _due(self, env_steps: int, updates: int) -> int:
         threshold = max(self.cfg.start_training, self.cfg.batch_size)
         if len(self.buffer) < threshold:
-            return 0, steps
+            return 0
         if self.steps_at_start is None:  # the env step at which the buffer reached the threshold
             self.steps_at_start = env_steps - (len(self.buffer) - threshold)
         due = int((env_steps - self.steps_at_start) * self.cfg.updates_per_step) - self.learning.updates
         cap = self.cfg.max_training_steps_per_env_step
         if cap is not None:
             due = min(due, int(env_steps * cap) - updates)
-        return max(0, due), steps
+        return max(0, due)
+
+    def _ahead(self, env_steps: int) -> bool:
+        """Rate control (``max_insert_lead``): collection is further ahead of the updates than allowed, so
+        the learner takes no new samples this round (the workers wait) and catches up."""
+        lead = self.cfg.max_insert_lead
+        if lead is None or self.steps_at_start is None:
+            return False
+        covered = self.steps_at_start + self.learning.updates / self.cfg.updates_per_step
+        ahead = env_steps - covered > lead
+        self.paced += ahead
+        return ahead
 
     def steps_received_while_learning(self) -> int:
         steps, self.polled_steps = self.polled_steps, 0
@@ -151,8 +193,11 @@ class ReplayRounds(Rounds):
         return {"steps_at_start": -1 if self.steps_at_start is None else self.steps_at_start,
                 "replay_updates": self.learning.updates}
 
+    def stats(self) -> dict[str, float]:
+        return {**self.samples.stats(), "replay/paced_rounds": float(self.paced)}
+
     def restore(self, folder: Path, state: dict[str, Any]) -> None:
-        if (folder / REPLAY_FILE).is_file():
+        if isinstance(self.buffer, ReplayService) or (folder / REPLAY_FILE).is_file():  # (shards: their own files)
             self.buffer.load(folder / REPLAY_FILE)
         start = int(state.get("steps_at_start", -1))
         self.steps_at_start = None if start < 0 else start
@@ -162,7 +207,7 @@ class ReplayRounds(Rounds):
 class ReplayLearning:
     """What the Learner drives for off-policy algorithms: ``learn(n)`` runs n replay updates."""
 
-    def __init__(self, algo, buffer: ReplayBuffer, batch_size: int,
+    def __init__(self, algo, buffer: ReplayBuffer | ReplayService, batch_size: int,
                  publish: Callable[[dict, int], None] | None = None, publish_every: int = 1):
         self.algo, self.buffer, self.batch_size = algo, buffer, batch_size
         self.publish, self.publish_every = publish, publish_every

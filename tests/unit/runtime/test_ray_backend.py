@@ -11,7 +11,7 @@ pytest.importorskip("ray")
 from relayrl.config import build_config  # noqa: E402
 from relayrl.runtime.backends import ray as ray_backend  # noqa: E402
 from relayrl.runtime.backends.ray import RayBackend  # noqa: E402
-from relayrl.runtime.messages import LoadParams  # noqa: E402
+from relayrl.runtime.messages import Heartbeat, LoadParams  # noqa: E402
 
 
 class ActorDied(Exception):
@@ -29,14 +29,19 @@ class _Method:
 
 
 class FakeProxy:
-    """A node proxy whose long-poll replies are scripted: (chunks, restarts, failures, depth), or
-    an exception for a proxy that died."""
+    """A node proxy whose long-poll replies are scripted: (chunks, heartbeat, failures), or an
+    exception for a proxy that died."""
 
     def __init__(self, replies):
         self.replies, self.calls = list(replies), []
         self.publish = _Method(lambda *args: self.calls.append(("publish", args)))
         self.request = _Method(lambda *args: self.calls.append(("request", args)))
         self.receive = _Method(lambda: _Ref(self.replies.pop(0) if self.replies else None))
+
+
+def reply(restarts, failures, depth=0):
+    counters = {"restarts": restarts, "queue_depth": depth, "chunks": 0, "inserted_chunks": 0, "insert_failures": 0}
+    return [], Heartbeat("proxy", 0, 0.0, counters), failures
 
 
 def _get(ref):
@@ -59,9 +64,9 @@ def fake_ray(monkeypatch):
 
 
 def test_worker_restarts_stay_counted_when_their_node_proxy_is_replaced(fake_ray, monkeypatch):
-    scripts = [[([], 2, ["worker 1: exit code -9"], 0), ActorDied("proxy 0 died")],  # proxy 0: 2 restarts, dies
-               [([], 0, [], 0)] * 4,  # proxy 1
-               [([], 0, [], 0), ([], 1, ["worker 0: exit code -9"], 0)]]  # proxy 0's replacement
+    scripts = [[reply(2, ["worker 1: exit code -9"]), ActorDied("proxy 0 died")],  # proxy 0: 2 restarts, dies
+               [reply(0, [])] * 4,  # proxy 1
+               [reply(0, []), reply(1, ["worker 0: exit code -9"])]]  # proxy 0's replacement
     spawned = []
     monkeypatch.setattr(RayBackend, "_spawn", lambda self, k, restart=0: spawned.append(k) or
                         FakeProxy(scripts[len(spawned) - 1]))

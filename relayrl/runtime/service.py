@@ -1,0 +1,322 @@
+"""The replay service: replay shards on Ray, and the learner's handle on them (``ReplayService``).
+
+``replay_shards: N`` (an off-policy algorithm's option) with the Ray backend starts N shard actors
+(runtime/shard.py) before the learner's first sample and before any worker. Node proxies insert
+their workers' chunks straight into a shard (``worker_id % N``) and send the learner only what it
+counts (env steps, episodes); the learner asks the shards for batches through this module:
+
+    service = ReplayService(RayShards(options, 2), batch_size=256, prioritized=True, beta=0.4, beta_steps=10**5)
+    service.start()                                  # the shards, in order, before anything else
+    batch = service.sample(256)                      # prefetched: the next requests are already in flight
+    service.update_priorities(batch["index"], td)    # routed back to each item's shard
+    service.stats()                                  # sizes, rates, restarts, lost items, refusals
+    service.save(path); service.stop(deadline)
+
+``ReplayService`` offers what the replay loop uses of a ``ReplayBuffer`` (``sample``,
+``update_priorities``, ``add``, ``__len__``, ``stats``, ``save``, ``load``), so ``ReplayRounds``
+runs unchanged on either. Requests are split by sharding.py and ``prefetch`` of them are kept in
+flight, so the learner waits on a round trip only when it outruns the shards.
+
+Orchestration: the service sends every shard a heartbeat request every ``heartbeat_s``; a shard that
+dies (its actor lost) or does not answer within ``timeout_s`` is killed and started again, restoring
+its last snapshot (written by ``save``, i.e. with every ``last`` checkpoint); the items it held beyond
+that snapshot are counted in ``replay/lost_items``, never silently. ``stop`` sends ``Stop`` with a
+deadline: shards finish the call in hand and return; whatever is left at the deadline is killed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from relayrl.errors import RelayRLError
+from relayrl.runtime.messages import BatchTrainingData, Heartbeat, InsertTransitions, SampleBatch, Stop
+from relayrl.runtime.shard import ReplayShard, ShardOptions
+from relayrl.runtime.sharding import ShardedSampling
+from relayrl.types import Batch
+
+log = logging.getLogger("relayrl")
+
+SHARD_FILE = "replay_shard{k}.safetensors"
+
+
+class ShardLost(Exception):
+    """A shard's call failed because the shard is gone (died, killed, or its node lost)."""
+
+
+class Shards(ABC):
+    """Where the shards run. Calls return handles, resolved by ``wait``/``get``."""
+
+    num_shards: int
+
+    @abstractmethod
+    def start(self, k: int, snapshot_path: str | None) -> None:
+        """Start (or restart) shard k, restoring ``snapshot_path`` if that file exists."""
+
+    @abstractmethod
+    def call(self, k: int, method: str, *args: Any) -> Any:
+        """Call ``ReplayShard.<method>(*args)`` of shard k; returns a handle."""
+
+    @abstractmethod
+    def ready(self, handles: list[Any], timeout: float) -> list[Any]:
+        """The handles among ``handles`` that are resolved, waiting up to ``timeout`` for the first."""
+
+    @abstractmethod
+    def get(self, handle: Any) -> Any:
+        """The result of a resolved handle; ShardLost if the shard died."""
+
+    @abstractmethod
+    def kill(self, k: int) -> None:
+        """Stop shard k at once."""
+
+    def handle_of(self, k: int) -> Any:
+        """What a node proxy needs to insert into shard k directly (None: inserts go through ``add``)."""
+        return None
+
+
+class _Done:
+    """A local call's result (a handle, hashed by identity as Ray's are by id)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+
+class LocalShards(Shards):
+    """Shards in the learner's own process (tests, and a baseline for the benchmarks)."""
+
+    def __init__(self, options: ShardOptions, num_shards: int):
+        self.options, self.num_shards = options, num_shards
+        self.shards: list[ReplayShard | None] = [None] * num_shards
+
+    def start(self, k: int, snapshot_path: str | None) -> None:
+        self.shards[k] = ReplayShard(k, self.options, snapshot_path)
+
+    def call(self, k: int, method: str, *args: Any) -> Any:
+        shard = self.shards[k]
+        if shard is None:
+            return _Done(ShardLost(f"shard {k} is not running"))
+        return _Done(getattr(shard, method)(*args))
+
+    def ready(self, handles: list[Any], timeout: float) -> list[Any]:
+        return list(handles)
+
+    def get(self, handle: Any) -> Any:
+        if isinstance(handle.value, ShardLost):
+            raise handle.value
+        return handle.value
+
+    def kill(self, k: int) -> None:
+        self.shards[k] = None
+
+
+class ReplayService:
+    """The learner's replay when the replay runs as shards (module docstring)."""
+
+    max_staleness = None  # (refused with shards in the config's check)
+
+    def __init__(self, shards: Shards, *, batch_size: int, prioritized: bool, beta: float = 0.4,
+                 beta_steps: int = 100_000, prefetch: int = 2, heartbeat_s: float = 1.0, timeout_s: float = 30.0,
+                 max_restarts: int = 10, seed: int = 0):
+        self.shards, self.num_shards = shards, shards.num_shards
+        self.sampling = ShardedSampling(self.num_shards, prioritized, beta, beta_steps, seed)
+        self.batch_size, self.prefetch = batch_size, prefetch
+        self.heartbeat_s, self.timeout_s, self.max_restarts = heartbeat_s, timeout_s, max_restarts
+        self._requests: list[tuple[int, list[tuple[int, Any]]]] = []  # (request id, [(shard, handle)])
+        self._next_request = 0
+        self._beats: dict[int, tuple[Any, float]] = {}  # shard -> (heartbeat handle, sent at)
+        self._next_beat = 0.0
+        self._snapshot_paths: list[str | None] = [None] * self.num_shards
+        self._counters = [dict[str, float]() for _ in range(self.num_shards)]
+        self._insert_k = 0
+        self.restarts = 0
+        self.lost_items = 0
+        self.refusals: list[str] = []
+        self.reported: set[str] = set()
+        self.sampled = 0
+        self.lost_chunks = 0  # chunks whose shard died before storing them (reported by the node proxies)
+        self.on_restart: Callable[[int], None] | None = None  # tells the inserters about a new shard k
+        self.started = False
+
+    # ---- orchestration
+    def start(self) -> None:
+        """Start every shard and wait for its first heartbeat (shards come before learner and workers)."""
+        if self.started:
+            return
+        for k in range(self.num_shards):
+            self.shards.start(k, self._snapshot_paths[k])
+        for k in range(self.num_shards):
+            self._send_beat(k)
+        self._collect_beats(wait_all=True)
+        self.started = True
+
+    def _send_beat(self, k: int) -> None:
+        self._beats[k] = (self.shards.call(k, "beat"), time.monotonic())
+
+    def _collect_beats(self, wait_all: bool = False) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        while self._beats:
+            handles = {h: k for k, (h, _) in self._beats.items()}
+            timeout = max(0.0, deadline - time.monotonic()) if wait_all else 0.0
+            for handle in self.shards.ready(list(handles), timeout):
+                k = handles[handle]
+                del self._beats[k]
+                try:
+                    beat, refusals = self.shards.get(handle)
+                except ShardLost as exc:
+                    self._restart(k, str(exc))
+                    continue
+                self._observe_beat(beat, refusals)
+            if not wait_all or time.monotonic() >= deadline:
+                break
+        now = time.monotonic()
+        for k, (_, sent) in list(self._beats.items()):
+            if now - sent > self.timeout_s:
+                del self._beats[k]
+                self._restart(k, f"no heartbeat for {self.timeout_s:g} s")
+
+    def _observe_beat(self, beat: Heartbeat, refusals: list[str]) -> None:
+        self.sampling.observe(beat)
+        self._counters[beat.role_id] = dict(beat.counters)
+        for reason in refusals:
+            self.refusals.append(reason)
+            cause = reason.split(": ", 1)[-1]
+            if cause not in self.reported:  # once per kind of problem, not per chunk
+                self.reported.add(cause)
+                log.warning("%s", reason)
+
+    def check(self) -> None:
+        """Heartbeats: send them when due, take the answers, restart shards that died or hang."""
+        self._collect_beats()
+        now = time.monotonic()
+        if now >= self._next_beat:
+            self._next_beat = now + self.heartbeat_s
+            for k in range(self.num_shards):
+                if k not in self._beats:
+                    self._send_beat(k)
+            self._collect_beats()  # (what has answered already)
+
+    def _restart(self, k: int, reason: str) -> None:
+        if self.restarts >= self.max_restarts:
+            raise RelayRLError(f"replay shard {k} failed ({reason}) after {self.restarts} restarts; look at the "
+                               "Ray logs of the shard actor, or raise replay_shard_restarts")
+        held = int(self._counters[k].get("size", 0))
+        self.shards.kill(k)
+        self.shards.start(k, self._snapshot_paths[k])
+        self.restarts += 1
+        self.sampling.forget(k)
+        self._beats.pop(k, None)
+        handle = self.shards.call(k, "beat")
+        try:
+            beat, refusals = self.shards.get(self.shards.ready([handle], self.timeout_s)[0])
+        except (ShardLost, IndexError):
+            raise RelayRLError(f"replay shard {k} did not come back after a restart ({reason})") from None
+        restored = int(beat.counters.get("restored", 0))
+        self.lost_items += max(0, held - restored)
+        self._observe_beat(beat, refusals)
+        log.warning("replay shard %d restarted (%s): %d items restored from its snapshot, %d lost", k, reason,
+                    restored, max(0, held - restored))
+        # requests in flight to the dead shard are dropped (the others' answers still make a batch)
+        self._requests = [(rid, [(j, h) for j, h in parts if j != k]) for rid, parts in self._requests]
+        if self.on_restart is not None:
+            self.on_restart(k)
+
+    # ---- sampling
+    def _request(self) -> None:
+        counts = self.sampling.split(self.batch_size)
+        if counts is None:
+            return
+        rid, self._next_request = self._next_request, self._next_request + 1
+        parts = [(k, self.shards.call(k, "sample", SampleBatch(rid, int(n)))) for k, n in enumerate(counts) if n > 0]
+        self._requests.append((rid, parts))
+
+    def sample(self, n: int, version: int | None = None) -> Batch | None:
+        """A batch of n items over every shard, or None when the shards hold nothing yet."""
+        if n != self.batch_size:
+            raise ValueError(f"this replay service samples batches of {self.batch_size}, not {n}")
+        self.check()
+        while len(self._requests) < self.prefetch:
+            before = len(self._requests)
+            self._request()
+            if len(self._requests) == before:
+                return None  # no shard has reported any items
+        _, parts = self._requests.pop(0)
+        answers: list[BatchTrainingData] = []
+        for k, handle in parts:
+            if not self.shards.ready([handle], self.timeout_s):
+                self._restart(k, f"a sample request took over {self.timeout_s:g} s")
+                continue
+            try:
+                answers.append(self.shards.get(handle))
+            except ShardLost as exc:
+                self._restart(k, str(exc))
+        self._request()
+        batch = self.sampling.merge(answers)
+        if batch is not None:
+            self.sampled += len(batch["index"])
+        return batch
+
+    def update_priorities(self, index: np.ndarray, priority: np.ndarray) -> int:
+        """Route new priorities to the items' shards (answers are not awaited: a shard that has since
+        overwritten an item skips it and counts it)."""
+        messages = self.sampling.route(index, priority)
+        for msg in messages:
+            self.shards.call(msg.shard_id, "update_priority", msg)
+        return len(np.asarray(index).reshape(-1))
+
+    # ---- inserts that come through the learner (sources without a shard handle)
+    def add(self, batch: Batch) -> None:
+        if not batch:
+            return
+        n = len(next(iter(batch.values())))
+        self.shards.call(self._insert_k, "insert", InsertTransitions(-1, 0, -1, batch, n))
+        self._insert_k = (self._insert_k + 1) % self.num_shards
+
+    def __len__(self) -> int:
+        return self.sampling.size()
+
+    def stats(self) -> dict[str, float]:
+        self.check()
+        total = lambda key: float(sum(c.get(key, 0.0) for c in self._counters))  # noqa: E731
+        out = {"replay/size": float(len(self)), "replay/sampled": float(self.sampled),
+               "replay/inserted": total("inserted"), "replay/refused_chunks": total("refused_chunks"),
+               "replay/early_requests": total("early_requests"), "replay/priority_skipped": total("priority_skipped"),
+               "replay/shard_restarts": float(self.restarts), "replay/lost_items": float(self.lost_items),
+               "replay/lost_chunks": float(self.lost_chunks),
+               "replay/evicted": total("evicted")}
+        for k, counters in enumerate(self._counters):
+            out[f"replay/shard{k}_size"] = counters.get("size", 0.0)
+        return out
+
+    # ---- persistence: one snapshot per shard, beside where one buffer's file would go
+    def _paths(self, path: str | Path) -> list[str]:
+        folder = Path(path).parent
+        return [str(folder / SHARD_FILE.format(k=k)) for k in range(self.num_shards)]
+
+    def save(self, path: str | Path) -> None:
+        self._snapshot_paths = self._paths(path)
+        handles = [self.shards.call(k, "snapshot_to", p) for k, p in enumerate(self._snapshot_paths)]
+        for k, handle in enumerate(handles):
+            if not self.shards.ready([handle], self.timeout_s):
+                raise RelayRLError(f"replay shard {k} did not write its snapshot within {self.timeout_s:g} s")
+            self.shards.get(handle)
+
+    def load(self, path: str | Path) -> None:
+        """On a resume: shards start from the snapshots saved beside ``path`` (before ``start``)."""
+        paths = self._paths(path)
+        self._snapshot_paths = [p if Path(p).is_file() else None for p in paths]
+
+    def stop(self, deadline: float | None = None) -> None:
+        """Send Stop to every shard; kill what has not answered by ``deadline`` (time.time())."""
+        deadline = time.time() + 5.0 if deadline is None else deadline
+        handles = [(k, self.shards.call(k, "stop", Stop("training ended", deadline))) for k in range(self.num_shards)]
+        for k, handle in handles:
+            self.shards.ready([handle], max(0.0, deadline - time.time()))
+            self.shards.kill(k)
+        self._requests, self._beats = [], {}

@@ -1,0 +1,98 @@
+"""The learner's handle on replay shards (ReplayService), with the shards in this process."""
+
+import numpy as np
+import pytest
+
+from relayrl.errors import RelayRLError
+from relayrl.runtime.service import LocalShards, ReplayService
+from relayrl.runtime.shard import ShardOptions
+
+
+def batch(start, n):
+    ids = np.arange(start, start + n)
+    return {"obs": ids.astype(np.float32)[:, None], "reward": np.zeros(n, np.float32)}
+
+
+def service(prioritized=False, **kw):
+    options = ShardOptions(capacity=100, sampler="prioritized" if prioritized else "uniform")
+    out = ReplayService(LocalShards(options, 2), batch_size=16, prioritized=prioritized, heartbeat_s=0.0, **kw)
+    out.start()
+    return out
+
+
+def test_samples_come_from_every_shard_with_requests_prefetched():
+    s = service()
+    assert s.sample(16) is None and len(s) == 0  # nothing inserted yet: no batch, no error
+    s.add(batch(0, 20))
+    s.add(batch(20, 20))  # round-robin: one chunk per shard
+    s.check()  # the heartbeats tell the learner what each shard holds
+    assert len(s) == 40
+    got = np.concatenate([s.sample(16)["obs"][:, 0] for _ in range(20)])
+    assert len(s._requests) == 2  # the next two requests are already in flight
+    assert (got < 20).any() and (got >= 20).any() and got.max() < 40
+    stats = s.stats()
+    assert stats["replay/inserted"] == 40 and stats["replay/sampled"] == 320
+    with pytest.raises(ValueError, match="batches of 16, not 8"):
+        s.sample(8)
+
+
+def test_priority_updates_go_back_to_each_items_shard():
+    s = service(prioritized=True)
+    s.add(batch(0, 30))
+    s.add(batch(30, 30))
+    s.check()
+    sample = s.sample(16)
+    assert s.update_priorities(sample["index"], np.full(16, 50.0)) == 16
+    s.check()
+    updated = s.stats()
+    assert updated["replay/priority_skipped"] == 0
+    hot = set(sample["obs"][:, 0])
+    later = np.concatenate([s.sample(16)["obs"][:, 0] for _ in range(10)])
+    assert np.mean([o in hot for o in later[32:]]) > 0.7
+
+
+def test_a_dead_shard_is_restarted_from_its_snapshot_and_the_rest_counted_lost(tmp_path):
+    s = service()
+    s.add(batch(0, 10))
+    s.add(batch(10, 10))
+    s.check()
+    s.save(tmp_path / "replay.safetensors")  # each shard writes its snapshot beside it
+    assert {"replay_shard0.safetensors", "replay_shard1.safetensors"} <= {p.name for p in tmp_path.iterdir()}
+    s.add(batch(20, 6))  # shard 0 takes 6 more after its snapshot
+    s.check()
+    s.shards.kill(0)
+    s.check()  # its heartbeat fails: restarted, the snapshot's 10 items restored, 6 lost
+    stats = s.stats()
+    assert stats["replay/shard_restarts"] == 1 and stats["replay/lost_items"] == 6
+    assert stats["replay/shard0_size"] == 10 and len(s) == 20
+    assert s.sample(16) is not None
+
+
+def test_restarts_are_bounded():
+    s = service(max_restarts=1)
+    s.add(batch(0, 4))
+    s.shards.kill(1)
+    s.check()
+    s.shards.kill(1)
+    with pytest.raises(RelayRLError, match="replay shard 1 failed .* after 1 restarts"):
+        s.check()
+
+
+def test_a_resume_starts_the_shards_from_their_snapshots(tmp_path):
+    s = service()
+    s.add(batch(0, 8))
+    s.add(batch(8, 8))
+    s.save(tmp_path / "replay.safetensors")
+    options = ShardOptions(capacity=100)
+    again = ReplayService(LocalShards(options, 2), batch_size=16, prioritized=False)
+    again.load(tmp_path / "replay.safetensors")
+    again.start()
+    assert len(again) == 16 and again.stats()["replay/lost_items"] == 0
+
+
+def test_a_corrupt_snapshot_starts_the_shard_empty_and_says_so(tmp_path, caplog):
+    (tmp_path / "replay_shard0.safetensors").write_bytes(b"not a snapshot")
+    s = ReplayService(LocalShards(ShardOptions(capacity=10), 2), batch_size=4, prioritized=False)
+    s.load(tmp_path / "replay.safetensors")
+    s.start()
+    assert len(s) == 0 and any("started empty" in r for r in s.refusals)
