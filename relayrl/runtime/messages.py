@@ -47,6 +47,7 @@ class InsertTransitions:
     episode_returns: tuple[float, ...] = ()
     episode_lengths: tuple[int, ...] = ()
     obs_moments: dict[str, Any] | None = None  # count, mean, var of the raw observations acted on (obs_norm)
+    stored_rows: int = 0  # rows a node proxy already inserted into a replay shard (its batch is then empty)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "batch", _freeze(self.batch))

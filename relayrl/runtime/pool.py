@@ -124,11 +124,13 @@ class WorkerPool(SampleSource):
 
 class OffPolicyPool(WorkerPool):
     can_poll = True
+    service: ReplayService | None = None  # the shards the workers insert into, when the learner asked for them
 
     def replay_service(self, options: ShardOptions, num_shards: int, **service_options: Any) -> ReplayService | None:
         if self.backend_name != "ray":  # shards run as Ray actors; mp and inline workers feed the learner's replay
             return None
-        return self.backend.replay_service(options, num_shards, **service_options)
+        self.service = self.backend.replay_service(options, num_shards, **service_options)
+        return self.service
 
     def pull(self) -> tuple[Batch, int]:
         return self._combine(self._receive())
@@ -137,6 +139,8 @@ class OffPolicyPool(WorkerPool):
         return self._combine(self.backend.receive(timeout=0.0))
 
     def _combine(self, msgs: list[InsertTransitions]) -> tuple[Batch, int]:
+        if self.service is not None:  # what the proxies inserted on the learner's behalf
+            self.service.note_inserted(sum(m.stored_rows for m in msgs))
         keep, steps = self._fresh(msgs)
         batches = [m.batch for m in keep if m.batch]
         batch = {k: np.concatenate([b[k] for b in batches]) for k in batches[0]} if batches else {}

@@ -15,7 +15,11 @@ counts (env steps, episodes); the learner asks the shards for batches through th
 ``ReplayService`` offers what the replay loop uses of a ``ReplayBuffer`` (``sample``,
 ``update_priorities``, ``add``, ``__len__``, ``stats``, ``save``, ``load``), so ``ReplayRounds``
 runs unchanged on either. Requests are split by sharding.py and ``prefetch`` of them are kept in
-flight, so the learner waits on a round trip only when it outruns the shards.
+flight, so the learner waits on a round trip only when it outruns the shards. One request draws
+``batches_per_request`` batches' worth of i.i.d. items at once (one call per shard, not one per
+update: a Ray call costs the learner ~0.3 ms), and priority updates travel together with the next
+request, so priorities reach the shards up to ``prefetch * batches_per_request`` updates late, as
+in Ape-X, where the learner also samples ahead of its updates.
 
 Orchestration: the service sends every shard a heartbeat request every ``heartbeat_s``; a shard that
 dies (its actor lost) or does not answer within ``timeout_s`` is killed and started again, restoring
@@ -122,11 +126,14 @@ class ReplayService:
     max_staleness = None  # (refused with shards in the config's check)
 
     def __init__(self, shards: Shards, *, batch_size: int, prioritized: bool, beta: float = 0.4,
-                 beta_steps: int = 100_000, prefetch: int = 2, heartbeat_s: float = 1.0, timeout_s: float = 30.0,
+                 beta_steps: int = 100_000, prefetch: int = 2, batches_per_request: int = 8, heartbeat_s: float = 1.0,
+                 timeout_s: float = 30.0,
                  max_restarts: int = 10, seed: int = 0):
         self.shards, self.num_shards = shards, shards.num_shards
         self.sampling = ShardedSampling(self.num_shards, prioritized, beta, beta_steps, seed)
-        self.batch_size, self.prefetch = batch_size, prefetch
+        self.batch_size, self.prefetch, self.batches_per_request = batch_size, prefetch, batches_per_request
+        self._ready: list[Batch] = []  # batches of the last answered request, not yet learned from
+        self._priorities: list[tuple[np.ndarray, np.ndarray]] = []  # updates not yet sent
         self.heartbeat_s, self.timeout_s, self.max_restarts = heartbeat_s, timeout_s, max_restarts
         self._requests: list[tuple[int, list[tuple[int, Any]]]] = []  # (request id, [(shard, handle)])
         self._next_request = 0
@@ -140,6 +147,9 @@ class ReplayService:
         self.refusals: list[str] = []
         self.reported: set[str] = set()
         self.sampled = 0
+        self.noted = 0  # rows the inserters said they inserted (``note_inserted``)
+        self._retired_inserted = 0.0  # inserts counted by shards since restarted (their counters start at 0)
+        self.capacity = 0  # of every shard together (from their first heartbeats)
         self.lost_chunks = 0  # chunks whose shard died before storing them (reported by the node proxies)
         self.on_restart: Callable[[int], None] | None = None  # tells the inserters about a new shard k
         self.started = False
@@ -183,6 +193,8 @@ class ReplayService:
 
     def _observe_beat(self, beat: Heartbeat, refusals: list[str]) -> None:
         self.sampling.observe(beat)
+        if not self._counters[beat.role_id]:
+            self.capacity += int(beat.counters["capacity"])
         self._counters[beat.role_id] = dict(beat.counters)
         for reason in refusals:
             self.refusals.append(reason)
@@ -207,6 +219,7 @@ class ReplayService:
             raise RelayRLError(f"replay shard {k} failed ({reason}) after {self.restarts} restarts; look at the "
                                "Ray logs of the shard actor, or raise replay_shard_restarts")
         held = int(self._counters[k].get("size", 0))
+        self._retired_inserted += self._counters[k].get("inserted", 0.0)
         self.shards.kill(k)
         self.shards.start(k, self._snapshot_paths[k])
         self.restarts += 1
@@ -229,9 +242,10 @@ class ReplayService:
 
     # ---- sampling
     def _request(self) -> None:
-        counts = self.sampling.split(self.batch_size)
+        counts = self.sampling.split(self.batch_size * self.batches_per_request)
         if counts is None:
             return
+        self._flush_priorities()  # before the shards sample again
         rid, self._next_request = self._next_request, self._next_request + 1
         parts = [(k, self.shards.call(k, "sample", SampleBatch(rid, int(n)))) for k, n in enumerate(counts) if n > 0]
         self._requests.append((rid, parts))
@@ -240,12 +254,22 @@ class ReplayService:
         """A batch of n items over every shard, or None when the shards hold nothing yet."""
         if n != self.batch_size:
             raise ValueError(f"this replay service samples batches of {self.batch_size}, not {n}")
+        if not self._ready:
+            self._next_batches()
+        if not self._ready:
+            return None
+        batch = self._ready.pop()
+        self.sampled += len(batch["index"])
+        return batch
+
+    def _next_batches(self) -> None:
+        """Take the oldest request's answers (waiting for them) into ``_ready``; send the next request."""
         self.check()
         while len(self._requests) < self.prefetch:
             before = len(self._requests)
             self._request()
             if len(self._requests) == before:
-                return None  # no shard has reported any items
+                return  # no shard has reported any items
         _, parts = self._requests.pop(0)
         answers: list[BatchTrainingData] = []
         for k, handle in parts:
@@ -257,18 +281,29 @@ class ReplayService:
             except ShardLost as exc:
                 self._restart(k, str(exc))
         self._request()
-        batch = self.sampling.merge(answers)
-        if batch is not None:
-            self.sampled += len(batch["index"])
-        return batch
+        merged = self.sampling.merge(answers)
+        if merged is None:
+            return
+        # i.i.d. draws in a random order, cut into batches (the last may be short after a shard was lost)
+        order = self.sampling.rng.permutation(len(merged["index"]))
+        cuts = range(0, len(order), self.batch_size)
+        self._ready = [{k: v[order[c:c + self.batch_size]] for k, v in merged.items()} for c in reversed(cuts)]
 
     def update_priorities(self, index: np.ndarray, priority: np.ndarray) -> int:
-        """Route new priorities to the items' shards (answers are not awaited: a shard that has since
-        overwritten an item skips it and counts it)."""
-        messages = self.sampling.route(index, priority)
-        for msg in messages:
+        """Queue new priorities for the items' shards; they are sent with the next sample request (a
+        shard that has since overwritten an item skips it and counts it)."""
+        index = np.asarray(index).reshape(-1)
+        self._priorities.append((index, np.asarray(priority).reshape(-1)))
+        return len(index)
+
+    def _flush_priorities(self) -> None:
+        if not self._priorities:
+            return
+        index = np.concatenate([i for i, _ in self._priorities])
+        priority = np.concatenate([p for _, p in self._priorities])
+        self._priorities = []
+        for msg in self.sampling.route(index, priority):
             self.shards.call(msg.shard_id, "update_priority", msg)
-        return len(np.asarray(index).reshape(-1))
 
     # ---- inserts that come through the learner (sources without a shard handle)
     def add(self, batch: Batch) -> None:
@@ -278,8 +313,17 @@ class ReplayService:
         self.shards.call(self._insert_k, "insert", InsertTransitions(-1, 0, -1, batch, n))
         self._insert_k = (self._insert_k + 1) % self.num_shards
 
+    def note_inserted(self, rows: int) -> None:
+        """Rows inserted into the shards by others (node proxies), which the shards may not have reported yet."""
+        self.noted += rows
+
     def __len__(self) -> int:
-        return self.sampling.size()
+        """Items held: as the shards last reported (heartbeats, answers), plus the inserts noted since
+        that the shards had not yet counted, up to the capacity."""
+        self.check()
+        confirmed = sum(c.get("inserted", 0.0) for c in self._counters) + self._retired_inserted
+        in_flight = max(0, int(self.noted - confirmed))
+        return min(self.sampling.size() + in_flight, self.capacity)
 
     def stats(self) -> dict[str, float]:
         self.check()
@@ -303,9 +347,17 @@ class ReplayService:
         self._snapshot_paths = self._paths(path)
         handles = [self.shards.call(k, "snapshot_to", p) for k, p in enumerate(self._snapshot_paths)]
         for k, handle in enumerate(handles):
-            if not self.shards.ready([handle], self.timeout_s):
-                raise RelayRLError(f"replay shard {k} did not write its snapshot within {self.timeout_s:g} s")
-            self.shards.get(handle)
+            for attempt in range(2):  # a shard found dead is restarted (from its last snapshot), then asked again
+                if not self.shards.ready([handle], self.timeout_s):
+                    raise RelayRLError(f"replay shard {k} did not write its snapshot within {self.timeout_s:g} s")
+                try:
+                    self.shards.get(handle)
+                    break
+                except ShardLost as exc:
+                    if attempt:
+                        raise RelayRLError(f"replay shard {k} died twice while writing its snapshot ({exc})") from None
+                    self._restart(k, str(exc))
+                    handle = self.shards.call(k, "snapshot_to", self._snapshot_paths[k])
 
     def load(self, path: str | Path) -> None:
         """On a resume: shards start from the snapshots saved beside ``path`` (before ``start``)."""
@@ -319,4 +371,4 @@ class ReplayService:
         for k, handle in handles:
             self.shards.ready([handle], max(0.0, deadline - time.time()))
             self.shards.kill(k)
-        self._requests, self._beats = [], {}
+        self._requests, self._beats, self._ready = [], {}, []

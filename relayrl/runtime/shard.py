@@ -19,6 +19,7 @@ they were sampled are skipped and counted (``priority_skipped``). ``snapshot()``
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,6 +153,7 @@ class ReplayShard:
     def heartbeat(self) -> Heartbeat:
         total, smallest = self.total()
         counters = {**{k: float(v) for k, v in self.counters.items()}, "size": float(len(self.buffer)),
+                    "capacity": float(self.buffer.capacity),
                     "total": total, "min_mass": smallest, "evicted": float(self.buffer.evicted)}
         return Heartbeat("shard", self.shard_id, time.time(), counters)
 
@@ -185,4 +187,4 @@ class ReplayShard:
         self.counters["restored"] = len(self.buffer)
 
     def info(self) -> dict[str, Any]:
-        return {"shard_id": self.shard_id, "size": len(self.buffer), "capacity": self.buffer.capacity}
+        return {"shard_id": self.shard_id, "size": len(self.buffer), "capacity": self.buffer.capacity, "pid": os.getpid()}

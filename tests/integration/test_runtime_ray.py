@@ -3,6 +3,7 @@ one node proxy per node, hosting that node's workers."""
 
 import os
 import signal
+import time
 
 import pytest
 
@@ -137,3 +138,94 @@ def test_asynchronous_algorithms_run_on_ray_workers(cluster, tmp_path, algo, set
     summary, backend, info = _run(config, tmp_path)
     assert summary["env_steps"] >= 1500 and summary["updates"] > 0
     assert len({p["node"] for p in info}) == 2
+
+
+APEX = ["backend=ray", "workers=2", "env.num_envs=4", "eval.freq=2500", "eval.episodes=5", "eval.num_envs=5"]
+
+
+def _shard_metrics(run_dir):
+    return [r for r in read_metrics(run_dir) if "train/replay/shard_restarts" in r]
+
+
+def _kill_shard_once(at_steps, killed):
+    def kill(ctx, backend):
+        service = backend.service
+        if not killed and ctx.env_steps >= at_steps and service.stats()["replay/shard0_size"] > 0:
+            ray.kill(service.shards.actors[0])
+            killed.append(ctx.env_steps)
+    return kill
+
+
+def _check_shards(run_dir, restarts):
+    last = _shard_metrics(run_dir)[-1]
+    assert last["train/replay/shard_restarts"] == restarts
+    assert last["train/replay/shard0_size"] > 0 and last["train/replay/shard1_size"] > 0  # both fed and sampled
+    assert last["train/replay/inserted"] > 0 and last["train/replay/sampled"] > 0
+    if restarts:  # what the kill cost (items after the last snapshot, chunks in flight), counted
+        assert last["train/replay/lost_items"] + last["train/replay/lost_chunks"] > 0
+    return last
+
+
+def test_a_killed_replay_shard_is_restarted_from_its_snapshot_and_training_goes_on(cluster, tmp_path):
+    """Ape-X DQN: the node proxies insert into two shard actors, the learner samples from both with
+    priorities; shard 0 is killed after the first evaluation's checkpoint (which snapshots the
+    shards), restarted from that snapshot, and what it held beyond it is counted as lost."""
+    config = build_config("dqn", None, APEX + ["dqn.replay_shards=2", "dqn.prioritized=true", "dqn.start_training=500",
+                                               "eval.freq=2000", "eval.episodes=2", "eval.num_envs=2"],
+                          {"total_steps": 5000, "seed": 0})
+    killed = []
+    summary, backend, info = _run(config, tmp_path, _kill_shard_once(3000, killed))
+    assert killed and summary["env_steps"] >= 5000 and summary["updates"] > 1000, (killed, summary)
+    last = _check_shards(tmp_path / "run", restarts=1)
+    assert last["train/replay/size"] > 2000  # the snapshot came back (2,000+ items before the kill)
+    assert len({p["node"] for p in info}) == 2
+
+
+@pytest.mark.solve
+def test_apex_dqn_with_two_replay_shards_solves_cartpole_through_a_killed_shard(cluster, tmp_path):
+    config = build_config("dqn", None, APEX + ["dqn.replay_shards=2", "dqn.prioritized=true"],
+                          {"total_steps": 80_000, "seed": 0})
+    killed = []
+    summary, backend, info = _run(config, tmp_path, _kill_shard_once(6000, killed))
+    assert killed and summary["solved"], (killed, summary)
+    _check_shards(tmp_path / "run", restarts=1)
+
+
+@pytest.mark.solve
+def test_apex_sac_with_two_replay_shards_solves_pendulum(cluster, tmp_path):
+    config = build_config("sac", None, ["backend=ray", "workers=2", "env.id=Pendulum-v1", "env.num_envs=2",
+                                        "sac.replay_shards=2", "eval.freq=1000", "eval.episodes=5", "eval.num_envs=5"],
+                          {"total_steps": 40_000, "seed": 0, "stop_value": -200})
+    summary, backend, info = _run(config, tmp_path)
+    assert summary["solved"], summary
+    _check_shards(tmp_path / "run", restarts=0)
+
+
+def test_a_run_with_shards_leaves_no_process_behind(cluster, tmp_path):
+    config = build_config("dqn", None, APEX + ["dqn.replay_shards=2", "dqn.start_training=200", "eval.freq=0",
+                                               "dqn.max_insert_lead=500"], {"total_steps": 3000, "seed": 1})
+    pids = set()
+
+    def note_pids(ctx, backend):
+        if len(pids) == 6:
+            return
+        pids.update(ray.get(a.info.remote())["pid"] for a in backend.service.shards.actors)
+        pids.update(p["pid"] for p in backend.info())
+        pids.update(w for p in backend.info() for w in p["worker_pids"].values())
+
+    summary, backend, info = _run(config, tmp_path, note_pids)
+    assert summary["env_steps"] >= 3000 and summary["updates"] > 0, summary
+    assert len(pids) == 2 + 2 + 2  # shards, node proxies, workers
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.2)
+    assert not [p for p in pids if _alive(p)]
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie has exited
+        return f.read().split(") ")[-1][0] != "Z"

@@ -82,3 +82,32 @@ def test_worker_restarts_stay_counted_when_their_node_proxy_is_replaced(fake_ray
     assert seen == [2, 3, 3, 4]
     assert backend.failures[:2] == ["worker 1: exit code -9", "node proxy 0 (node-a): proxy 0 died"]
     assert ("publish", (0, backend._weights[0], {"w": "array"}, 0)) in backend._proxies[0].calls
+
+
+def test_off_policy_versions_reach_the_nodes_at_most_every_publish_interval(fake_ray, monkeypatch):
+    puts = []
+    fake_ray.put = lambda value: puts.append(value) or _Ref(value)
+    proxies = []
+    monkeypatch.setattr(RayBackend, "_spawn", lambda self, k, restart=0: proxies.append(FakeProxy([])) or proxies[-1])
+    clock = [100.0]
+    monkeypatch.setattr(ray_backend.time, "monotonic", lambda: clock[0])
+    backend = RayBackend(build_config("dqn", None, ["backend=ray", "workers=2"]), 2)
+    for version in range(5):  # five updates within one interval: the first goes, the rest wait
+        backend.publish(LoadParams(version, {"w": np.full(1, version)}), env_steps=0)
+    assert [int(p["w"][0]) for p in puts] == [0]
+    clock[0] += 2 * ray_backend.PUBLISH_MIN_S
+    backend.receive(timeout=0.0)  # the newest pending version goes once the interval has passed
+    assert [int(p["w"][0]) for p in puts] == [0, 4]
+    assert [c[1][0] for c in proxies[0].calls if c[0] == "publish"] == [0, 4]
+    backend.receive(timeout=0.0)
+    assert len(puts) == 2  # nothing pending: nothing sent
+
+
+def test_on_policy_versions_are_never_held_back(fake_ray, monkeypatch):
+    puts = []
+    fake_ray.put = lambda value: puts.append(value) or _Ref(value)
+    monkeypatch.setattr(RayBackend, "_spawn", lambda self, k, restart=0: FakeProxy([]))
+    backend = RayBackend(build_config("ppo", None, ["backend=ray", "workers=2"]), 2)
+    for version in range(3):
+        backend.publish(LoadParams(version, {"w": np.zeros(1)}), env_steps=0)
+    assert len(puts) == 3  # the workers wait for exactly this version

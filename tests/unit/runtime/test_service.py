@@ -28,7 +28,7 @@ def test_samples_come_from_every_shard_with_requests_prefetched():
     s.check()  # the heartbeats tell the learner what each shard holds
     assert len(s) == 40
     got = np.concatenate([s.sample(16)["obs"][:, 0] for _ in range(20)])
-    assert len(s._requests) == 2  # the next two requests are already in flight
+    assert len(s._requests) == 2 and len(s._ready) == 4  # 20 of 8 batches taken: 4 left, two requests in flight
     assert (got < 20).any() and (got >= 20).any() and got.max() < 40
     stats = s.stats()
     assert stats["replay/inserted"] == 40 and stats["replay/sampled"] == 320
@@ -47,8 +47,10 @@ def test_priority_updates_go_back_to_each_items_shard():
     updated = s.stats()
     assert updated["replay/priority_skipped"] == 0
     hot = set(sample["obs"][:, 0])
-    later = np.concatenate([s.sample(16)["obs"][:, 0] for _ in range(10)])
-    assert np.mean([o in hot for o in later[32:]]) > 0.7
+    # they reach the shards with the next request: after the batches already drawn (7 left of this
+    # request, 2 requests of 8 in flight), 16 of 60 items hold most of the mass
+    later = np.concatenate([s.sample(16)["obs"][:, 0] for _ in range(7 + 2 * 8 + 10)])
+    assert np.mean([o in hot for o in later[:7 * 16]]) < 0.5 and np.mean([o in hot for o in later[-160:]]) > 0.7
 
 
 def test_a_dead_shard_is_restarted_from_its_snapshot_and_the_rest_counted_lost(tmp_path):
@@ -96,3 +98,25 @@ def test_a_corrupt_snapshot_starts_the_shard_empty_and_says_so(tmp_path, caplog)
     s.load(tmp_path / "replay.safetensors")
     s.start()
     assert len(s) == 0 and any("started empty" in r for r in s.refusals)
+
+
+def test_a_shard_found_dead_when_saving_is_restarted_and_saved(tmp_path):
+    s = service()
+    s.add(batch(0, 10))
+    s.add(batch(10, 10))
+    s.check()
+    s.save(tmp_path / "replay.safetensors")
+    s.shards.kill(1)
+    s.save(tmp_path / "replay.safetensors")  # shard 1 comes back from the first snapshot, then writes again
+    assert s.stats()["replay/shard_restarts"] == 1 and s.stats()["replay/lost_items"] == 0 and len(s) == 20
+
+
+def test_inserts_made_by_others_count_before_the_shards_report_them():
+    s = service()
+    s.note_inserted(30)  # a node proxy's inserts, still on their way
+    assert len(s) == 30
+    s.add(batch(0, 30))  # (here they land through add, which is where a proxy's would)
+    s.check()
+    assert len(s) == 30  # reported now, not counted twice
+    s.note_inserted(1000)
+    assert len(s) == 200  # never more than the shards can hold
