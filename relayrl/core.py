@@ -52,8 +52,8 @@ from relayrl.types import Batch, Mode, PolicyOutput
 
 if TYPE_CHECKING:
     from relayrl.policy.normalizer import RunningMeanStd
-    from relayrl.runtime.service import ReplayService
-    from relayrl.runtime.shard import ShardOptions
+    from relayrl.config import ReplayLoopConfig
+    from relayrl.data.replay import Replay
 
 __all__ = ["Policy", "Algorithm", "SampleSource"]
 
@@ -273,10 +273,10 @@ class SampleSource(ABC):
         """Moments of the raw observations the source's workers acted on since the last call (None: none)."""
         return None
 
-    def replay_service(self, options: ShardOptions, num_shards: int, **service_options: Any) -> ReplayService | None:
+    def replay_service(self, cfg: ReplayLoopConfig, layout: str, seed: int, total_steps: int) -> Replay | None:
         """Replay shards this source's collectors insert into directly (the replay service:
-        runtime/service.py), for a learner that asked for ``num_shards``; None when the source cannot
-        (its experience then comes through ``pull`` into the learner's own replay)."""
+        runtime/service.py), for a learner whose ``cfg.replay_shards`` asks for them; None when the source
+        cannot (its experience then comes through ``pull`` into the learner's own replay)."""
         return None
 
     def publish(self, weights: dict[str, Any], version: int) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from relayrl.config import ReplayLoopConfig
 from relayrl.core import SampleSource
 from relayrl.errors import RelayRLError
 from relayrl.policy.normalizer import RunningMeanStd
@@ -126,10 +127,15 @@ class OffPolicyPool(WorkerPool):
     can_poll = True
     service: ReplayService | None = None  # the shards the workers insert into, when the learner asked for them
 
-    def replay_service(self, options: ShardOptions, num_shards: int, **service_options: Any) -> ReplayService | None:
+    def replay_service(self, cfg: ReplayLoopConfig, layout: str, seed: int, total_steps: int) -> ReplayService | None:
         if self.backend_name != "ray":  # shards run as Ray actors; mp and inline workers feed the learner's replay
             return None
-        self.service = self.backend.replay_service(options, num_shards, **service_options)
+        shards = cfg.replay_shards
+        options = ShardOptions(capacity=-(-cfg.buffer_size // shards), sampler="prioritized" if cfg.prioritized else
+                               "uniform", alpha=cfg.priority_alpha, layout=layout, max_use=cfg.max_use, seed=seed)
+        self.service = self.backend.replay_service(options, shards, batch_size=cfg.batch_size,
+                                                   prioritized=cfg.prioritized, beta=cfg.priority_beta,
+                                                   beta_steps=max(1, total_steps), seed=seed)
         return self.service
 
     def pull(self) -> tuple[Batch, int]:

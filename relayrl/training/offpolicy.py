@@ -26,10 +26,8 @@ from relayrl.core import Algorithm, Policy, SampleSource
 from relayrl.training.rounds import Rounds
 from relayrl.data.dtypes import store_transitions, stored_dtype
 from relayrl.data.nstep import NStepAccumulator
-from relayrl.data.replay import ReplayBuffer, choose_layout
+from relayrl.data.replay import Replay, ReplayBuffer, choose_layout
 from relayrl.errors import ConfigError
-from relayrl.runtime.service import ReplayService
-from relayrl.runtime.shard import ShardOptions
 from relayrl.envs.vector import VectorEnv
 from relayrl.training.collector import EpisodeStats
 from relayrl.types import Batch
@@ -103,8 +101,8 @@ class ReplayRounds(Rounds):
         ``replay_layout(observation_space)``)."""
         self.algo, self.cfg, self.total_steps = algo, cfg, total_steps
         self.samples = samples
-        self.buffer: ReplayBuffer | ReplayService = (self._service(cfg, seed, total_steps, layout) if cfg.replay_shards
-                                                     else self._buffer(cfg, seed, total_steps, layout))
+        self.buffer: Replay = (self._service(cfg, seed, total_steps, layout) if cfg.replay_shards
+                               else self._buffer(cfg, seed, total_steps, layout))
         self.learning = ReplayLearning(algo, self.buffer, cfg.batch_size, publish, cfg.update_model_interval)
         if cfg.update_buffer_interval is not None and self.samples.can_poll:
             self.learning.refill, self.learning.refill_every = self._poll, cfg.update_buffer_interval
@@ -119,17 +117,13 @@ class ReplayRounds(Rounds):
         return ReplayBuffer(cfg.buffer_size, sampler="prioritized" if cfg.prioritized else "uniform",
                             max_use=cfg.max_use, max_staleness=cfg.max_staleness, seed=seed, layout=layout, **options)
 
-    def _service(self, cfg: ReplayLoopConfig, seed: int, total_steps: int, layout: str) -> ReplayService:
-        """The replay shards the sample source's collectors insert into (runtime/service.py)."""
-        shards = cfg.replay_shards
-        options = ShardOptions(capacity=-(-cfg.buffer_size // shards), sampler="prioritized" if cfg.prioritized else
-                               "uniform", alpha=cfg.priority_alpha, layout=layout, max_use=cfg.max_use, seed=seed)
-        service = self.samples.replay_service(options, shards, batch_size=cfg.batch_size, prioritized=cfg.prioritized,
-                                              beta=cfg.priority_beta, beta_steps=max(1, total_steps), seed=seed)
+    def _service(self, cfg: ReplayLoopConfig, seed: int, total_steps: int, layout: str) -> Replay:
+        """The replay shards the sample source's collectors insert into (the replay service)."""
+        service = self.samples.replay_service(cfg, layout, seed, total_steps)
         if service is None:
-            raise ConfigError(f"replay_shards={shards} runs the replay as shards on Ray, which this experience source "
-                              "cannot feed: train with rollout workers on Ray (--backend ray --workers N), or set "
-                              "replay_shards=0 to keep the replay in the learner")
+            raise ConfigError(f"replay_shards={cfg.replay_shards} runs the replay as shards on Ray, which this "
+                              "experience source cannot feed: train with rollout workers on Ray (--backend ray "
+                              "--workers N), or set replay_shards=0 to keep the replay in the learner")
         return service
 
     def _poll(self) -> None:
@@ -197,7 +191,7 @@ class ReplayRounds(Rounds):
         return {**self.samples.stats(), "replay/paced_rounds": float(self.paced)}
 
     def restore(self, folder: Path, state: dict[str, Any]) -> None:
-        if isinstance(self.buffer, ReplayService) or (folder / REPLAY_FILE).is_file():  # (shards: their own files)
+        if self.cfg.replay_shards or (folder / REPLAY_FILE).is_file():  # (shards look for their own files)
             self.buffer.load(folder / REPLAY_FILE)
         start = int(state.get("steps_at_start", -1))
         self.steps_at_start = None if start < 0 else start
@@ -207,7 +201,7 @@ class ReplayRounds(Rounds):
 class ReplayLearning:
     """What the Learner drives for off-policy algorithms: ``learn(n)`` runs n replay updates."""
 
-    def __init__(self, algo, buffer: ReplayBuffer | ReplayService, batch_size: int,
+    def __init__(self, algo, buffer: Replay, batch_size: int,
                  publish: Callable[[dict, int], None] | None = None, publish_every: int = 1):
         self.algo, self.buffer, self.batch_size = algo, buffer, batch_size
         self.publish, self.publish_every = publish, publish_every
