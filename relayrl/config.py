@@ -85,11 +85,6 @@ class ReplayLoopConfig(AlgoConfig):
     """The replay service: 0 keeps the replay in the learner's process; N > 0 runs N replay shards as Ray
     actors (backend ray), which the workers' node proxies insert into directly and the learner samples
     from, prefetched. buffer_size is split evenly over them (docs/distributed.md)."""
-    max_insert_lead: int | None = Field(None, ge=0)
-    """Rate control: the env steps collection may run ahead of the updates due (updates_per_step; Reverb's
-    SampleToInsertRatio error buffer). Further ahead, the learner takes no new samples from rollout
-    workers until its updates catch up, and the workers wait (null: no limit)."""
-
     def check(self, name: str) -> None:
         if self.replay_shards and self.max_staleness is not None:
             raise ConfigError(f"{name}.max_staleness is not supported with {name}.replay_shards > 0 (shards do not "

@@ -216,8 +216,8 @@ class ReplayService:
 
     def _restart(self, k: int, reason: str) -> None:
         if self.restarts >= self.max_restarts:
-            raise RelayRLError(f"replay shard {k} failed ({reason}) after {self.restarts} restarts; look at the "
-                               "Ray logs of the shard actor, or raise replay_shard_restarts")
+            raise RelayRLError(f"replay shard {k} failed ({reason}) after {self.restarts} restarts of replay shards; "
+                               "look at the shard's log (Ray: /tmp/ray/session_latest/logs on its node) for why")
         held = int(self._counters[k].get("size", 0))
         self._retired_inserted += self._counters[k].get("inserted", 0.0)
         self.shards.kill(k)
@@ -334,6 +334,8 @@ class ReplayService:
                "replay/shard_restarts": float(self.restarts), "replay/lost_items": float(self.lost_items),
                "replay/lost_chunks": float(self.lost_chunks),
                "replay/evicted": total("evicted")}
+        inserted = out["replay/inserted"] + self._retired_inserted
+        out["replay/samples_per_insert"] = self.sampled / inserted if inserted else 0.0  # (updates_per_step x batch)
         for k, counters in enumerate(self._counters):
             out[f"replay/shard{k}_size"] = counters.get("size", 0.0)
         return out

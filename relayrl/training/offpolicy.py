@@ -107,7 +107,6 @@ class ReplayRounds(Rounds):
         if cfg.update_buffer_interval is not None and self.samples.can_poll:
             self.learning.refill, self.learning.refill_every = self._poll, cfg.update_buffer_interval
         self.polled_steps = 0  # env steps received mid-round
-        self.paced = 0  # rounds in which rate control held collection back
         self.steps_at_start: int | None = None  # env steps when the buffer first reached start_training
 
     @staticmethod
@@ -141,17 +140,9 @@ class ReplayRounds(Rounds):
 
     def gather(self, env_steps: int, updates: int) -> tuple[int, int]:
         self.algo.set_progress(env_steps, self.total_steps)
-        steps, ahead = 0, self._ahead(env_steps)
-        if not ahead:
-            batch, steps = self.samples.pull()
-            self._store(batch)
-            env_steps += steps
-        due = self._due(env_steps, updates)
-        if due == 0 and ahead:  # nothing to learn from after all (e.g. the cap binds): collect
-            batch, steps = self.samples.pull()
-            self._store(batch)
-            due = self._due(env_steps + steps, updates)
-        return due, steps
+        batch, steps = self.samples.pull()
+        self._store(batch)
+        return self._due(env_steps + steps, updates), steps
 
     def _due(self, env_steps: int, updates: int) -> int:
         threshold = max(self.cfg.start_training, self.cfg.batch_size)
@@ -165,17 +156,6 @@ class ReplayRounds(Rounds):
             due = min(due, int(env_steps * cap) - updates)
         return max(0, due)
 
-    def _ahead(self, env_steps: int) -> bool:
-        """Rate control (``max_insert_lead``): collection is further ahead of the updates than allowed, so
-        the learner takes no new samples this round (the workers wait) and catches up."""
-        lead = self.cfg.max_insert_lead
-        if lead is None or self.steps_at_start is None:
-            return False
-        covered = self.steps_at_start + self.learning.updates / self.cfg.updates_per_step
-        ahead = env_steps - covered > lead
-        self.paced += ahead
-        return ahead
-
     def steps_received_while_learning(self) -> int:
         steps, self.polled_steps = self.polled_steps, 0
         return steps
@@ -186,9 +166,6 @@ class ReplayRounds(Rounds):
     def state(self) -> dict[str, Any]:
         return {"steps_at_start": -1 if self.steps_at_start is None else self.steps_at_start,
                 "replay_updates": self.learning.updates}
-
-    def stats(self) -> dict[str, float]:
-        return {**self.samples.stats(), "replay/paced_rounds": float(self.paced)}
 
     def restore(self, folder: Path, state: dict[str, Any]) -> None:
         if self.cfg.replay_shards or (folder / REPLAY_FILE).is_file():  # (shards look for their own files)

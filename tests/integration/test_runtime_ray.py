@@ -156,8 +156,11 @@ def _kill_shard_once(at_steps, killed):
     return kill
 
 
-def _check_shards(run_dir, restarts):
+def _check_shards(run_dir, restarts, cfg):
     last = _shard_metrics(run_dir)[-1]
+    # the samples-per-insert ratio holds across the service: updates_per_step x batch_size items per env step
+    ratio = cfg.updates_per_step * cfg.batch_size
+    assert abs(last["train/replay/samples_per_insert"] - ratio) < 0.25 * ratio, (last, ratio)
     assert last["train/replay/shard_restarts"] == restarts
     assert last["train/replay/shard0_size"] > 0 and last["train/replay/shard1_size"] > 0  # both fed and sampled
     assert last["train/replay/inserted"] > 0 and last["train/replay/sampled"] > 0
@@ -176,7 +179,7 @@ def test_a_killed_replay_shard_is_restarted_from_its_snapshot_and_training_goes_
     killed = []
     summary, backend, info = _run(config, tmp_path, _kill_shard_once(3000, killed))
     assert killed and summary["env_steps"] >= 5000 and summary["updates"] > 1000, (killed, summary)
-    last = _check_shards(tmp_path / "run", restarts=1)
+    last = _check_shards(tmp_path / "run", restarts=1, cfg=config.algo_config)
     assert last["train/replay/size"] > 2000  # the snapshot came back (2,000+ items before the kill)
     assert len({p["node"] for p in info}) == 2
 
@@ -188,7 +191,7 @@ def test_apex_dqn_with_two_replay_shards_solves_cartpole_through_a_killed_shard(
     killed = []
     summary, backend, info = _run(config, tmp_path, _kill_shard_once(6000, killed))
     assert killed and summary["solved"], (killed, summary)
-    _check_shards(tmp_path / "run", restarts=1)
+    _check_shards(tmp_path / "run", restarts=1, cfg=config.algo_config)
 
 
 @pytest.mark.solve
@@ -198,12 +201,11 @@ def test_apex_sac_with_two_replay_shards_solves_pendulum(cluster, tmp_path):
                           {"total_steps": 40_000, "seed": 0, "stop_value": -200})
     summary, backend, info = _run(config, tmp_path)
     assert summary["solved"], summary
-    _check_shards(tmp_path / "run", restarts=0)
+    _check_shards(tmp_path / "run", restarts=0, cfg=config.algo_config)
 
 
 def test_a_run_with_shards_leaves_no_process_behind(cluster, tmp_path):
-    config = build_config("dqn", None, APEX + ["dqn.replay_shards=2", "dqn.start_training=200", "eval.freq=0",
-                                               "dqn.max_insert_lead=500"], {"total_steps": 3000, "seed": 1})
+    config = build_config("dqn", None, APEX + ["dqn.replay_shards=2", "dqn.start_training=200", "eval.freq=0"], {"total_steps": 3000, "seed": 1})
     pids = set()
 
     def note_pids(ctx, backend):

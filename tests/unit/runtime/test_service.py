@@ -76,7 +76,7 @@ def test_restarts_are_bounded():
     s.shards.kill(1)
     s.check()
     s.shards.kill(1)
-    with pytest.raises(RelayRLError, match="replay shard 1 failed .* after 1 restarts"):
+    with pytest.raises(RelayRLError, match="replay shard 1 failed .* after 1 restarts of replay shards"):
         s.check()
 
 
@@ -120,3 +120,38 @@ def test_inserts_made_by_others_count_before_the_shards_report_them():
     assert len(s) == 30  # reported now, not counted twice
     s.note_inserted(1000)
     assert len(s) == 200  # never more than the shards can hold
+
+
+class HangingShards(LocalShards):
+    """Shard ``hung`` answers nothing (a hung or partitioned shard): its handles never become ready."""
+
+    hung: int | None = None
+    of: dict = {}
+
+    def call(self, k, method, *args):
+        handle = super().call(k, method, *args)
+        self.of[id(handle)] = (k, handle)
+        return handle
+
+    def ready(self, handles, timeout):
+        return [h for h in handles if self.of[id(h)][0] != self.hung]
+
+    def start(self, k, snapshot_path):
+        if k == self.hung:  # the hung process is gone; its successor answers
+            self.hung = None
+        super().start(k, snapshot_path)
+
+
+def test_a_hung_shard_is_replaced_after_the_timeout():
+    shards = HangingShards(ShardOptions(capacity=100), 2)
+    s = ReplayService(shards, batch_size=16, prioritized=False, heartbeat_s=0.0, timeout_s=0.0)
+    s.start()
+    s.add(batch(0, 20))
+    s.add(batch(20, 20))
+    s.check()
+    shards.hung = 0
+    s.check()  # its heartbeat goes unanswered past the timeout: killed and started again (empty: no snapshot)
+    s.check()
+    stats = s.stats()
+    assert stats["replay/shard_restarts"] == 1 and stats["replay/lost_items"] == 20
+    assert stats["replay/shard0_size"] == 0 and len(s) == 20
