@@ -231,3 +231,32 @@ def _alive(pid):
         return False
     with open(f"/proc/{pid}/stat") as f:  # a zombie has exited
         return f.read().split(") ")[-1][0] != "Z"
+
+
+def test_ctrl_c_stops_a_run_with_replay_shards_and_every_process_goes(tmp_path):
+    """`relayrl train` on a local Ray with shards: Ctrl-C ends it with 130, the last checkpoint (and the
+    shards' snapshots) written, and no process it started (Ray's included) left behind."""
+    import subprocess
+    import sys
+
+    from test_runtime import _descendants_of, _gone, _wait_for  # (same folder)
+
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "relayrl", "train", "dqn", "--backend", "ray", "--workers", "2",
+                             "--quiet", "--no-tensorboard", "--run-dir", str(run_dir), "--total-steps", "10000000",
+                             "--set", "dqn.replay_shards=2", "--set", "dqn.start_training=200", "--set",
+                             "eval.freq=1000", "--set", "eval.episodes=1", "--set", "eval.num_envs=1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _wait_for(run_dir / "checkpoints" / "last.json", seconds=120)
+        started = _descendants_of(proc.pid)
+        assert len(started) >= 6  # Ray's own processes, the shards, the node proxy and its workers
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err[-2000:]
+    assert _gone(started, seconds=20), "processes outlived Ctrl-C"
+    assert (run_dir / "checkpoints" / "replay_shard0.safetensors").is_file()
+    assert "Traceback" not in err
