@@ -52,8 +52,7 @@ from relayrl.types import Batch, Mode, PolicyOutput
 
 if TYPE_CHECKING:
     from relayrl.policy.normalizer import RunningMeanStd
-    from relayrl.config import ReplayLoopConfig
-    from relayrl.data.replay import Replay
+    from relayrl.data.replay import Replay, ReplaySpec
 
 __all__ = ["Policy", "Algorithm", "SampleSource"]
 
@@ -273,10 +272,10 @@ class SampleSource(ABC):
         """Moments of the raw observations the source's workers acted on since the last call (None: none)."""
         return None
 
-    def replay_service(self, cfg: ReplayLoopConfig, layout: str, seed: int, total_steps: int) -> Replay | None:
-        """Replay shards this source's collectors insert into directly (the replay service:
-        runtime/service.py), for a learner whose ``cfg.replay_shards`` asks for them; None when the source
-        cannot (its experience then comes through ``pull`` into the learner's own replay)."""
+    def replay_service(self, spec: ReplaySpec) -> Replay | None:
+        """``spec.shards`` replay shards this source's collectors insert into directly (the replay service:
+        runtime/service.py); None when the source cannot (its experience then comes through ``pull`` into
+        the learner's own replay)."""
         return None
 
     def publish(self, weights: dict[str, Any], version: int) -> None:

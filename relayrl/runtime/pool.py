@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from relayrl.config import ReplayLoopConfig
 from relayrl.core import SampleSource
+from relayrl.data.replay import ReplaySpec
 from relayrl.errors import RelayRLError
 from relayrl.policy.normalizer import RunningMeanStd
 from relayrl.runtime.messages import InsertTransitions, LoadParams
@@ -127,15 +127,14 @@ class OffPolicyPool(WorkerPool):
     can_poll = True
     service: ReplayService | None = None  # the shards the workers insert into, when the learner asked for them
 
-    def replay_service(self, cfg: ReplayLoopConfig, layout: str, seed: int, total_steps: int) -> ReplayService | None:
+    def replay_service(self, spec: ReplaySpec) -> ReplayService | None:
         if self.backend_name != "ray":  # shards run as Ray actors; mp and inline workers feed the learner's replay
             return None
-        shards = cfg.replay_shards
-        options = ShardOptions(capacity=-(-cfg.buffer_size // shards), sampler="prioritized" if cfg.prioritized else
-                               "uniform", alpha=cfg.priority_alpha, layout=layout, max_use=cfg.max_use, seed=seed)
-        self.service = self.backend.replay_service(options, shards, batch_size=cfg.batch_size,
-                                                   prioritized=cfg.prioritized, beta=cfg.priority_beta,
-                                                   beta_steps=max(1, total_steps), seed=seed)
+        options = ShardOptions(capacity=-(-spec.capacity // spec.shards), sampler="prioritized" if spec.prioritized
+                               else "uniform", alpha=spec.alpha, layout=spec.layout, max_use=spec.max_use, seed=spec.seed)
+        self.service = self.backend.replay_service(options, spec.shards, batch_size=spec.batch_size,
+                                                   prioritized=spec.prioritized, beta=spec.beta,
+                                                   beta_steps=spec.beta_steps, seed=spec.seed)
         return self.service
 
     def pull(self) -> tuple[Batch, int]:

@@ -26,7 +26,7 @@ from relayrl.core import Algorithm, Policy, SampleSource
 from relayrl.training.rounds import Rounds
 from relayrl.data.dtypes import store_transitions, stored_dtype
 from relayrl.data.nstep import NStepAccumulator
-from relayrl.data.replay import Replay, ReplayBuffer, choose_layout
+from relayrl.data.replay import Replay, ReplayBuffer, ReplaySpec, choose_layout
 from relayrl.errors import ConfigError
 from relayrl.envs.vector import VectorEnv
 from relayrl.training.collector import EpisodeStats
@@ -118,7 +118,9 @@ class ReplayRounds(Rounds):
 
     def _service(self, cfg: ReplayLoopConfig, seed: int, total_steps: int, layout: str) -> Replay:
         """The replay shards the sample source's collectors insert into (the replay service)."""
-        service = self.samples.replay_service(cfg, layout, seed, total_steps)
+        service = self.samples.replay_service(ReplaySpec(
+            cfg.replay_shards, cfg.buffer_size, cfg.batch_size, cfg.prioritized, cfg.priority_alpha, cfg.priority_beta,
+            max(1, total_steps), layout, cfg.max_use, seed))
         if service is None:
             raise ConfigError(f"replay_shards={cfg.replay_shards} runs the replay as shards on Ray, which this "
                               "experience source cannot feed: train with rollout workers on Ray (--backend ray "

@@ -235,7 +235,9 @@ def _alive(pid):
 
 def test_ctrl_c_stops_a_run_with_replay_shards_and_every_process_goes(tmp_path):
     """`relayrl train` on a local Ray with shards: Ctrl-C ends it with 130, the last checkpoint (and the
-    shards' snapshots) written, and no process it started (Ray's included) left behind."""
+    shards' snapshots) written, and no process it started (Ray's included) left behind. (Run after the
+    tests on the two-node cluster, it also shows that a Ray already running on the machine does not stop
+    a run without --ray-address from starting its own.)"""
     import subprocess
     import sys
 

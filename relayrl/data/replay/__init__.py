@@ -1,10 +1,10 @@
 """Replay: a storage (preallocated ring of named arrays) composed with a sampler (uniform or prioritized)."""
 
-from relayrl.data.replay.base import Replay
+from relayrl.data.replay.base import Replay, ReplaySpec
 from relayrl.data.replay.buffer import ReplayBuffer
 from relayrl.data.replay.episodes import EpisodeBuffer
 from relayrl.data.replay.framestorage import FrameStorage, choose_layout
 from relayrl.data.replay.sampler import PrioritizedSampler, UniformSampler
 from relayrl.data.replay.storage import ArrayStorage
 
-__all__ = ["ArrayStorage", "EpisodeBuffer", "FrameStorage", "PrioritizedSampler", "Replay", "ReplayBuffer", "UniformSampler", "choose_layout"]
+__all__ = ["ArrayStorage", "EpisodeBuffer", "FrameStorage", "PrioritizedSampler", "Replay", "ReplayBuffer", "ReplaySpec", "UniformSampler", "choose_layout"]

@@ -6,12 +6,29 @@ Two kinds implement it: ``ReplayBuffer`` (in the learner's process) and the repl
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
 from relayrl.types import Batch
+
+
+@dataclass(frozen=True)
+class ReplaySpec:
+    """What a learner's replay must be (from its config), for a sample source that runs it as shards."""
+
+    shards: int
+    capacity: int  # over every shard together
+    batch_size: int
+    prioritized: bool = False
+    alpha: float = 0.6
+    beta: float = 0.4
+    beta_steps: int = 100_000
+    layout: str = "plain"
+    max_use: int | None = None
+    seed: int = 0
 
 
 class Replay(Protocol):

@@ -180,7 +180,8 @@ class RayBackend:
                 if address:
                     ray.init(address=address, include_dashboard=False, log_to_driver=False)
                 else:
-                    ray.init(num_cpus=max(os.cpu_count() or 1, num_workers), include_dashboard=False,
+                    # address="local": a new Ray for this run, even when another one runs on this machine
+                    ray.init(address="local", num_cpus=max(os.cpu_count() or 1, num_workers), include_dashboard=False,
                              log_to_driver=False)
                     self._owns_ray = True
             except ConnectionError as exc:
