@@ -131,7 +131,8 @@ class OffPolicyPool(WorkerPool):
         if self.backend_name != "ray":  # shards run as Ray actors; mp and inline workers feed the learner's replay
             return None
         options = ShardOptions(capacity=-(-spec.capacity // spec.shards), sampler="prioritized" if spec.prioritized
-                               else "uniform", alpha=spec.alpha, layout=spec.layout, max_use=spec.max_use, seed=spec.seed)
+                               else "uniform", alpha=spec.alpha, layout=spec.layout, max_use=spec.max_use, seed=spec.seed,
+                               columns=spec.columns)
         self.service = self.backend.replay_service(options, spec.shards, batch_size=spec.batch_size,
                                                    prioritized=spec.prioritized, beta=spec.beta,
                                                    beta_steps=spec.beta_steps, seed=spec.seed)

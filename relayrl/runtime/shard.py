@@ -9,8 +9,9 @@ where it runs (a Ray actor: runtime/service.py, or the learner's own process in 
     shard.update_priority(UpdatePriority(0, data.batch["index"], td_errors))
     shard.heartbeat()                                  # Heartbeat with its counters
 
-Every chunk is checked against the shard's schema (the keys, dtypes and row shapes it was given, or
-those of the first chunk it stored): a chunk that does not fit is refused with one message naming the
+Every chunk is checked against the shard's schema: the columns the learner knows in advance
+(``ShardOptions.columns``: obs, next_obs and action from its spaces), and every column of the first
+chunk it stored: a chunk that does not fit is refused with one message naming the
 columns and counted, never stored. A sample request that comes before the shard holds ``min_size``
 items gets an empty answer with the reason. Priority updates for items overwritten or evicted since
 they were sampled are skipped and counted (``priority_skipped``). ``snapshot()`` writes the buffer to
@@ -45,18 +46,19 @@ class ShardOptions:
     max_use: int | None = None
     seed: int = 0
     min_size: int = 1  # items held before a sample request is answered
-    schema: tuple[tuple[str, str, tuple[int, ...]], ...] | None = None  # (column, dtype, row shape); None: the first chunk's
+    columns: tuple[tuple[str, str, tuple[int, ...]], ...] = ()  # (column, dtype, row shape) known in advance
 
 
 def schema_of(batch: Batch) -> Schema:
     return {k: (np.asarray(v).dtype.str, tuple(np.shape(v)[1:])) for k, v in batch.items()}
 
 
-def schema_problem(expected: Schema, batch: Batch) -> str:
-    """'' when ``batch`` fits ``expected``, else what differs (for the refusal message)."""
+def schema_problem(expected: Schema, batch: Batch, partial: bool = False) -> str:
+    """'' when ``batch`` fits ``expected``, else what differs (for the refusal message). ``partial``:
+    ``expected`` names some of the columns (others may come too)."""
     got = schema_of(batch)
-    if set(got) != set(expected):
-        missing, extra = sorted(set(expected) - set(got)), sorted(set(got) - set(expected))
+    missing, extra = sorted(set(expected) - set(got)), sorted(set(got) - set(expected))
+    if missing or (extra and not partial):
         return f"columns differ (missing {missing}, unexpected {extra})"
     wrong = [f"{k}: {np.dtype(got[k][0])}{list(got[k][1])} instead of {np.dtype(v[0])}{list(v[1])}"
              for k, v in expected.items() if got[k] != v]
@@ -69,8 +71,8 @@ class ReplayShard:
         extra = {"alpha": options.alpha} if options.sampler == "prioritized" else {}
         self.buffer = ReplayBuffer(options.capacity, sampler=options.sampler, max_use=options.max_use,
                                    seed=options.seed + 7919 * shard_id, layout=options.layout, **extra)
-        self.schema: Schema | None = (None if options.schema is None else
-                                      {k: (np.dtype(d).str, tuple(s)) for k, d, s in options.schema})
+        self.known: Schema = {k: (np.dtype(d).str, tuple(s)) for k, d, s in options.columns}
+        self.schema: Schema | None = None  # every column, from the first chunk stored
         self.snapshot_path = Path(snapshot_path) if snapshot_path else None
         self.counters = {"inserted": 0, "chunks": 0, "refused_chunks": 0, "sampled": 0, "requests": 0,
                          "early_requests": 0, "priority_updates": 0, "priority_skipped": 0, "snapshots": 0,
@@ -88,15 +90,16 @@ class ReplayShard:
         if not msg.batch:
             return 0
         batch = store_transitions(dict(msg.batch))
-        if self.schema is None:
-            self.schema = schema_of(batch)
-        problem = schema_problem(self.schema, batch)
+        problem = (schema_problem(self.known, batch, partial=True) if self.schema is None
+                   else schema_problem(self.schema, batch))
         if problem:
             self.counters["refused_chunks"] += 1
             self.refusals.append(f"replay shard {self.shard_id} refused chunk {msg.seq} of worker {msg.worker_id}: "
                                  f"{problem}. Every worker must run the learner's env and config (the same env id, "
                                  "wrappers and relayrl version)")
             return 0
+        if self.schema is None:
+            self.schema = schema_of(batch)
         self.buffer.add(batch)
         n = len(next(iter(batch.values())))
         self.counters["inserted"] += n

@@ -80,6 +80,20 @@ class OffPolicyCollector(SampleSource):
         return self.episodes.pop()
 
 
+def replay_columns(policy: Policy) -> tuple[tuple[str, str, tuple[int, ...]], ...]:
+    """The columns of the transitions ``policy``'s collectors store that its spaces fix in advance, as
+    (name, dtype, row shape): obs and next_obs (Box observations) and action. A replay shard checks
+    every chunk against them, the first one included."""
+    columns = []
+    space = policy.observation_space
+    if isinstance(space, gym.spaces.Box):
+        obs = (stored_dtype(space.dtype).str, tuple(space.shape))
+        columns += [("obs", *obs), ("next_obs", *obs)]
+    action = np.dtype(np.float32) if np.dtype(policy.action_dtype).kind == "f" else np.dtype(policy.action_dtype)
+    columns.append(("action", action.str, tuple(policy.action_shape)))
+    return tuple(columns)
+
+
 def replay_layout(space: gym.Space, requested: str = "auto") -> str:
     """The replay layout for observations of ``space``: ``requested``, or for "auto" "frames" (each frame
     held once) for images of 4 KB or more, else "plain"."""
@@ -120,7 +134,7 @@ class ReplayRounds(Rounds):
         """The replay shards the sample source's collectors insert into (the replay service)."""
         service = self.samples.replay_service(ReplaySpec(
             cfg.replay_shards, cfg.buffer_size, cfg.batch_size, cfg.prioritized, cfg.priority_alpha, cfg.priority_beta,
-            max(1, total_steps), layout, cfg.max_use, seed))
+            max(1, total_steps), layout, cfg.max_use, seed, replay_columns(self.algo.policy)))
         if service is None:
             raise ConfigError(f"replay_shards={cfg.replay_shards} runs the replay as shards on Ray, which this "
                               "experience source cannot feed: train with rollout workers on Ray (--backend ray "

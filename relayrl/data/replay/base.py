@@ -29,6 +29,7 @@ class ReplaySpec:
     layout: str = "plain"
     max_use: int | None = None
     seed: int = 0
+    columns: tuple[tuple[str, str, tuple[int, ...]], ...] = ()  # (name, dtype, row shape) every chunk must have
 
 
 class Replay(Protocol):

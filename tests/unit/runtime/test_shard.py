@@ -40,13 +40,16 @@ def test_a_chunk_of_the_wrong_schema_is_refused_and_counted(bad, problem):
     assert shard.heartbeat().counters["refused_chunks"] == 1 and len(shard.buffer) == 4
 
 
-def test_the_schema_given_wins_over_the_first_chunk():
-    options = ShardOptions(capacity=10, schema=(("obs", "float32", (5,)), ("action", "int64", ()),
-                                                ("reward", "float32", ())))
+def test_the_columns_known_in_advance_guard_even_the_first_chunk():
+    options = ShardOptions(capacity=10, columns=(("obs", "float32", (5,)), ("action", "int64", ())))
     shard = ReplayShard(0, options)
     assert shard.insert(chunk(2)) == 0 and "obs: float32[3] instead of float32[5]" in shard.take_refusals()[0]
     missing = InsertTransitions(0, 0, 0, {"obs": np.zeros((2, 5), np.float32)}, 2)
-    assert shard.insert(missing) == 0 and "missing ['action', 'reward']" in shard.take_refusals()[0]
+    assert shard.insert(missing) == 0 and "missing ['action']" in shard.take_refusals()[0]
+    assert shard.insert(chunk(2, obs_dim=5)) == 2  # the first that fits fixes the other columns (reward)
+    assert shard.insert(InsertTransitions(0, 1, 0, {"obs": np.zeros((2, 5), np.float32),
+                                                    "action": np.zeros(2, np.int64)}, 2)) == 0
+    assert "missing ['reward']" in shard.take_refusals()[0]
 
 
 def test_priority_updates_for_overwritten_items_are_skipped_and_counted():
