@@ -83,8 +83,9 @@ class ReplayLoopConfig(AlgoConfig):
 
     replay_shards: int = Field(0, ge=0)
     """The replay service: 0 keeps the replay in the learner's process; N > 0 runs N replay shards as Ray
-    actors (backend ray), which the workers' node proxies insert into directly and the learner samples
-    from, prefetched. buffer_size is split evenly over them (docs/distributed.md)."""
+    actors (backend ray) or local processes (backend mp), which the workers (or their node proxies) insert
+    into directly and the learner samples from, prefetched. buffer_size is split evenly over them
+    (docs/distributed.md)."""
     max_insert_lead: int | None = Field(None, ge=0)
     """Rate control: the env steps collection may run ahead of the updates due (updates_per_step; Reverb's
     SampleToInsertRatio error buffer). Further ahead, the learner takes no new samples from rollout

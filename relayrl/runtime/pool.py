@@ -126,8 +126,8 @@ class OffPolicyPool(WorkerPool):
     can_poll = True
 
     def replay_service(self, options: ShardOptions, num_shards: int, **service_options: Any) -> ReplayService | None:
-        if self.backend_name != "ray":  # shards run as Ray actors; mp and inline workers feed the learner's replay
-            return None
+        if self.backend_name not in ("ray", "mp"):  # shards are Ray actors or local processes; inline workers
+            return None                                # feed the learner's replay
         return self.backend.replay_service(options, num_shards, **service_options)
 
     def pull(self) -> tuple[Batch, int]:

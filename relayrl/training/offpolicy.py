@@ -127,8 +127,9 @@ class ReplayRounds(Rounds):
         service = self.samples.replay_service(options, shards, batch_size=cfg.batch_size, prioritized=cfg.prioritized,
                                               beta=cfg.priority_beta, beta_steps=max(1, total_steps), seed=seed)
         if service is None:
-            raise ConfigError(f"replay_shards={shards} runs the replay as shards on Ray, which this experience source "
-                              "cannot feed: train with rollout workers on Ray (--backend ray --workers N), or set "
+            raise ConfigError(f"replay_shards={shards} runs the replay as shards on Ray or in local processes, which "
+                              "this experience source cannot feed: train with rollout workers (--backend mp|ray "
+                              "--workers N), or set "
                               "replay_shards=0 to keep the replay in the learner")
         return service
 

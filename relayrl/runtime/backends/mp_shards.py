@@ -1,0 +1,219 @@
+"""Replay shards as local processes (the replay service on the mp backend, runtime/service.py).
+
+Each shard is a process of its own serving ``ReplayShard``'s methods over a pipe: the learner's
+``MpShards.call`` sends ``(method, args)`` and the shard answers in order, so a call's handle is
+resolved by the next answer that shard sends. Rollout workers insert straight into their shard
+(``worker_id % N``) through that shard's ``InsertChannel``, and send the learner only what it counts.
+The shard process waits on both its call pipe and its insert channel with
+``multiprocessing.connection.wait`` (no polling loop) and serves calls first.
+
+Both ends of every pipe and channel are processes of this run on this machine, which is the only
+reason pickle is acceptable here (as in backends/mp.py); nothing here listens on a network.
+
+An ``InsertChannel`` is bounded (``capacity`` chunks: a worker waits for room, nothing is dropped)
+and belongs to the backend, not to a shard process: a shard that dies is started again on the same
+channel and the workers never notice. What a shard process took from its channel but had not yet
+stored when it died (at most one chunk) is counted in ``lost_chunks``. Two windows are not
+recoverable and are stated rather than hidden: a shard killed while reading a chunk (microseconds
+per chunk) cuts that channel's stream, and a worker killed while writing one holds the channel's
+write lock; both need the run restarted (from its last checkpoint).
+"""
+
+from __future__ import annotations
+
+import collections
+import signal
+import time
+from multiprocessing.connection import wait
+from multiprocessing.reduction import ForkingPickler
+from typing import Any
+
+from relayrl.envs.subproc import _die_with_parent
+from relayrl.errors import RelayRLError
+from relayrl.runtime.service import Shards, ShardLost
+from relayrl.runtime.shard import ReplayShard, ShardOptions
+
+CHANNEL_CAPACITY = 8  # chunks waiting for one shard before its workers wait
+
+
+class InsertChannel:
+    """Many writers (a shard's workers), one reader (the shard process of the moment), bounded in
+    chunks. Inherited by processes at start (its locks cannot be sent later)."""
+
+    def __init__(self, ctx: Any, capacity: int = CHANNEL_CAPACITY):
+        self.reader, self._writer = ctx.Pipe(duplex=False)
+        self._write_lock = ctx.Lock()
+        self._slots = ctx.Semaphore(capacity)
+        self.capacity = capacity
+        self.counts = ctx.RawArray("q", 2)  # chunks taken by the reader, chunks it finished with
+
+    def put(self, msg: Any, timeout: float) -> bool:
+        """Send ``msg`` once there is room; False when there was none within ``timeout``."""
+        if not self._slots.acquire(timeout=timeout):
+            return False
+        data = ForkingPickler.dumps(msg)
+        with self._write_lock:
+            self._writer.send_bytes(data)
+        return True
+
+    def take(self) -> Any:
+        """The next chunk (the reader has it ready: ``connection.wait`` said so)."""
+        msg = self.reader.recv()
+        self.counts[0] += 1
+        self._slots.release()
+        return msg
+
+    def done(self) -> None:
+        self.counts[1] += 1
+
+    def close(self) -> None:
+        self.reader.close()
+        self._writer.close()
+
+
+def _shard_main(shard_id: int, options: ShardOptions, snapshot_path: str | None, conn: Any,
+                channel: InsertChannel) -> None:
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle
+    shard = ReplayShard(shard_id, options, snapshot_path)
+    try:
+        while True:
+            ready = wait([conn, channel.reader])
+            if conn in ready:  # calls first: the learner waits on them
+                method, args = conn.recv()
+                try:
+                    conn.send(("ok", getattr(shard, method)(*args)))
+                except Exception as exc:  # a bug, not a lost shard: the learner raises it
+                    conn.send(("error", f"{type(exc).__name__}: {exc}"))
+                if method == "stop":
+                    return
+            if channel.reader in ready:
+                msg = channel.take()
+                shard.insert(msg)
+                channel.done()
+    except (EOFError, OSError, KeyboardInterrupt):
+        pass
+
+
+class _Call:
+    """A call's handle: resolved when its shard's answer arrives (answers come in call order)."""
+
+    __slots__ = ("shard", "done", "value", "error")
+
+    def __init__(self, shard: int):
+        self.shard, self.done, self.value, self.error = shard, False, None, None
+
+    def resolve(self, value: Any = None, error: Exception | None = None) -> None:
+        self.done, self.value, self.error = True, value, error
+
+
+class _Process:
+    def __init__(self, process: Any, conn: Any):
+        self.process, self.conn = process, conn
+        self.calls: collections.deque[_Call] = collections.deque()  # sent, not yet answered
+
+
+class MpShards(Shards):
+    """Replay shards as processes started from ``ctx`` (the mp backend's fork server)."""
+
+    def __init__(self, options: ShardOptions, num_shards: int, ctx: Any, capacity: int = CHANNEL_CAPACITY):
+        self.options, self.num_shards, self._ctx = options, num_shards, ctx
+        self.channels = [InsertChannel(ctx, capacity) for _ in range(num_shards)]
+        self._procs: list[_Process | None] = [None] * num_shards
+        self.lost_chunks = 0
+
+    def channel_of(self, worker_id: int) -> InsertChannel:
+        return self.channels[worker_id % self.num_shards]
+
+    def start(self, k: int, snapshot_path: str | None) -> None:
+        parent, child = self._ctx.Pipe(duplex=True)
+        process = self._ctx.Process(target=_shard_main, name=f"relayrl-shard-{k}", daemon=True,
+                                    args=(k, self.options, snapshot_path, child, self.channels[k]))
+        process.start()
+        child.close()
+        self._procs[k] = _Process(process, parent)
+
+    def pids(self) -> dict[int, int]:
+        return {k: p.process.pid for k, p in enumerate(self._procs) if p is not None}
+
+    def call(self, k: int, method: str, *args: Any) -> _Call:
+        handle = _Call(k)
+        proc = self._procs[k]
+        if proc is None:
+            handle.resolve(error=ShardLost(f"replay shard {k} is not running"))
+            return handle
+        self._read_answers(k, block=False)  # room in the answer pipe, so the shard never blocks on it
+        try:
+            proc.conn.send((method, args))
+        except OSError:  # the process is gone (its answers, if any, were read just above)
+            proc.process.join(timeout=1.0)
+            self._lost(k, self._exit(k))
+            handle.resolve(error=ShardLost(f"replay shard {k} died ({self._exit(k)})"))
+            return handle
+        proc.calls.append(handle)
+        return handle
+
+    def _exit(self, k: int) -> str:
+        proc = self._procs[k]
+        code = None if proc is None else proc.process.exitcode
+        return "killed" if code is not None and code < 0 else f"exit code {code}"
+
+    def _lost(self, k: int, reason: str) -> None:
+        proc = self._procs[k]
+        while proc.calls:
+            proc.calls.popleft().resolve(error=ShardLost(f"replay shard {k} died ({reason})"))
+
+    def _read_answers(self, k: int, block: bool) -> None:
+        """Resolve shard k's calls whose answers have arrived (waiting for one if ``block``)."""
+        proc = self._procs[k]
+        try:
+            while proc.calls and (block or proc.conn.poll()):
+                status, value = proc.conn.recv()
+                call = proc.calls.popleft()
+                call.resolve(value if status == "ok" else None,
+                             None if status == "ok" else RelayRLError(f"replay shard {k} failed: {value}"))
+                block = False
+        except (EOFError, OSError):
+            proc.process.join(timeout=1.0)
+            self._lost(k, self._exit(k))
+
+    def ready(self, handles: list[Any], timeout: float) -> list[Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            for k in {h.shard for h in handles if not h.done and self._procs[h.shard] is not None}:
+                self._read_answers(k, block=False)
+            done = [h for h in handles if h.done]
+            left = deadline - time.monotonic()
+            if done or left <= 0:
+                return done
+            waiting = {self._procs[h.shard].conn: h.shard for h in handles if self._procs[h.shard] is not None}
+            for conn in wait(list(waiting), left):
+                self._read_answers(waiting[conn], block=True)
+
+    def get(self, handle: _Call) -> Any:
+        if not handle.done:
+            raise RuntimeError("get() of a call that has not been answered yet (use ready() first)")
+        if handle.error is not None:
+            raise handle.error
+        return handle.value
+
+    def kill(self, k: int) -> None:
+        proc = self._procs[k]
+        if proc is None:
+            return
+        if proc.process.is_alive():
+            proc.process.kill()
+        proc.process.join(timeout=5.0)
+        channel = self.channels[k]
+        self.lost_chunks += max(0, int(channel.counts[0] - channel.counts[1]))
+        channel.counts[1] = channel.counts[0]
+        self._lost(k, "killed")
+        proc.conn.close()
+        self._procs[k] = None
+
+    def close(self) -> None:
+        """Kill whatever shard is left and release the channels (after ``ReplayService.stop``)."""
+        for k in range(self.num_shards):
+            self.kill(k)
+        for channel in self.channels:
+            channel.close()
