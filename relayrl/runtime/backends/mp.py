@@ -129,6 +129,16 @@ def _worker_main(worker_id: int, beat_index: int, config_data: dict, seed: int, 
         clock.close()
 
 
+def process_context(start_method: str = "forkserver") -> Any:
+    """The multiprocessing context workers and shards start from: with "forkserver", a fork server that
+    has imported once what every worker needs (see _forkserver.py)."""
+    ctx = mp.get_context(start_method)
+    if start_method == "forkserver":
+        ctx.set_forkserver_preload(["relayrl.runtime.backends.mp", "relayrl.runtime.backends.mp_shards",
+                                    "relayrl.runtime.backends._forkserver"])
+    return ctx
+
+
 def _beats_layout(num_workers: int) -> list:
     return [("beat", (num_workers,), np.dtype(np.float64))]
 
@@ -154,11 +164,7 @@ class MpBackend:
         self.lock = threading.RLock()  # a Ray node proxy calls publish/request and receive from two threads
         self.worker_timeout = config.worker_timeout
         self._beats: SharedArrays | None = None
-        self._ctx = mp.get_context(start_method)
-        if start_method == "forkserver":
-            # what every worker imports, imported once in the fork server (see _forkserver.py)
-            self._ctx.set_forkserver_preload(["relayrl.runtime.backends.mp", "relayrl.runtime.backends.mp_shards",
-                                              "relayrl.runtime.backends._forkserver"])
+        self._ctx = process_context(start_method)
         self._queue: Any = self._ctx.Queue(maxsize=queue_size or 4 * num_workers)
         self._procs: list[_Proc] = []
         self._board: WeightBoard | None = None
@@ -233,6 +239,10 @@ class MpBackend:
     def pids(self) -> dict[int, int]:
         """Run-wide worker id -> process id."""
         return {self.worker_ids[p.index]: p.process.pid for p in self._procs}
+
+    def shard_pids(self) -> dict[int, int]:
+        """Replay shard -> process id (empty without a replay service)."""
+        return {} if self._shards is None else self._shards.pids()
 
     def receive(self, timeout: float = 0.0) -> list[InsertTransitions]:
         out: list[InsertTransitions] = []
