@@ -1,8 +1,8 @@
 """Replay shards as local processes (the replay service on the mp backend, runtime/service.py).
 
-Each shard is a process of its own serving ``ReplayShard``'s methods over a pipe: the learner's
-``MpShards.call`` sends ``(method, args)`` and the shard answers in order, so a call's handle is
-resolved by the next answer that shard sends. Rollout workers insert straight into their shard
+Each shard is a process of its own serving ``ReplayShard``'s methods over two pipes: the learner's
+``MpShards.call`` sends ``(method, args)`` down one and the shard answers up the other, in order, so
+a call's handle is resolved by the next answer that shard sends. Rollout workers insert straight into their shard
 (``worker_id % N``) through that shard's ``InsertChannel``, and send the learner only what it counts.
 The shard process waits on both its call pipe and its insert channel with
 ``multiprocessing.connection.wait`` (no polling loop) and serves calls first.
@@ -71,20 +71,20 @@ class InsertChannel:
         self._writer.close()
 
 
-def _shard_main(shard_id: int, options: ShardOptions, snapshot_path: str | None, conn: Any,
+def _shard_main(shard_id: int, options: ShardOptions, snapshot_path: str | None, calls: Any, answers: Any,
                 channel: InsertChannel) -> None:
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle
     shard = ReplayShard(shard_id, options, snapshot_path)
     try:
         while True:
-            ready = wait([conn, channel.reader])
-            if conn in ready:  # calls first: the learner waits on them
-                method, args = conn.recv()
+            ready = wait([calls, channel.reader])
+            if calls in ready:  # calls first: the learner waits on them
+                method, args = calls.recv()
                 try:
-                    conn.send(("ok", getattr(shard, method)(*args)))
+                    answers.send(("ok", getattr(shard, method)(*args)))
                 except Exception as exc:  # a bug, not a lost shard: the learner raises it
-                    conn.send(("error", f"{type(exc).__name__}: {exc}"))
+                    answers.send(("error", f"{type(exc).__name__}: {exc}"))
                 if method == "stop":
                     return
             if channel.reader in ready:
@@ -108,9 +108,9 @@ class _Call:
 
 
 class _Process:
-    def __init__(self, process: Any, conn: Any):
-        self.process, self.conn = process, conn
-        self.calls: collections.deque[_Call] = collections.deque()  # sent, not yet answered
+    def __init__(self, process: Any, calls: Any, answers: Any):
+        self.process, self.calls_out, self.answers = process, calls, answers
+        self.pending: collections.deque[_Call] = collections.deque()  # sent, not yet answered
 
 
 class MpShards(Shards):
@@ -126,12 +126,14 @@ class MpShards(Shards):
         return self.channels[worker_id % self.num_shards]
 
     def start(self, k: int, snapshot_path: str | None) -> None:
-        parent, child = self._ctx.Pipe(duplex=True)
+        calls_in, calls_out = self._ctx.Pipe(duplex=False)  # two pipes: cheaper than one socket pair
+        answers_in, answers_out = self._ctx.Pipe(duplex=False)
         process = self._ctx.Process(target=_shard_main, name=f"relayrl-shard-{k}", daemon=True,
-                                    args=(k, self.options, snapshot_path, child, self.channels[k]))
+                                    args=(k, self.options, snapshot_path, calls_in, answers_out, self.channels[k]))
         process.start()
-        child.close()
-        self._procs[k] = _Process(process, parent)
+        calls_in.close()
+        answers_out.close()
+        self._procs[k] = _Process(process, calls_out, answers_in)
 
     def pids(self) -> dict[int, int]:
         return {k: p.process.pid for k, p in enumerate(self._procs) if p is not None}
@@ -144,13 +146,13 @@ class MpShards(Shards):
             return handle
         self._read_answers(k, block=False)  # room in the answer pipe, so the shard never blocks on it
         try:
-            proc.conn.send((method, args))
+            proc.calls_out.send((method, args))
         except OSError:  # the process is gone (its answers, if any, were read just above)
             proc.process.join(timeout=1.0)
             self._lost(k, self._exit(k))
             handle.resolve(error=ShardLost(f"replay shard {k} died ({self._exit(k)})"))
             return handle
-        proc.calls.append(handle)
+        proc.pending.append(handle)
         return handle
 
     def _exit(self, k: int) -> str:
@@ -160,16 +162,16 @@ class MpShards(Shards):
 
     def _lost(self, k: int, reason: str) -> None:
         proc = self._procs[k]
-        while proc.calls:
-            proc.calls.popleft().resolve(error=ShardLost(f"replay shard {k} died ({reason})"))
+        while proc.pending:
+            proc.pending.popleft().resolve(error=ShardLost(f"replay shard {k} died ({reason})"))
 
     def _read_answers(self, k: int, block: bool) -> None:
         """Resolve shard k's calls whose answers have arrived (waiting for one if ``block``)."""
         proc = self._procs[k]
         try:
-            while proc.calls and (block or proc.conn.poll()):
-                status, value = proc.conn.recv()
-                call = proc.calls.popleft()
+            while proc.pending and (block or proc.answers.poll()):
+                status, value = proc.answers.recv()
+                call = proc.pending.popleft()
                 call.resolve(value if status == "ok" else None,
                              None if status == "ok" else RelayRLError(f"replay shard {k} failed: {value}"))
                 block = False
@@ -186,7 +188,7 @@ class MpShards(Shards):
             left = deadline - time.monotonic()
             if done or left <= 0:
                 return done
-            waiting = {self._procs[h.shard].conn: h.shard for h in handles if self._procs[h.shard] is not None}
+            waiting = {self._procs[h.shard].answers: h.shard for h in handles if self._procs[h.shard] is not None}
             for conn in wait(list(waiting), left):
                 self._read_answers(waiting[conn], block=True)
 
@@ -208,7 +210,8 @@ class MpShards(Shards):
         self.lost_chunks += max(0, int(channel.counts[0] - channel.counts[1]))
         channel.counts[1] = channel.counts[0]
         self._lost(k, "killed")
-        proc.conn.close()
+        proc.calls_out.close()
+        proc.answers.close()
         self._procs[k] = None
 
     def close(self) -> None:

@@ -16,7 +16,8 @@ from relayrl.runtime.shard import ShardOptions
 
 def chunk(worker, start, n, obs_dtype=np.float32):
     ids = np.arange(start, start + n)
-    return InsertTransitions(worker, start, 0, {"obs": ids.astype(obs_dtype)[:, None], "reward": np.zeros(n, np.float32)}, n)
+    batch = {"obs": ids.astype(obs_dtype)[:, None], "reward": np.zeros(n, np.float32)}
+    return InsertTransitions(worker, start, 0, batch, n)
 
 
 def gone(pid, seconds=5.0):
@@ -70,9 +71,9 @@ def test_a_killed_shard_process_is_restarted_on_the_same_channel(service):
     shards.channels[1].put(chunk(1, 100, 20), timeout=5.0)
     wait_for_size(service, 40)
     old = shards.pids()[1]
-    pending = shards.call(1, "beat")
     os.kill(old, signal.SIGKILL)
-    assert shards.ready([pending], 10.0) == [pending]  # resolved by the process's death
+    pending = shards.call(1, "beat")
+    assert shards.ready([pending], 10.0) == [pending]  # resolved by the process's death, not a timeout
     with pytest.raises(ShardLost, match="replay shard 1 died"):
         shards.get(pending)
     service.check()  # the heartbeat fails: restarted (no snapshot: its 20 items are counted lost)
