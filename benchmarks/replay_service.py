@@ -280,7 +280,7 @@ def main() -> None:
 
     from relayrl.runtime.backends.mp import process_context
 
-    ctx = process_context()
+    ctx = process_context(shards=True)
     if not args.no_ray:
         import ray
 

@@ -129,13 +129,15 @@ def _worker_main(worker_id: int, beat_index: int, config_data: dict, seed: int, 
         clock.close()
 
 
-def process_context(start_method: str = "forkserver") -> Any:
+def process_context(start_method: str = "forkserver", shards: bool = False) -> Any:
     """The multiprocessing context workers and shards start from: with "forkserver", a fork server that
-    has imported once what every worker needs (see _forkserver.py)."""
+    has imported once what every worker needs (see _forkserver.py), and with ``shards`` what every
+    replay shard needs (_forkserver_shards.py). The preload counts only before the server first starts."""
     ctx = mp.get_context(start_method)
     if start_method == "forkserver":
         ctx.set_forkserver_preload(["relayrl.runtime.backends.mp", "relayrl.runtime.backends.mp_shards",
-                                    "relayrl.runtime.backends._forkserver"])
+                                    "relayrl.runtime.backends._forkserver"]
+                                   + (["relayrl.runtime.backends._forkserver_shards"] if shards else []))
     return ctx
 
 
@@ -165,6 +167,7 @@ class MpBackend:
         self.worker_timeout = config.worker_timeout
         self._beats: SharedArrays | None = None
         self._ctx = process_context(start_method)
+        self._start_method = start_method
         self._queue: Any = self._ctx.Queue(maxsize=queue_size or 4 * num_workers)
         self._procs: list[_Proc] = []
         self._board: WeightBoard | None = None
@@ -178,6 +181,7 @@ class MpBackend:
 
     def replay_service(self, options: ShardOptions, num_shards: int, **service_options: Any) -> ReplayService:
         """Replay shards as processes, which the workers insert into (started by ``start``)."""
+        self._ctx = process_context(self._start_method, shards=True)  # (nothing has started yet)
         self._shards = MpShards(options, num_shards, self._ctx)
         self.service = ReplayService(self._shards, **service_options)
         self.service.on_restart = self._shard_restarted

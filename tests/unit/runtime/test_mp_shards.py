@@ -33,7 +33,7 @@ def gone(pid, seconds=5.0):
 
 @pytest.fixture
 def service():
-    shards = MpShards(ShardOptions(capacity=1000, sampler="prioritized"), 2, process_context())
+    shards = MpShards(ShardOptions(capacity=1000, sampler="prioritized"), 2, process_context(shards=True))
     out = ReplayService(shards, batch_size=16, prioritized=True, heartbeat_s=0.0, timeout_s=20.0)
     out.start()
     yield out
@@ -86,7 +86,7 @@ def test_a_killed_shard_process_is_restarted_on_the_same_channel(service):
 
 
 def test_a_full_channel_makes_the_writer_wait_and_drops_nothing():
-    shards = MpShards(ShardOptions(capacity=100), 1, process_context(), capacity=2)
+    shards = MpShards(ShardOptions(capacity=100), 1, process_context(shards=True), capacity=2)
     channel = shards.channels[0]
     try:
         assert channel.put(chunk(0, 0, 1), 0.1) and channel.put(chunk(0, 1, 1), 0.1)
@@ -103,7 +103,7 @@ def test_a_full_channel_makes_the_writer_wait_and_drops_nothing():
 
 
 def test_a_call_to_a_shard_that_is_not_running_is_lost_not_hung():
-    shards = MpShards(ShardOptions(capacity=10), 1, process_context())
+    shards = MpShards(ShardOptions(capacity=10), 1, process_context(shards=True))
     handle = shards.call(0, "beat")
     assert shards.ready([handle], 0.0) == [handle]
     with pytest.raises(ShardLost, match="not running"):
