@@ -3,8 +3,11 @@
 import logging
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -13,6 +16,22 @@ from relayrl.io.metrics import read_metrics
 from relayrl.runtime import make_pool
 from relayrl.runtime.messages import InsertTransitions
 from relayrl.training.trainer import train as train_local
+
+
+def _children_of(pid):
+    """Every live descendant of ``pid`` (from /proc)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError):
+                continue
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, pp in parents.items() if pp in frontier} - found
+        found |= frontier
+    return found
 
 
 def _gone(pids, seconds=10.0):
@@ -75,3 +94,29 @@ def test_dqn_on_mp_workers_and_two_shard_processes_survives_a_killed_shard_and_a
     assert rows and rows[-1]["train/replay/sampled"] > 0
     assert seen["victim"] in pids and len(pids) >= 5  # 2 workers, 2 shards, the restarted shard
     assert _gone(pids), "worker or shard processes outlived close()"
+
+
+def test_ctrl_c_with_shards_snapshots_them_and_leaves_no_process(tmp_path):
+    """From the CLI: checkpoints carry a snapshot per shard, and Ctrl-C (SIGINT to the process group,
+    as a terminal sends it) ends the run with exit code 130 and takes every worker and shard with it."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "relayrl", "train", "dqn", "--env", "CartPole-v1", "--workers", "2",
+                             "--quiet", "--no-tensorboard", "--run-dir", str(run_dir), "--total-steps", "10000000",
+                             "--set", "dqn.replay_shards=2", "--set", "dqn.start_training=200", "--set",
+                             "dqn.hidden_sizes=[32]", "--set", "eval.freq=400", "--set", "eval.episodes=1", "--set",
+                             "eval.num_envs=1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    checkpoint = run_dir / "checkpoints" / "last.json"
+    deadline = time.monotonic() + 90
+    while not checkpoint.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    assert checkpoint.exists(), proc.communicate(timeout=30)[1][-2000:]
+    snapshots = {p.name for p in (run_dir / "checkpoints").rglob("replay_shard*.safetensors")}
+    assert snapshots == {"replay_shard0.safetensors", "replay_shard1.safetensors"}, snapshots
+    children = _children_of(proc.pid)
+    assert len(children) >= 5  # the fork server, 2 workers, 2 shards
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err
+    assert _gone(children), "worker or shard processes outlived Ctrl-C"
