@@ -109,3 +109,33 @@ def test_a_call_to_a_shard_that_is_not_running_is_lost_not_hung():
     with pytest.raises(ShardLost, match="not running"):
         shards.get(handle)
     shards.close()
+
+
+def test_a_hung_shard_process_is_killed_and_replaced():
+    shards = MpShards(ShardOptions(capacity=100), 1, process_context(shards=True))
+    service = ReplayService(shards, batch_size=4, prioritized=False, heartbeat_s=0.0, timeout_s=2.5)
+    try:
+        service.start()
+        hung = shards.pids()[0]
+        os.kill(hung, signal.SIGSTOP)  # alive, never answers
+        service.check()  # heartbeat sent
+        time.sleep(2.7)
+        service.check()  # unanswered past timeout_s: killed, started again
+        assert service.stats()["replay/shard_restarts"] == 1
+        assert shards.pids()[0] != hung and gone(hung)
+        assert shards.channels[0].put(chunk(0, 0, 5), timeout=5.0)
+        assert wait_for_size(service, 5) == 5
+    finally:
+        service.stop()
+        shards.close()
+
+
+def test_shards_need_rollout_workers_on_mp_or_ray(tmp_path):
+    from relayrl.config import build_config
+    from relayrl.errors import ConfigError
+    from relayrl.launch import train
+
+    config = build_config("dqn", None, ["backend=inline", "workers=2", "dqn.replay_shards=2", "eval.freq=0"],
+                          {"total_steps": 1000})
+    with pytest.raises(ConfigError, match=r"--backend mp\|ray --workers N.*replay_shards=0"):
+        train(config, run_dir=tmp_path / "run", tensorboard=False)
