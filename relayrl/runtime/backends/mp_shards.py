@@ -2,10 +2,11 @@
 
 Each shard is a process of its own serving ``ReplayShard``'s methods over two pipes: the learner's
 ``MpShards.call`` sends ``(method, args)`` down one and the shard answers up the other, in order, so
-a call's handle is resolved by the next answer that shard sends. Rollout workers insert straight into their shard
+a call's handle is resolved by the next answer that shard sends; the learner waits for answers with
+``select.poll`` (no polling loop). Rollout workers insert straight into their shard
 (``worker_id % N``) through that shard's ``InsertChannel``, and send the learner only what it counts.
-The shard process waits on both its call pipe and its insert channel with
-``multiprocessing.connection.wait`` (no polling loop) and serves calls first.
+The shard process waits on both its call pipe and its insert channel with one ``select.poll``
+and serves calls first.
 
 Both ends of every pipe and channel are processes of this run on this machine, which is the only
 reason pickle is acceptable here (as in backends/mp.py); nothing here listens on a network.
@@ -22,9 +23,9 @@ write lock; both need the run restarted (from its last checkpoint).
 from __future__ import annotations
 
 import collections
+import select
 import signal
 import time
-from multiprocessing.connection import wait
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
@@ -57,7 +58,7 @@ class InsertChannel:
         return True
 
     def take(self) -> Any:
-        """The next chunk (the reader has it ready: ``connection.wait`` said so)."""
+        """The next chunk (the reader has it ready: its poll said so)."""
         msg = self.reader.recv()
         self.counts[0] += 1
         self._slots.release()
@@ -76,10 +77,13 @@ def _shard_main(shard_id: int, options: ShardOptions, snapshot_path: str | None,
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle
     shard = ReplayShard(shard_id, options, snapshot_path)
+    poller = select.poll()  # kept (connection.wait would build a selector for every message)
+    poller.register(calls.fileno(), select.POLLIN)
+    poller.register(channel.reader.fileno(), select.POLLIN)
     try:
         while True:
-            ready = wait([calls, channel.reader])
-            if calls in ready:  # calls first: the learner waits on them
+            ready = {fd for fd, _ in poller.poll()}
+            if calls.fileno() in ready:  # calls first: the learner waits on them
                 method, args = calls.recv()
                 try:
                     answers.send(("ok", getattr(shard, method)(*args)))
@@ -87,7 +91,7 @@ def _shard_main(shard_id: int, options: ShardOptions, snapshot_path: str | None,
                     answers.send(("error", f"{type(exc).__name__}: {exc}"))
                 if method == "stop":
                     return
-            if channel.reader in ready:
+            if channel.reader.fileno() in ready:
                 msg = channel.take()
                 shard.insert(msg)
                 channel.done()
@@ -111,6 +115,13 @@ class _Process:
     def __init__(self, process: Any, calls: Any, answers: Any):
         self.process, self.calls_out, self.answers = process, calls, answers
         self.pending: collections.deque[_Call] = collections.deque()  # sent, not yet answered
+        # one poll object, kept: Connection.poll builds a selector per call (~50 us, on every request)
+        self.poller = select.poll()
+        self.poller.register(answers.fileno(), select.POLLIN)
+
+    def answered(self) -> bool:
+        """An answer (or the end of the pipe: the process died) is waiting to be read."""
+        return bool(self.poller.poll(0))
 
 
 class MpShards(Shards):
@@ -169,7 +180,7 @@ class MpShards(Shards):
         """Resolve shard k's calls whose answers have arrived (waiting for one if ``block``)."""
         proc = self._procs[k]
         try:
-            while proc.pending and (block or proc.answers.poll()):
+            while proc.pending and (block or proc.answered()):
                 status, value = proc.answers.recv()
                 call = proc.pending.popleft()
                 call.resolve(value if status == "ok" else None,
@@ -188,9 +199,13 @@ class MpShards(Shards):
             left = deadline - time.monotonic()
             if done or left <= 0:
                 return done
-            waiting = {self._procs[h.shard].answers: h.shard for h in handles if self._procs[h.shard] is not None}
-            for conn in wait(list(waiting), left):
-                self._read_answers(waiting[conn], block=True)
+            waiting = {self._procs[h.shard].answers.fileno(): h.shard for h in handles
+                       if self._procs[h.shard] is not None}
+            poller = select.poll()
+            for fd in waiting:
+                poller.register(fd, select.POLLIN)
+            for fd, _ in poller.poll(max(1, int(left * 1000))):
+                self._read_answers(waiting[fd], block=True)
 
     def get(self, handle: _Call) -> Any:
         if not handle.done:
