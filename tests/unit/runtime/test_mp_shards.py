@@ -65,24 +65,28 @@ def test_channel_inserts_reach_each_shard_process_and_samples_come_from_both(ser
     assert service.stats()["replay/priority_skipped"] == 0
 
 
-def test_a_killed_shard_process_is_restarted_on_the_same_channel(service):
+def test_a_killed_shard_process_is_restarted_from_its_snapshot_on_the_same_channel(service, tmp_path):
     shards = service.shards
     shards.channels[0].put(chunk(0, 0, 20), timeout=5.0)
     shards.channels[1].put(chunk(1, 100, 20), timeout=5.0)
     wait_for_size(service, 40)
+    service.save(tmp_path / "replay.safetensors")  # each shard process writes its snapshot
+    shards.channels[1].put(chunk(1, 120, 5), timeout=5.0)  # 5 more after the snapshot
+    wait_for_size(service, 45)
     old = shards.pids()[1]
     os.kill(old, signal.SIGKILL)
     pending = shards.call(1, "beat")
     assert shards.ready([pending], 10.0) == [pending]  # resolved by the process's death, not a timeout
     with pytest.raises(ShardLost, match="replay shard 1 died"):
         shards.get(pending)
-    service.check()  # the heartbeat fails: restarted (no snapshot: its 20 items are counted lost)
+    service.check()  # the heartbeat fails: restarted from the snapshot's 20 items, 5 counted lost
     stats = service.stats()
-    assert stats["replay/shard_restarts"] == 1 and stats["replay/lost_items"] == 20
+    assert stats["replay/shard_restarts"] == 1 and stats["replay/lost_items"] == 5
+    assert stats["replay/shard1_size"] == 20
     assert shards.pids()[1] != old and gone(old)
     shards.channels[1].put(chunk(1, 200, 5), timeout=5.0)  # the workers' channel reaches the new process
-    assert wait_for_size(service, 25) == 25
-    assert service.stats()["replay/shard1_size"] == 5
+    assert wait_for_size(service, 45) == 45
+    assert service.stats()["replay/shard1_size"] == 25
 
 
 def test_a_full_channel_makes_the_writer_wait_and_drops_nothing():
