@@ -284,7 +284,7 @@ def main() -> None:
     if not args.no_ray:
         import ray
 
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # never a running cluster
     systems: dict[tuple[str, bool], Any] = {}
     for prioritized in (False, True):
         systems[("learner", prioritized)] = Learner(ctx, prioritized)

@@ -74,6 +74,10 @@ def test_dqn_on_mp_workers_and_two_shard_processes_survives_a_killed_shard_and_a
             if ctx.env_steps >= seen["killed_at"] + 1000 and stats["replay/shard1_size"] > 0 \
                     and stats["replay/refused_chunks"] >= 2:
                 seen["stats"], seen["updates"] = stats, ctx.updates
+                shards = backend.service.shards
+                beat = shards.call(1, "heartbeat")  # the new process's own counters
+                assert shards.ready([beat], 10.0)
+                seen["new_shard_inserted"] = shards.get(beat).counters["inserted"]
                 stop.set()
 
     with caplog.at_level(logging.WARNING, logger="relayrl"):
@@ -86,6 +90,7 @@ def test_dqn_on_mp_workers_and_two_shard_processes_survives_a_killed_shard_and_a
     stats = seen["stats"]
     assert stats["replay/shard_restarts"] >= 1 and backend.shard_pids() == {}
     assert stats["replay/shard0_size"] > 0 and stats["replay/shard1_size"] > 0 and stats["replay/inserted"] > 0
+    assert seen["new_shard_inserted"] > 0  # the workers' inserts reached the restarted process
     assert stats["replay/refused_chunks"] == 2
     refusals = [r for r in caplog.records if "refused chunk" in r.getMessage()]
     assert len(refusals) == 1 and "columns differ" in refusals[0].getMessage()
