@@ -83,8 +83,9 @@ class ReplayLoopConfig(AlgoConfig):
 
     replay_shards: int = Field(0, ge=0)
     """The replay service: 0 keeps the replay in the learner's process; N > 0 runs N replay shards as Ray
-    actors (backend ray), which the workers' node proxies insert into directly and the learner samples
-    from, prefetched. buffer_size is split evenly over them (docs/distributed.md)."""
+    actors (backend ray) or local processes (backend mp), which the workers (or their node proxies) insert
+    into directly and the learner samples from, prefetched. buffer_size is split evenly over them
+    (docs/distributed.md)."""
     def check(self, name: str) -> None:
         if self.replay_shards and self.max_staleness is not None:
             raise ConfigError(f"{name}.max_staleness is not supported with {name}.replay_shards > 0 (shards do not "

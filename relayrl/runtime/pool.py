@@ -128,8 +128,8 @@ class OffPolicyPool(WorkerPool):
     service: ReplayService | None = None  # the shards the workers insert into, when the learner asked for them
 
     def replay_service(self, spec: ReplaySpec) -> ReplayService | None:
-        if self.backend_name != "ray":  # shards run as Ray actors; mp and inline workers feed the learner's replay
-            return None
+        if self.backend_name not in ("ray", "mp"):  # shards are Ray actors or local processes; inline workers
+            return None                                # feed the learner's replay
         options = ShardOptions(capacity=-(-spec.capacity // spec.shards), sampler="prioritized" if spec.prioritized
                                else "uniform", alpha=spec.alpha, layout=spec.layout, max_use=spec.max_use, seed=spec.seed,
                                columns=spec.columns)

@@ -136,9 +136,9 @@ class ReplayRounds(Rounds):
             cfg.replay_shards, cfg.buffer_size, cfg.batch_size, cfg.prioritized, cfg.priority_alpha, cfg.priority_beta,
             max(1, total_steps), layout, cfg.max_use, seed, replay_columns(self.algo.policy)))
         if service is None:
-            raise ConfigError(f"replay_shards={cfg.replay_shards} runs the replay as shards on Ray, which this "
-                              "experience source cannot feed: train with rollout workers on Ray (--backend ray "
-                              "--workers N), or set replay_shards=0 to keep the replay in the learner")
+            raise ConfigError(f"replay_shards={cfg.replay_shards} runs the replay as shards on Ray or in local "
+                              "processes, which this experience source cannot feed: train with rollout workers "
+                              "(--backend mp|ray --workers N), or set replay_shards=0 to keep the replay in the learner")
         return service
 
     def _poll(self) -> None:

@@ -11,20 +11,27 @@ A worker that dies (killed, crashed, or raised) or hangs (no progress for ``work
 seconds while it owes a chunk: it stamps a shared clock when it starts a chunk and while it waits
 to hand one over) is restarted with backoff, up to ``max_restarts`` times in total; an on-policy
 worker that died with a chunk outstanding is asked again.
+
+With a replay service (``replay_shards: N`` > 0, runtime/service.py) the shards are processes too
+(backends/mp_shards.py), started before the workers: each worker puts its chunk's transitions on
+its shard's bounded insert channel (``worker_id % N``) and only the rest (env steps, episodes) on the
+learner's queue. ``close`` stops the workers, then sends the shards ``Stop`` with a deadline and
+kills what is left.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
-
-import numpy as np
 import queue
 import signal
 import threading
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
+
+import numpy as np
 
 from relayrl.algos import get_algo
 from relayrl.config import RunConfig, config_model
@@ -32,15 +39,39 @@ from relayrl.envs.shm import AttachedArrays, SharedArrays
 from relayrl.envs.subproc import _die_with_parent
 from relayrl.errors import RelayRLError
 from relayrl.runtime.backends import WORKER_SEED_STRIDE
+from relayrl.runtime.backends.mp_shards import InsertChannel, MpShards
 from relayrl.runtime.messages import InsertTransitions, LoadParams, WorkerFailed
+from relayrl.runtime.service import ReplayService
+from relayrl.runtime.shard import ShardOptions
 from relayrl.runtime.weights import WeightBoard, board_layout, flatten, unflatten
 
 PUT_POLL_S = 0.2  # a blocked worker checks for stop this often
 STOP_DEADLINE_S = 5.0
 
 
+def _put(out: Any, msg: Any) -> bool:
+    try:
+        out.put(msg, timeout=PUT_POLL_S)
+        return True
+    except queue.Full:
+        return False
+
+
+def _hand_over(put: Callable[[], bool], beat: np.ndarray, conn: Any, kept: Any) -> tuple[bool, Any]:
+    """Retry ``put`` until there is room (backpressure: the worker waits, nothing is dropped), stamping
+    progress meanwhile; returns (stop came, the newest other command, kept for the next loop)."""
+    while not put():
+        beat[0] = time.monotonic()  # alive, waiting for the learner (or the shard)
+        while conn.poll():
+            kept = conn.recv()
+            if kept[0] == "stop":
+                return True, kept
+    return False, kept
+
+
 def _worker_main(worker_id: int, beat_index: int, config_data: dict, seed: int, board_name: str, layout: list,
-                 kinds: dict[str, str], out: Any, conn: Any, on_request: bool, beats: tuple[str, list]) -> None:
+                 kinds: dict[str, str], out: Any, conn: Any, on_request: bool, beats: tuple[str, list],
+                 insert: InsertChannel | None = None) -> None:
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle
     import torch
@@ -74,16 +105,15 @@ def _worker_main(worker_id: int, beat_index: int, config_data: dict, seed: int, 
                 arrays, version, env_steps = board.read()
                 worker.load(LoadParams(version, unflatten(arrays, kinds)), env_steps)
             msg = worker.collect()
-            while True:
-                try:
-                    out.put(msg, timeout=PUT_POLL_S)
-                    break
-                except queue.Full:
-                    beat[0] = time.monotonic()  # alive, waiting for the learner
-                    while conn.poll():  # stop now; keep anything else for the next loop (the newest wins)
-                        kept = conn.recv()
-                        if kept[0] == "stop":
-                            return
+            if insert is not None and msg.batch:  # transitions to the shard; the learner counts the rest
+                full = msg
+                stopped, kept = _hand_over(lambda: insert.put(full, PUT_POLL_S), beat, conn, kept)
+                if stopped:
+                    return
+                msg = dataclasses.replace(msg, batch={}, stored_rows=len(next(iter(msg.batch.values()))))
+            stopped, kept = _hand_over(lambda: _put(out, msg), beat, conn, kept)
+            if stopped:
+                return
     except (EOFError, OSError, KeyboardInterrupt):
         pass
     except BaseException as exc:  # report, then exit: the learner decides whether to restart
@@ -97,6 +127,18 @@ def _worker_main(worker_id: int, beat_index: int, config_data: dict, seed: int, 
             worker.close()
         board.close()
         clock.close()
+
+
+def process_context(start_method: str = "forkserver", shards: bool = False) -> Any:
+    """The multiprocessing context workers and shards start from: with "forkserver", a fork server that
+    has imported once what every worker needs (see _forkserver.py), and with ``shards`` what every
+    replay shard needs (_forkserver_shards.py). The preload counts only before the server first starts."""
+    ctx = mp.get_context(start_method)
+    if start_method == "forkserver":
+        ctx.set_forkserver_preload(["relayrl.runtime.backends.mp", "relayrl.runtime.backends.mp_shards",
+                                    "relayrl.runtime.backends._forkserver"]
+                                   + (["relayrl.runtime.backends._forkserver_shards"] if shards else []))
+    return ctx
 
 
 def _beats_layout(num_workers: int) -> list:
@@ -124,11 +166,8 @@ class MpBackend:
         self.lock = threading.RLock()  # a Ray node proxy calls publish/request and receive from two threads
         self.worker_timeout = config.worker_timeout
         self._beats: SharedArrays | None = None
-        self._ctx = mp.get_context(start_method)
-        if start_method == "forkserver":
-            # what every worker imports, imported once in the fork server (see _forkserver.py)
-            self._ctx.set_forkserver_preload(["relayrl.runtime.backends.mp",
-                                              "relayrl.runtime.backends._forkserver"])
+        self._ctx = process_context(start_method)
+        self._start_method = start_method
         self._queue: Any = self._ctx.Queue(maxsize=queue_size or 4 * num_workers)
         self._procs: list[_Proc] = []
         self._board: WeightBoard | None = None
@@ -137,9 +176,25 @@ class MpBackend:
         self._requested: int | None = None
         self.restarts = 0
         self.failures: list[str] = []
+        self.service: ReplayService | None = None  # the replay shards, when the learner asked for them
+        self._shards: MpShards | None = None
+
+    def replay_service(self, options: ShardOptions, num_shards: int, **service_options: Any) -> ReplayService:
+        """Replay shards as processes, which the workers insert into (started by ``start``)."""
+        self._ctx = process_context(self._start_method, shards=True)  # (nothing has started yet)
+        self._shards = MpShards(options, num_shards, self._ctx)
+        self.service = ReplayService(self._shards, **service_options)
+        self.service.on_restart = self._shard_restarted
+        return self.service
+
+    def _shard_restarted(self, k: int) -> None:
+        # the workers keep their channel (it outlived the process); what the dead one took unstored is lost
+        self.service.lost_chunks = self._shards.lost_chunks
 
     def start(self, seed: int) -> None:
         self._seed = seed  # processes start at the first publish, when the weights' layout is known
+        if self.service is not None:  # the shards come first, and answer a heartbeat before any worker starts
+            self.service.start()
 
     def _spawn(self, index: int, restart: int = 0) -> _Proc:
         parent, child = self._ctx.Pipe(duplex=True)
@@ -150,7 +205,8 @@ class MpBackend:
             target=_worker_main, name=f"relayrl-worker-{worker_id}", daemon=True,
             args=(worker_id, index, self.config.model_dump(mode="json"), seed, self._board.name, self._layout,
                   self._kinds, self._queue, child, self._on_request,
-                  (self._beats.name, _beats_layout(self.num_workers))))
+                  (self._beats.name, _beats_layout(self.num_workers)),
+                  None if self._shards is None else self._shards.channel_of(worker_id)))
         process.start()
         child.close()
         return _Proc(index, process, parent)
@@ -187,6 +243,10 @@ class MpBackend:
     def pids(self) -> dict[int, int]:
         """Run-wide worker id -> process id."""
         return {self.worker_ids[p.index]: p.process.pid for p in self._procs}
+
+    def shard_pids(self) -> dict[int, int]:
+        """Replay shard -> process id (empty without a replay service)."""
+        return {} if self._shards is None else self._shards.pids()
 
     def receive(self, timeout: float = 0.0) -> list[InsertTransitions]:
         out: list[InsertTransitions] = []
@@ -265,6 +325,10 @@ class MpBackend:
             proc.process.join(timeout=1.0)
             proc.conn.close()
         self._procs = []
+        if self.service is not None:  # after the workers, so their last inserts land; Stop, then kill
+            self.service.stop(time.time() + STOP_DEADLINE_S)
+            self._shards.close()
+            self.service = None
         if self._queue is not None:  # dropping the queue unlinks its named semaphores
             self._queue.close()
             self._queue.cancel_join_thread()
