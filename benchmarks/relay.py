@@ -214,7 +214,7 @@ def child(fn_name: str, *args) -> None:
 # ---------------------------------------------------------------- relayrl roles (spawned children)
 
 
-def ours_relay(keys, relay_window, port_q, stop, out_q):
+def ours_relay(keys, relay_window, port_q, stop, out_q, profile=None):
     from relayrl.net.relay import Relay, RelayOptions
 
     options = RelayOptions(bind="127.0.0.1:0", keys=keys)
@@ -222,7 +222,12 @@ def ours_relay(keys, relay_window, port_q, stop, out_q):
         options.window = relay_window
     relay = Relay(options)
     port_q.put(int(relay.endpoint.rsplit(":", 1)[1]))
-    relay.serve(stop, log=None)  # returns once stop is set (checked every heartbeat)
+    if profile:  # --profile-relay: cProfile of the relay's loop, printed by the parent
+        import cProfile
+
+        cProfile.runctx("relay.serve(stop, log=None)", globals(), {"relay": relay, "stop": stop}, profile)
+    else:
+        relay.serve(stop, log=None)  # returns once stop is set (checked every heartbeat)
     out_q.put(("relay", dict(relay.counters)))
 
 
@@ -356,7 +361,8 @@ def run_ours_throughput(args, keys_dir: str | None, window: int) -> dict:
     procs: list = []
     try:
         relay = ctx.Process(target=child, name="relay",
-                            args=("ours_relay", sub("server"), args.relay_window, port_q, relay_stop, out_q))
+                            args=("ours_relay", sub("server"), args.relay_window, port_q, relay_stop, out_q,
+                                  args.profile_relay))
         relay.start()
         procs.append(relay)
         port = get(port_q, START_TIMEOUT, procs, "the relay's port")
@@ -830,6 +836,8 @@ def main() -> None:
     parser.add_argument("--window", type=int, help=argparse.SUPPRESS)  # the tlspyo child's one window
     parser.add_argument("--relay-window", type=int, help="chunks in flight from the relay to the trainer "
                         "(default: the relay's, as `relayrl serve --window`)")
+    parser.add_argument("--profile-relay", metavar="PATH", help="cProfile the relay of each relayrl throughput run "
+                        "into PATH (pstats; the last run's is kept) and print its top functions")
     parser.add_argument("--bcast-workers", type=int, default=8, help="receiving workers (broadcast)")
     parser.add_argument("--reps", type=int, default=20, help="publishes measured per round (after one warm-up)")
     parser.add_argument("--pause", type=float, default=0.2, help="seconds between publishes")
