@@ -217,8 +217,24 @@ def decode(frames: list, max_bytes: int = MAX_MESSAGE_BYTES, arrays: bool = True
     return Message(kind, sender, _int(header, "seq", 0), _int(header, "version", -1), built, meta, blob, incarnation)
 
 
+_LAYOUTS: dict[str, tuple[list, int]] = {}  # repr of valid descriptors -> their layout (a worker repeats its own)
+
+
 def _layout(descriptors: list) -> tuple[list[tuple[str, np.dtype, list, int, int]], int]:
-    """(name, dtype, shape, offset, size) of each array in the body frame, and the body's length."""
+    """(name, dtype, shape, offset, size) of each array in the body frame, and the body's length.
+    Valid layouts are cached by the descriptors' repr (msgpack decodes to plain types, whose repr
+    tells any two values apart), since a sender's chunks mostly repeat one layout."""
+    key = repr(descriptors)
+    cached = _LAYOUTS.get(key)
+    if cached is not None:
+        return cached
+    if len(_LAYOUTS) >= 256:
+        _LAYOUTS.clear()
+    cached = _LAYOUTS[key] = _new_layout(descriptors)
+    return cached
+
+
+def _new_layout(descriptors: list) -> tuple[list[tuple[str, np.dtype, list, int, int]], int]:
     layout, end, names = [], 0, set()
     for descriptor in descriptors:
         name, dtype, shape, size = _descriptor(descriptor)
