@@ -90,6 +90,12 @@ class Peer:
 
 class Relay:
     def __init__(self, options: RelayOptions, context: zmq.Context | None = None):
+        bad = [f"--{name.replace('_', '-')} {value}" for name, value in
+               (("max_queue", options.max_queue), ("max_queue_mb", options.max_queue_mb), ("window", options.window))
+               if not value > 0]
+        if bad:
+            raise ConfigError(f"{', '.join(bad)}: the relay's queue bounds and window must be greater than 0 "
+                              f"(defaults: --max-queue 4096 --max-queue-mb 256 --window 128)")
         self.options = options
         self.session = secrets.token_hex(8)  # clients notice a restarted relay by a new session
         self.context = context or zmq.Context.instance()

@@ -308,3 +308,27 @@ def test_weights_from_arbitrary_bytes_returns_weights_or_raises_wire_error(blob)
         weights_from_bytes(blob)
     except WireError:
         pass
+
+
+def test_one_body_frame_carries_the_arrays_each_at_an_aligned_offset():
+    arrays = {"flags": np.array([True, False, True]), "x": np.arange(3, dtype=np.float64),
+              "small": np.arange(5, dtype=np.int16)}
+    frames = _bytes(encode(wire.SAMPLES, arrays=arrays))
+    assert len(frames) == 2  # header + body, whatever the number of arrays
+    assert frames[1][:3] == b"\x01\x00\x01" and frames[1][3:8] == bytes(5)  # x starts at 8: zero padding
+    assert len(frames[1]) == 8 + 24 + 10
+    msg = decode(frames)
+    np.testing.assert_array_equal(msg.arrays["x"], arrays["x"])
+    np.testing.assert_array_equal(msg.arrays["small"], arrays["small"])
+
+
+def test_the_relays_decode_checks_the_layout_without_building_arrays():
+    frames = _bytes(encode(wire.SAMPLES, sender="w", seq=3, arrays={"x": np.arange(6, dtype=np.float32)},
+                           meta={"env_steps": 6}))
+    msg = decode(frames, arrays=False)
+    assert (msg.type, msg.sender, msg.seq, msg.meta, msg.arrays) == (wire.SAMPLES, "w", 3, {"env_steps": 6}, {})
+    with pytest.raises(WireError, match="body frame has 23 bytes, its arrays need 24"):
+        decode([frames[0], frames[1][:-1]], arrays=False)
+    twice = _header(arrays=[["x", "<f4", [1]], ["x", "<f4", [1]]])
+    with pytest.raises(WireError, match="described twice"):
+        decode([twice, bytes(12)], arrays=False)
