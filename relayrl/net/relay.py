@@ -147,6 +147,7 @@ class Relay:
                     self.drain()
                 now = time.monotonic()
                 self._expire(now)
+                self._flush_acks()  # (drops of chunks put back by a vanished trainer)
                 if now >= next_metrics:
                     self._write_metrics(log)
                     next_metrics = now + self.options.metrics_every_s
