@@ -8,8 +8,8 @@ workers (``RelayClient``).
 1. Throughput: ``--workers`` workers (each count given, default 4 and 32) send chunks of ``--chunk`` SAC-like transitions (obs 17 and
    next_obs 17 float32, action 6 float32, reward and discount float32, terminated bool: 169 bytes
    per transition) as fast as they are taken; the trainer ``receive``s and ``ack``s every chunk.
-   Each worker keeps at most a window of chunks unacknowledged (waiting while
-   ``unacknowledged() >= window``, so its backlog never drops one); every window of ``--windows``
+   Each worker keeps at most a window of chunks unacknowledged (waiting in
+   ``wait_unacknowledged(window)``, woken by the acks, so its backlog never drops one); every window of ``--windows``
    is measured. Transitions/s and payload MB/s delivered to the trainer over ``--seconds`` after
    ``--warmup``; afterwards every chunk sent must have reached the trainer exactly once with no
    drop anywhere (backlog, relay). Plain TCP and CURVE (keys from ``relayrl.net.keys.generate``).
@@ -76,7 +76,7 @@ N_CHUNKS = 8  # distinct pre-built chunks each worker cycles through
 TLS_PASSWORD = "relayrl-benchmark"
 TLS_HEADER = 12  # TMRL's HEADER_SIZE
 TLS_MAX_BUF = 2**29  # TMRL's BUFFER_SIZE (tlspyo max_buf_len)
-START_TIMEOUT = 60.0
+START_TIMEOUT = 180.0  # 32 workers (64 processes for tlspyo) on a busy 2-core machine start slowly
 
 
 # ---------------------------------------------------------------- shared helpers
@@ -252,9 +252,8 @@ def ours_tp_worker(i, port, keys, window, chunk_size, ready_q, stop, out_q):
         ready_q.put(i)
         sent = 0
         while not stop.is_set():
-            if client.unacknowledged() >= window:  # paced: never more than `window` ahead of the acks
-                time.sleep(0.0005)
-                continue
+            if not client.wait_unacknowledged(window, 0.1):  # paced: never more than `window` ahead of the acks
+                continue  # (woken by the ack, as relayrl's own workers are)
             client.send_samples(chunks[sent % N_CHUNKS], version=0, meta={"env_steps": chunk_size})
             sent += 1
         deadline = time.monotonic() + 30

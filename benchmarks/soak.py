@@ -115,8 +115,10 @@ def worker_role(i: int, port: int, window: int, chunk: int, rate: float, ready_q
         ready_q.put(i)
         sent, start = 0, time.monotonic()
         while not stop.is_set():
-            if client.unacknowledged() >= window or (rate and sent >= rate * (time.monotonic() - start)):
+            if rate and sent >= rate * (time.monotonic() - start):
                 time.sleep(0.001)
+                continue
+            if not client.wait_unacknowledged(window, 0.1):  # woken by the acks
                 continue
             client.send_samples(chunks[sent % N_CHUNKS], version=0, meta={"env_steps": chunk})
             sent += 1
