@@ -779,6 +779,11 @@ def median_of(runs: list[dict], key: str) -> float | None:
     return statistics.median(r[key] for r in runs) if runs else None
 
 
+def own_cores(cpu: dict[str, float]) -> float:
+    """Cores the measured system's processes used (relay, trainer, workers)."""
+    return sum(v for k, v in cpu.items() if k != "machine")
+
+
 def with_workers(args, n: int) -> argparse.Namespace:
     """``args`` for one worker count (the roles read ``args.workers`` as an int)."""
     return argparse.Namespace(**{**vars(args), "workers": n})
@@ -805,9 +810,16 @@ def report(args, systems: list[str], tp: dict, bc: dict, tls_version: str | None
             print(f"{window:>8}" + "".join(f"{fmt(median_of(tp[(s, n, window)], 'transitions_per_s'), 0):>{width}}"
                                            for s in systems))
         print(f"{'best':>8}" + "".join(f"{fmt(rate[s], 0):>{width}}" for s in systems))
+        # per core-second of the system's own processes: steadier than the rate on a shared machine
+        per_core = {s: statistics.median(r["transitions_per_s"] / max(1e-9, own_cores(r["cpu"]))
+                                         for r in tp[(s, n, best[s])]) for s in systems}
+        print(f"{'per core':>8}" + "".join(f"{fmt(per_core[s], 0):>{width}}" for s in systems)
+              + "   (transitions per CPU-second of relay + trainer + workers)")
         if anchors:
             strongest = max(rate[a] for a in anchors)  # the better tlspyo setting (plain: it has no encryption)
             print("   ratio to the best tlspyo: " + ", ".join(f"{s} {rate[s] / strongest:.3f}" for s in ours))
+            core_anchor = max(per_core[a] for a in anchors)
+            print("   ratio per core-second: " + ", ".join(f"{s} {per_core[s] / core_anchor:.3f}" for s in ours))
             per_round = {s: [r["transitions_per_s"] for r in tp[(s, n, best[s])]] for s in systems}
             rounds = [max(per_round[a][k] for a in anchors) for k in range(args.rounds)]
             print("   round by round: " + "; ".join(
@@ -864,6 +876,7 @@ def main() -> None:
                         help="before each run, wait for other processes to use at most this many cores")
     parser.add_argument("--quiet-wait", type=float, default=60.0, help="... but no longer than this (s)")
     parser.add_argument("--json", help="also write every run's figures here")
+    parser.add_argument("--from-json", metavar="PATH", help="print the report of a run saved with --json, measure nothing")
     parser.add_argument("--child", choices=["tlspyo"], help=argparse.SUPPRESS)
     parser.add_argument("--child-what", choices=["throughput", "broadcast"], help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -875,6 +888,17 @@ def main() -> None:
         tlspyo_child(args)
         return
 
+    if args.from_json:
+        with open(args.from_json) as f:
+            saved = json.load(f)
+        tp = {}
+        for key, runs in saved["throughput"].items():
+            s, n, w = key.split("|")
+            tp[(s, int(n), int(w))] = runs
+        systems = list(dict.fromkeys(key[0] for key in tp))
+        run_args = argparse.Namespace(**saved["args"])
+        report(run_args, systems, tp, {s: v for s, v in saved["broadcast"].items() if v}, saved["tlspyo_version"], None)
+        return
     reason = anchor_unavailable(args)
     systems = ([] if args.skip_ours else ["ours"] + ([] if args.no_curve else ["ours CURVE"]))
     anchor_buf = {} if reason else {f"tlspyo buf {size_label(b)}": b for b in args.tlspyo_max_bufs}
