@@ -452,7 +452,8 @@ class Relay:
                 f.write(line + "\n")
         if log is not None:
             print(f"relay: {int(stats['workers'])} workers, trainer {'on' if stats['trainer'] else 'off'}, "
-                  f"queue {int(stats['queue_depth'])}, drops {int(stats['drops'])}, "
+                  f"queue {int(stats['queue_depth'])} ({stats['queue_bytes'] / 1e6:.1f} MB), drops {int(stats['drops'])} "
+                  f"({stats['dropped_bytes'] / 1e6:.1f} MB), "
                   f"rejects {int(stats['rejects'])}{_by_cause(stats, 'rejects')}, "
                   f"refused chunks {int(stats['chunks_refused'])}{_by_cause(stats, 'chunks_refused')}, "
                   f"in {stats['bytes_in_per_s'] / 1e6:.2f} MB/s, out {stats['bytes_out_per_s'] / 1e6:.2f} MB/s",

@@ -228,10 +228,12 @@ def _layout(descriptors: list) -> tuple[list[tuple[str, np.dtype, list, int, int
     cached = _LAYOUTS.get(key)
     if cached is not None:
         return cached
-    if len(_LAYOUTS) >= 256:
-        _LAYOUTS.clear()
-    cached = _LAYOUTS[key] = _new_layout(descriptors)
-    return cached
+    layout = _new_layout(descriptors)
+    if len(key) <= 4096:  # (bounded memory: at most 256 layouts of a few KiB)
+        if len(_LAYOUTS) >= 256:
+            _LAYOUTS.clear()
+        _LAYOUTS[key] = layout
+    return layout
 
 
 def _new_layout(descriptors: list) -> tuple[list[tuple[str, np.dtype, list, int, int]], int]:
