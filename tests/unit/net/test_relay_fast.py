@@ -11,7 +11,9 @@ import pytest
 from relayrl.errors import ConfigError
 from relayrl.net import wire
 from relayrl.net.relay import Relay, RelayOptions
-from test_relay_server import DEADLINE, chunk, clients, collect, connected, make_relay, raw, stats, wait_until  # noqa: F401
+from relayrl.net.seen import Senders
+from test_relay_server import (DEADLINE, chunk, clients, collect, connected, make_relay, raw,  # noqa: F401
+                               relay_options, start, stats, wait_until)
 
 
 def big_chunk(i: int) -> dict[str, np.ndarray]:
@@ -136,3 +138,46 @@ def test_a_client_of_the_previous_protocol_gets_one_refusal_it_can_read(make_rel
 def test_queue_bounds_and_window_that_are_not_positive_are_a_config_error():
     with pytest.raises(ConfigError, match="--max-queue-mb 0.0, --window 0: the relay's queue bounds"):
         Relay(RelayOptions(bind="127.0.0.1:0", max_queue_mb=0.0, window=0))
+
+
+def test_a_relay_restart_mid_stream_loses_and_repeats_nothing_after_the_trainers_dedup(make_relay, clients):
+    first = make_relay()
+    server = first.server
+    trainer = clients(server, "trainer", "t")
+    workers = [clients(server, "worker", f"w{k}") for k in range(3)]
+    connected(trainer, *workers)
+    seen, firsts, repeats = Senders(), {w.name: [] for w in workers}, []
+
+    def take(msgs, ack=True):
+        for m in msgs:  # the trainer's dedup (RelaySource._admit): first receipt of (worker, incarnation, seq)
+            if seen.get(m.sender, m.incarnation).add(m.seq):
+                firsts[m.sender].append(m.seq)
+            else:
+                repeats.append((m.sender, m.seq))
+        if ack:
+            trainer.ack(msgs)
+
+    for i in range(10):
+        for w in workers:
+            w.send_samples(chunk(i), version=0, meta={})
+    take(collect(trainer, 30, ack=False), ack=False)  # delivered, not acknowledged yet
+    for i in range(10, 20):
+        for w in workers:
+            w.send_samples(chunk(i), version=0, meta={})
+    first.shutdown()  # mid-stream: chunks in flight to the trainer, queued at the relay, unacknowledged
+    for i in range(20, 30):  # sent while the relay is down: kept in the backlogs
+        for w in workers:
+            w.send_samples(chunk(i), version=0, meta={})
+    take(trainer.receive(0.2))  # whatever had reached the trainer's socket (its ack is lost with the relay)
+    second = start(relay_options(bind=server), attempts_s=DEADLINE)
+    try:
+        wait_until(lambda: all(len(firsts[w.name]) == 30 or take(trainer.receive(0.05)) for w in workers),
+                   "every worker's 30 chunks at the trainer")
+        for w in workers:
+            wait_until(lambda w=w: w.unacknowledged() == 0 or take(trainer.receive(0.05)), f"{w.name}'s backlog")
+            assert firsts[w.name] == list(range(30))  # each once, in order, after the dedup
+            assert w.stats["relay_drops"] == 0 and w.stats["backlog_drops"] == 0
+        # the first 30 were never acknowledged: their workers resent them to the new relay
+        assert {(w.name, i) for w in workers for i in range(10)} <= set(repeats)
+    finally:
+        second.shutdown()
