@@ -36,7 +36,7 @@ every other round, and the medians are reported, with each relayrl system's rati
 tlspyo setting (CURVE's too: tlspyo runs unencrypted, as in TMRL's default). The cores each role
 used and the load average are printed with every throughput figure.
 
-The figures of docs/benchmarks.md ("Relay"), on an idle machine (about 25 minutes):
+The figures of docs/benchmarks.md ("Relay"), on an idle machine (10 to 20 minutes):
 
     python -m venv /tmp/tlsvenv && /tmp/tlsvenv/bin/pip install tlspyo numpy
     python benchmarks/relay.py --rounds 3 --workers 4 32 --windows 32 --no-broadcast \
