@@ -4,14 +4,18 @@ A real relay thread on loopback, spoken to by RelayClients and by hand (test_rel
 
 from __future__ import annotations
 
+import gymnasium as gym
 import msgpack
 import numpy as np
 import pytest
+import zmq
 
-from relayrl.errors import ConfigError
+from relayrl.config import build_config
+from relayrl.errors import ConfigError, RelayRLError
 from relayrl.net import wire
 from relayrl.net.relay import Relay, RelayOptions
 from relayrl.net.seen import Senders
+from relayrl.net.trainer import RelaySource
 from test_relay_server import (DEADLINE, chunk, clients, collect, connected, make_relay, raw,  # noqa: F401
                                relay_options, start, stats, wait_until)
 
@@ -181,3 +185,24 @@ def test_a_relay_restart_mid_stream_loses_and_repeats_nothing_after_the_trainers
         assert {(w.name, i) for w in workers for i in range(10)} <= set(repeats)
     finally:
         second.shutdown()
+
+
+def test_a_trainer_that_gets_no_answer_names_the_protocol_it_speaks():
+    """A relay of protocol 2 drops newer clients' messages without a word (it predates the refusal);
+    the trainer's timeout says that a relay of another release is one reason."""
+    silent = zmq.Context.instance().socket(zmq.ROUTER)  # takes every message, answers none
+    silent.setsockopt(zmq.LINGER, 0)
+    port = silent.bind_to_random_port("tcp://127.0.0.1")
+    try:
+        config = build_config("sac", None, ["net.heartbeat_s=0.1", "net.timeout_s=2", "net.connect_timeout_s=1"],
+                              {"net.server": f"127.0.0.1:{port}"})
+        source = RelaySource(config, *_pendulum_spaces())
+        with pytest.raises(RelayRLError, match=f"no answer from the relay .*wire protocol {wire.PROTOCOL}"):
+            source.connect()
+        assert silent.poll(0)  # its hellos did arrive
+    finally:
+        silent.close()
+
+
+def _pendulum_spaces():
+    return gym.spaces.Box(-8, 8, (3,), np.float32), gym.spaces.Box(-2, 2, (1,), np.float32)
