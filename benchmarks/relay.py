@@ -5,11 +5,11 @@ Every role is its own OS process on loopback (multiprocessing "spawn"): the rela
 (``Relay(RelayOptions(bind="127.0.0.1:0")).serve()``, its port passed back), the trainer and the
 workers (``RelayClient``).
 
-1. Throughput: ``--workers`` workers send chunks of ``--chunk`` SAC-like transitions (obs 17 and
+1. Throughput: ``--workers`` workers (each count given, default 4 and 32) send chunks of ``--chunk`` SAC-like transitions (obs 17 and
    next_obs 17 float32, action 6 float32, reward and discount float32, terminated bool: 169 bytes
    per transition) as fast as they are taken; the trainer ``receive``s and ``ack``s every chunk.
-   Each worker keeps at most a window of chunks unacknowledged (waiting while
-   ``unacknowledged() >= window``, so its backlog never drops one); every window of ``--windows``
+   Each worker keeps at most a window of chunks unacknowledged (waiting in
+   ``wait_unacknowledged(window)``, woken by the acks, so its backlog never drops one); every window of ``--windows``
    is measured. Transitions/s and payload MB/s delivered to the trainer over ``--seconds`` after
    ``--warmup``; afterwards every chunk sent must have reached the trainer exactly once with no
    drop anywhere (backlog, relay). Plain TCP and CURVE (keys from ``relayrl.net.keys.generate``).
@@ -31,12 +31,21 @@ workers (``RelayClient``).
    ``receive_all`` every 1 ms.
 
 Each run starts once other processes use at most ``--quiet-cores`` (waiting up to ``--quiet-wait``
-s); ``--rounds`` repeats everything with the systems alternating, and the medians are reported.
-The cores each role used during the measurement are printed with every throughput figure.
+s); ``--rounds`` repeats everything, the systems alternating within a round and their order reversed
+every other round, and the medians are reported, with each relayrl system's ratio to the better
+tlspyo setting (CURVE's too: tlspyo runs unencrypted, as in TMRL's default). The cores each role
+used and the load average are printed with every throughput figure.
 
-    python benchmarks/relay.py [--seconds 10] [--warmup 2] [--windows 8 16 32 64] [--reps 20] [--rounds 1]
+The figures of docs/benchmarks.md ("Relay"), on an idle machine (10 to 20 minutes):
+
     python -m venv /tmp/tlsvenv && /tmp/tlsvenv/bin/pip install tlspyo numpy
-    python benchmarks/relay.py --rounds 3 --windows 8 16 32 64 --tlspyo-python /tmp/tlsvenv/bin/python
+    python benchmarks/relay.py --rounds 3 --workers 4 32 --windows 32 --no-broadcast \
+        --tlspyo-python /tmp/tlsvenv/bin/python --quiet-wait 120
+
+Other uses:
+
+    python benchmarks/relay.py --workers 4 --no-curve --rounds 1       # relayrl only, no anchor
+    python benchmarks/relay.py --workers 32 --no-curve --no-broadcast --profile-relay /tmp/relay.prof
 
 Only the standard library and numpy are imported at the top: the tlspyo half of this file runs in
 the other virtualenv, which has neither relayrl nor pyzmq.
@@ -67,7 +76,7 @@ N_CHUNKS = 8  # distinct pre-built chunks each worker cycles through
 TLS_PASSWORD = "relayrl-benchmark"
 TLS_HEADER = 12  # TMRL's HEADER_SIZE
 TLS_MAX_BUF = 2**29  # TMRL's BUFFER_SIZE (tlspyo max_buf_len)
-START_TIMEOUT = 60.0
+START_TIMEOUT = 180.0  # 32 workers (64 processes for tlspyo) on a busy 2-core machine start slowly
 
 
 # ---------------------------------------------------------------- shared helpers
@@ -214,7 +223,7 @@ def child(fn_name: str, *args) -> None:
 # ---------------------------------------------------------------- relayrl roles (spawned children)
 
 
-def ours_relay(keys, relay_window, port_q, stop, out_q):
+def ours_relay(keys, relay_window, port_q, stop, out_q, profile=None):
     from relayrl.net.relay import Relay, RelayOptions
 
     options = RelayOptions(bind="127.0.0.1:0", keys=keys)
@@ -222,7 +231,12 @@ def ours_relay(keys, relay_window, port_q, stop, out_q):
         options.window = relay_window
     relay = Relay(options)
     port_q.put(int(relay.endpoint.rsplit(":", 1)[1]))
-    relay.serve(stop, log=None)  # returns once stop is set (checked every heartbeat)
+    if profile:  # --profile-relay: cProfile of the relay's loop, printed by the parent
+        import cProfile
+
+        cProfile.runctx("relay.serve(stop, log=None)", globals(), {"relay": relay, "stop": stop}, profile)
+    else:
+        relay.serve(stop, log=None)  # returns once stop is set (checked every heartbeat)
     out_q.put(("relay", dict(relay.counters)))
 
 
@@ -238,9 +252,8 @@ def ours_tp_worker(i, port, keys, window, chunk_size, ready_q, stop, out_q):
         ready_q.put(i)
         sent = 0
         while not stop.is_set():
-            if client.unacknowledged() >= window:  # paced: never more than `window` ahead of the acks
-                time.sleep(0.0005)
-                continue
+            if not client.wait_unacknowledged(window, 0.1):  # paced: never more than `window` ahead of the acks
+                continue  # (woken by the ack, as relayrl's own workers are)
             client.send_samples(chunks[sent % N_CHUNKS], version=0, meta={"env_steps": chunk_size})
             sent += 1
         deadline = time.monotonic() + 30
@@ -356,7 +369,8 @@ def run_ours_throughput(args, keys_dir: str | None, window: int) -> dict:
     procs: list = []
     try:
         relay = ctx.Process(target=child, name="relay",
-                            args=("ours_relay", sub("server"), args.relay_window, port_q, relay_stop, out_q))
+                            args=("ours_relay", sub("server"), args.relay_window, port_q, relay_stop, out_q,
+                                  args.profile_relay))
         relay.start()
         procs.append(relay)
         port = get(port_q, START_TIMEOUT, procs, "the relay's port")
@@ -765,56 +779,68 @@ def median_of(runs: list[dict], key: str) -> float | None:
     return statistics.median(r[key] for r in runs) if runs else None
 
 
+def own_cores(cpu: dict[str, float]) -> float:
+    """Cores the measured system's processes used (relay, trainer, workers)."""
+    return sum(v for k, v in cpu.items() if k != "machine")
+
+
+def with_workers(args, n: int) -> argparse.Namespace:
+    """``args`` for one worker count (the roles read ``args.workers`` as an int)."""
+    return argparse.Namespace(**{**vars(args), "workers": n})
+
+
+def load_average() -> float:
+    return os.getloadavg()[0]
+
+
 def report(args, systems: list[str], tp: dict, bc: dict, tls_version: str | None, reason: str | None) -> None:
-    print(f"\n{args.workers} workers x {args.chunk}-transition chunks (169 B/transition), {args.seconds:g} s after "
-          f"{args.warmup:g} s warm-up, median of {args.rounds} round(s); broadcast of {PARAMS_SIDE ** 2:,} float32 "
-          f"parameters to {args.bcast_workers} workers, {args.reps} publishes per round"
-          + (f"; tlspyo {tls_version}, columns by max_buf_len" if tls_version else ""))
-    width = max(14, *(len(s) + 2 for s in systems))
-    print("\nthroughput (transitions/s) by window (unacknowledged chunks per worker):")
-    print(f"{'window':>8}" + "".join(f"{s:>{width}}" for s in systems))
-    for window in args.windows:
-        print(f"{window:>8}" + "".join(f"{fmt(median_of(tp[(s, window)], 'transitions_per_s'), 0):>{width}}"
-                                       for s in systems))
-    best = {s: max(args.windows, key=lambda w, s=s: median_of(tp[(s, w)], "transitions_per_s")) for s in systems}
-    summary = {s: summarize_broadcast(bc[s]) for s in systems}
+    print(f"\n{args.chunk}-transition chunks (169 B/transition), {args.seconds:g} s after {args.warmup:g} s warm-up, "
+          f"median of {args.rounds} round(s), windows {args.windows}"
+          + (f"; tlspyo {tls_version}" if tls_version else ""))
     anchors = [s for s in systems if s.startswith("tlspyo")]
     ours = [s for s in systems if not s.startswith("tlspyo")]
-    header = f"{'metric':<40}" + "".join(f"{s:>{width}}" for s in systems)
-    if anchors:
-        header += "".join(f"{s + ' / best tlspyo':>26}" for s in ours)
-    print("\n" + header)
-    print("-" * len(header))
-    rows = [("throughput, best window (transitions/s)",
-             {s: median_of(tp[(s, best[s])], "transitions_per_s") for s in systems}, 0, max),
-            ("throughput, best window (MB/s payload)", {s: median_of(tp[(s, best[s])], "mb_per_s") for s in systems},
-             2, max),
-            ("  best window", {s: float(best[s]) for s in systems}, 0, None)]
-    for label, key, digits in (("broadcast median (ms)", "median_ms", 1), ("broadcast p90 (ms)", "p90_ms", 1),
-                               ("broadcast incl. encode, median (ms)", "with_encode_median_ms", 1),
-                               ("encode, median (ms)", "encode_ms", 2), ("decode, median (ms)", "decode_ms", 2)):
-        rows.append((label, {s: summary[s].get(key) for s in systems}, digits, min))
-    for label, values, digits, pick in rows:
-        line = f"{label:<40}" + "".join(f"{fmt(values.get(s), digits):>{width}}" for s in systems)
-        theirs = [values[a] for a in anchors if values.get(a) is not None]
-        if pick is not None and theirs and "decode" not in label:
-            strongest = pick(theirs)  # the better tlspyo setting for this metric
-            line += "".join(f"{fmt(values[s] / strongest if values.get(s) is not None else None, 3):>26}"
-                            for s in ours)
-        print(line)
-    print("(ratios against the better tlspyo setting per row: higher is better for throughput, lower for times)")
-    for s in systems:
-        runs = [r for w in args.windows for r in tp[(s, w)]]
-        sent, received = sum(r["chunks_sent"] for r in runs), sum(r["chunks_received"] for r in runs)
-        drops = sum(r["drops"] for r in runs)
-        once = all(r["exactly_once"] for r in runs)
-        bg = [max(0.0, r["cpu"]["machine"] - sum(v for k, v in r["cpu"].items() if k != "machine")) for r in runs]
-        print(f"{s}: {sent:,} chunks sent, {received:,} received, drops {drops}, exactly once: {once}; "
-              f"other load during its runs {min(bg):.2f} to {max(bg):.2f} cores")
-        cpu = tp[(s, best[s])][0]["cpu"]
-        print("   cores used at its best window (round 1): " + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items()))
-    sizes = [f"{s} {summary[s]['blob_bytes']:,} bytes" for s in ("ours", anchors[0] if anchors else "") if s in summary]
-    print("weights message (safetensors for ours, a pickled array for tlspyo): " + ", ".join(sizes))
+    width = max(14, *(len(s) + 2 for s in systems))
+    for n in args.workers:
+        best = {s: max(args.windows, key=lambda w, s=s: median_of(tp[(s, n, w)], "transitions_per_s"))
+                for s in systems}
+        rate = {s: median_of(tp[(s, n, best[s])], "transitions_per_s") for s in systems}
+        print(f"\n{n} workers: transitions/s at the best window (median of rounds)")
+        print(f"{'window':>8}" + "".join(f"{s:>{width}}" for s in systems))
+        for window in args.windows:
+            print(f"{window:>8}" + "".join(f"{fmt(median_of(tp[(s, n, window)], 'transitions_per_s'), 0):>{width}}"
+                                           for s in systems))
+        print(f"{'best':>8}" + "".join(f"{fmt(rate[s], 0):>{width}}" for s in systems))
+        # per core-second of the system's own processes: steadier than the rate on a shared machine
+        per_core = {s: statistics.median(r["transitions_per_s"] / max(1e-9, own_cores(r["cpu"]))
+                                         for r in tp[(s, n, best[s])]) for s in systems}
+        print(f"{'per core':>8}" + "".join(f"{fmt(per_core[s], 0):>{width}}" for s in systems)
+              + "   (transitions per CPU-second of relay + trainer + workers)")
+        if anchors:
+            strongest = max(rate[a] for a in anchors)  # the better tlspyo setting (plain: it has no encryption)
+            print("   ratio to the best tlspyo: " + ", ".join(f"{s} {rate[s] / strongest:.3f}" for s in ours))
+            core_anchor = max(per_core[a] for a in anchors)
+            print("   ratio per core-second: " + ", ".join(f"{s} {per_core[s] / core_anchor:.3f}" for s in ours))
+            per_round = {s: [r["transitions_per_s"] for r in tp[(s, n, best[s])]] for s in systems}
+            rounds = [max(per_round[a][k] for a in anchors) for k in range(args.rounds)]
+            print("   round by round: " + "; ".join(
+                f"{s} " + ", ".join(f"{v / t:.2f}" for v, t in zip(per_round[s], rounds)) for s in ours))
+        for s in systems:
+            runs = [r for w in args.windows for r in tp[(s, n, w)]]
+            sent, received = sum(r["chunks_sent"] for r in runs), sum(r["chunks_received"] for r in runs)
+            drops = sum(r["drops"] for r in runs)
+            once = all(r["exactly_once"] for r in runs)
+            loads = [r["load"] for r in runs]
+            cpu = tp[(s, n, best[s])][0]["cpu"]
+            print(f"   {s}: {sent:,} chunks sent, {received:,} received, drops {drops}, exactly once: {once}; "
+                  f"load average {min(loads):.2f} to {max(loads):.2f}; cores (round 1, best window): "
+                  + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items()))
+    if bc:
+        summary = {s: summarize_broadcast(bc[s]) for s in systems if bc.get(s)}
+        print(f"\nbroadcast of {PARAMS_SIDE ** 2:,} float32 parameters to {args.bcast_workers} workers, "
+              f"{args.reps} publishes per round:")
+        for s, one in summary.items():
+            print(f"   {s}: median {one['median_ms']:.1f} ms, p90 {one['p90_ms']:.1f} ms, incl. encode "
+                  f"{one['with_encode_median_ms']:.1f} ms, message {one['blob_bytes']:,} bytes")
     if reason:
         print(f"tlspyo anchor skipped: {reason}")
 
@@ -823,29 +849,34 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="throughput measurement length")
     parser.add_argument("--warmup", type=float, default=2.0)
-    parser.add_argument("--workers", type=int, default=4, help="sending workers (throughput)")
+    parser.add_argument("--workers", type=int, nargs="+", default=[4, 32],
+                        help="sending workers (throughput), each count measured")
     parser.add_argument("--chunk", type=int, default=256, help="transitions per chunk")
-    parser.add_argument("--windows", type=int, nargs="+", default=[8, 16, 32, 64],
+    parser.add_argument("--windows", type=int, nargs="+", default=[32],
                         help="unacknowledged chunks per worker, each measured (<= the worker backlog, 256)")
     parser.add_argument("--window", type=int, help=argparse.SUPPRESS)  # the tlspyo child's one window
     parser.add_argument("--relay-window", type=int, help="chunks in flight from the relay to the trainer "
                         "(default: the relay's, as `relayrl serve --window`)")
+    parser.add_argument("--profile-relay", metavar="PATH", help="cProfile the relay of each relayrl throughput run "
+                        "into PATH (pstats; the last run's is kept)")
     parser.add_argument("--bcast-workers", type=int, default=8, help="receiving workers (broadcast)")
     parser.add_argument("--reps", type=int, default=20, help="publishes measured per round (after one warm-up)")
     parser.add_argument("--pause", type=float, default=0.2, help="seconds between publishes")
+    parser.add_argument("--no-broadcast", action="store_true", help="skip the broadcast runs")
     parser.add_argument("--rounds", type=int, default=1, help="repeat everything, alternating the systems")
     parser.add_argument("--no-curve", action="store_true", help="skip the CURVE runs")
     parser.add_argument("--skip-ours", action="store_true", help="only the anchor (for checking it)")
     parser.add_argument("--tlspyo-python", help="interpreter of a virtualenv with tlspyo and numpy (the anchor)")
-    parser.add_argument("--tlspyo-max-bufs", type=int, nargs="+", default=[TLS_MAX_BUF, 2**16],
-                        help="tlspyo max_buf_len settings, each an anchor column (default: TMRL's 512 MiB, and "
-                        "64 KiB, faster with many chunks in flight)")
+    parser.add_argument("--tlspyo-max-bufs", type=int, nargs="+", default=[2**16],
+                        help="tlspyo max_buf_len settings, each an anchor column; ratios use the better one "
+                        f"(default 64 KiB, faster here than TMRL's {TLS_MAX_BUF})")
     parser.add_argument("--tlspyo-max-buf", type=int, default=TLS_MAX_BUF, help=argparse.SUPPRESS)  # the child's
     parser.add_argument("--anchor-timeout", type=float, default=900.0, help="seconds per tlspyo run")
     parser.add_argument("--quiet-cores", type=float, default=0.3,
                         help="before each run, wait for other processes to use at most this many cores")
     parser.add_argument("--quiet-wait", type=float, default=60.0, help="... but no longer than this (s)")
     parser.add_argument("--json", help="also write every run's figures here")
+    parser.add_argument("--from-json", metavar="PATH", help="print the report of a run saved with --json, measure nothing")
     parser.add_argument("--child", choices=["tlspyo"], help=argparse.SUPPRESS)
     parser.add_argument("--child-what", choices=["throughput", "broadcast"], help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -853,9 +884,21 @@ def main() -> None:
         parser.error("a window must not exceed the worker backlog (256), or the backlog drops chunks")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks: no orphans
     if args.child == "tlspyo":
+        args.workers = args.workers[0]
         tlspyo_child(args)
         return
 
+    if args.from_json:
+        with open(args.from_json) as f:
+            saved = json.load(f)
+        tp = {}
+        for key, runs in saved["throughput"].items():
+            s, n, w = key.split("|")
+            tp[(s, int(n), int(w))] = runs
+        systems = list(dict.fromkeys(key[0] for key in tp))
+        run_args = argparse.Namespace(**saved["args"])
+        report(run_args, systems, tp, {s: v for s, v in saved["broadcast"].items() if v}, saved["tlspyo_version"], None)
+        return
     reason = anchor_unavailable(args)
     systems = ([] if args.skip_ours else ["ours"] + ([] if args.no_curve else ["ours CURVE"]))
     anchor_buf = {} if reason else {f"tlspyo buf {size_label(b)}": b for b in args.tlspyo_max_bufs}
@@ -864,33 +907,39 @@ def main() -> None:
         raise SystemExit(f"nothing to measure: tlspyo anchor unavailable ({reason})")
     version = code_version()
     print(f"relayrl {version}", flush=True)
-    tp: dict = {(s, w): [] for s in systems for w in args.windows}
+    tp: dict = {(s, n, w): [] for s in systems for n in args.workers for w in args.windows}
     bc: dict = {s: [] for s in systems}
     tls_version = None
     with tempfile.TemporaryDirectory(prefix="relayrl-bench-keys-") as keys_dir:
         if "ours CURVE" in systems:
             from relayrl.net.keys import generate
 
-            generate(keys_dir, ["trainer"] + [f"w{i}" for i in range(max(args.workers, args.bcast_workers))],
+            generate(keys_dir, ["trainer"] + [f"w{i}" for i in range(max(*args.workers, args.bcast_workers))],
                      trainers=("trainer",))
         keys = {"ours": None, "ours CURVE": keys_dir}
         for r in range(args.rounds):
-            for window in args.windows:
-                for s in systems:
-                    wait_quiet(args)
-                    if s in anchor_buf:
-                        result = run_anchor_retry(args, "throughput", window, anchor_buf[s])
-                        tls_version = result["version"]
-                    else:
-                        result = run_ours_throughput(args, keys[s], window)
-                    tp[(s, window)].append(result)
-                    print(f"round {r + 1} throughput, {s}, window {window}: {result['transitions_per_s']:,.0f} "
-                          f"transitions/s, drops {result['drops']}, exactly once {result['exactly_once']}, "
-                          f"cores {', '.join(f'{k} {v:.2f}' for k, v in result['cpu'].items())}", flush=True)
-            for s in systems:
+            order = systems if r % 2 == 0 else systems[::-1]  # alternate who goes first, against drift
+            for n in args.workers:
+                one = with_workers(args, n)
+                for window in args.windows:
+                    for s in order:
+                        wait_quiet(args)
+                        load = load_average()
+                        if s in anchor_buf:
+                            result = run_anchor_retry(one, "throughput", window, anchor_buf[s])
+                            tls_version = result["version"]
+                        else:
+                            result = run_ours_throughput(one, keys[s], window)
+                        result["load"] = max(load, load_average())
+                        tp[(s, n, window)].append(result)
+                        print(f"round {r + 1}, {n} workers, window {window}, {s}: {result['transitions_per_s']:,.0f} "
+                              f"transitions/s, drops {result['drops']}, exactly once {result['exactly_once']}, "
+                              f"load average {result['load']:.2f}, cores "
+                              f"{', '.join(f'{k} {v:.2f}' for k, v in result['cpu'].items())}", flush=True)
+            for s in ([] if args.no_broadcast else order):
                 wait_quiet(args)
                 if s in anchor_buf:
-                    result = run_anchor_retry(args, "broadcast", 0, anchor_buf[s])
+                    result = run_anchor_retry(with_workers(args, args.workers[0]), "broadcast", 0, anchor_buf[s])
                 else:
                     result = run_ours_broadcast(args, keys[s])
                 bc[s].append(result)
@@ -900,8 +949,13 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "relayrl": version, "tlspyo_version": tls_version, "broadcast": bc,
-                       "throughput": {f"{s}|{w}": v for (s, w), v in tp.items()}}, f, indent=1)
-    report(args, systems, tp, bc, tls_version, reason)
+                       "throughput": {f"{s}|{n}|{w}": v for (s, n, w), v in tp.items()}}, f, indent=1)
+    report(args, systems, tp, {s: v for s, v in bc.items() if v}, tls_version, reason)
+    if args.profile_relay:
+        import pstats
+
+        print(f"\nthe relay's profile (last relayrl run, {args.profile_relay}):")
+        pstats.Stats(args.profile_relay).sort_stats("tottime").print_stats(15)
     print(f"relayrl {version}")
     if code_version() != version:
         print(f"WARNING: the code changed during the run (now {code_version()}): the rounds may differ")

@@ -102,8 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keys", metavar="DIR", help="the server folder written by `relayrl keys generate DIR`")
     p.add_argument("--insecure", action="store_true", help="allow a non-loopback --bind without --keys")
     p.add_argument("--max-workers", type=int, default=-1, help="workers admitted at once (-1: unlimited)")
-    p.add_argument("--max-queue", type=int, default=1024, help="chunks queued for the trainer; then the oldest drop")
-    p.add_argument("--window", type=int, default=32, help="chunks in flight to the trainer")
+    p.add_argument("--max-queue", type=int, default=4096, help="chunks queued for the trainer; then the oldest drop")
+    p.add_argument("--max-queue-mb", type=float, default=256.0,
+                   help="megabytes queued for the trainer; then the oldest chunks drop")
+    p.add_argument("--window", type=int, default=128, help="chunks in flight to the trainer")
     p.add_argument("--heartbeat", type=float, default=1.0, help="seconds between housekeeping passes")
     p.add_argument("--peer-timeout", type=float, default=10.0, help="seconds of silence before a peer is dropped")
     p.add_argument("--max-message-mb", type=float, default=64.0, help="largest message accepted")
@@ -299,7 +301,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from relayrl.net.relay import Relay, RelayOptions
 
     options = RelayOptions(bind=args.bind, keys=args.keys, insecure=args.insecure, max_workers=args.max_workers,
-                           max_queue=args.max_queue, window=args.window, heartbeat_s=args.heartbeat,
+                           max_queue=args.max_queue, max_queue_mb=args.max_queue_mb, window=args.window, heartbeat_s=args.heartbeat,
                            peer_timeout_s=args.peer_timeout, max_message_mb=args.max_message_mb,
                            metrics=args.metrics, metrics_every_s=args.metrics_every)
     relay = Relay(options)

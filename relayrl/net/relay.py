@@ -3,22 +3,34 @@
 TMRL's model, made safe: samples are consumables (each worker chunk reaches the trainer once, in
 order per worker), weights are broadcasts (latest wins; a worker that joins gets them at once), one
 trainer at a time, up to ``max_workers`` workers. It holds no RL logic and never unpickles: every
-message is checked by ``wire.decode`` and forwarded as the bytes it arrived as.
+message's header and array descriptors are checked by ``wire.decode`` (``arrays=False``: the relay
+builds no array, and the body frame need only have the bytes the descriptors say) and forwarded as
+the frames it arrived as, uncopied. What is in the arrays is the trainer's to check: its own full
+decode and its schema are the trust boundary for samples; the relay refuses what would harm it
+(oversize messages, malformed headers, chunks under another worker's name).
 
 Delivery is end to end: a worker keeps each chunk until the trainer's ACK comes back through the
 relay, and resends what is unacknowledged when it reconnects, so a relay restart loses nothing.
 The relay and the trainer both drop resends they have seen, by (worker, incarnation, seq): the
 incarnation tells a restarted worker process that reuses its name from the old one, whose seqs
 started at 0 too. A worker may only send chunks under its own name and incarnation. The queue to the
-trainer is bounded (``max_queue`` chunks): on overflow the oldest chunk is dropped, counted, and
-its worker is told so it stops holding it. At most ``window`` chunks are in flight to the trainer;
-if the trainer goes away they go back to the front of the queue.
+trainer is bounded in bytes (``max_queue_mb``) and in chunks (``max_queue``): on overflow the
+oldest chunks are dropped, counted (``drops``, ``dropped_bytes``), and their workers are told so they
+stop holding them. At most ``window`` chunks are in flight to the trainer; if the trainer goes away
+they go back to the front of the queue.
+
+Acknowledgements to workers are batched: what the trainer's acks (and the relay's own drops and
+refusals) say about a worker's chunks is gathered while the relay drains its socket, and each
+worker gets one ``ack`` per drain naming all of them.
 
 Malformed messages are dropped and counted (``rejects``, and ``rejects/<cause>``). A chunk that is
 well formed but carries a value the protocol rules out (``meta.env_steps`` that is not an integer in
 [0, 2**63)) is *refused*: acknowledged to its worker with the reason (an ack's ``refusals``), so the
 worker stops resending it and says why, and counted (``chunks_refused``, ``chunks_refused/<cause>``).
 The trainer's own refusals (a chunk that does not fit its env) reach the worker the same way.
+
+A client of another protocol version that says hello gets one ``refused`` in its own header
+format, naming both versions (its later messages are only counted, as ``rejects/proto``).
 
 One thread, one ROUTER socket; it sleeps in ``poll`` between messages (no busy-waiting).
 """
@@ -44,6 +56,10 @@ from relayrl.net.seen import Senders, SeenSet
 from relayrl.net.transport import parse_address, server_socket
 
 TRAINER, WORKER = "trainer", "worker"
+DRAIN = 1000  # messages handled between housekeeping turns (and batched worker acks)
+# plain ints: pyzmq's Flag enums cost more than the send itself when combined per frame
+_MORE = int(zmq.NOBLOCK) | int(zmq.SNDMORE)
+_LAST = int(zmq.NOBLOCK)
 
 
 @dataclass
@@ -52,8 +68,9 @@ class RelayOptions:
     keys: str | None = None  # folder written by `relayrl keys generate`, its server/ part
     insecure: bool = False  # allow a non-loopback bind without keys
     max_workers: int = -1  # -1: unlimited
-    max_queue: int = 1024  # chunks queued for the trainer; overflow drops the oldest
-    window: int = 32  # chunks sent to the trainer and not yet acknowledged
+    max_queue: int = 4096  # chunks queued for the trainer; overflow drops the oldest
+    max_queue_mb: float = 256.0  # bytes (all frames) queued for the trainer; overflow drops the oldest
+    window: int = 128  # chunks sent to the trainer and not yet acknowledged
     heartbeat_s: float = 1.0
     peer_timeout_s: float = 10.0  # a peer silent this long is dropped
     max_message_mb: float = 64.0
@@ -73,6 +90,12 @@ class Peer:
 
 class Relay:
     def __init__(self, options: RelayOptions, context: zmq.Context | None = None):
+        bad = [f"--{name.replace('_', '-')} {value}" for name, value in
+               (("max_queue", options.max_queue), ("max_queue_mb", options.max_queue_mb), ("window", options.window))
+               if not value > 0]
+        if bad:
+            raise ConfigError(f"{', '.join(bad)}: the relay's queue bounds and window must be greater than 0 "
+                              f"(defaults: --max-queue 4096 --max-queue-mb 256 --window 128)")
         self.options = options
         self.session = secrets.token_hex(8)  # clients notice a restarted relay by a new session
         self.context = context or zmq.Context.instance()
@@ -93,13 +116,16 @@ class Relay:
         self.trainer: Peer | None = None
         # worker name -> its newest incarnation's seqs delivered or dropped (outlives reconnects)
         self.done = Senders()
-        # chunks are named (worker, incarnation, seq); the queue holds (worker, incarnation, seq, frames)
-        self.queue: deque[tuple[str, int, int, list]] = deque()
+        # chunks are named (worker, incarnation, seq); the queue holds (worker, incarnation, seq, frames, bytes)
+        self.queue: deque[tuple[str, int, int, list, int]] = deque()
         self.queued: set[tuple[str, int, int]] = set()
-        self.inflight: dict[tuple[str, int, int], list] = {}
+        self.queued_bytes = 0
+        self.max_queue_bytes = int(options.max_queue_mb * 2**20)
+        self.inflight: dict[tuple[str, int, int], tuple[list, int]] = {}
+        self._acks: dict[tuple[str, int], dict[str, list]] = {}  # (worker, incarnation) -> ack meta to send
         self.weights: tuple[int, list] | None = None  # (version, frames) of the latest broadcast
-        self.counters = {"chunks_in": 0, "chunks_out": 0, "duplicates": 0, "drops": 0, "rejects": 0,
-                         "refused": 0, "chunks_refused": 0, "bytes_in": 0, "bytes_out": 0, "weights_in": 0}
+        self.counters = {"chunks_in": 0, "chunks_out": 0, "duplicates": 0, "drops": 0,
+                         "dropped_bytes": 0, "rejects": 0, "refused": 0, "chunks_refused": 0, "bytes_in": 0, "bytes_out": 0, "weights_in": 0}
         self.causes: dict[str, int] = {}  # "rejects/<cause>" and "chunks_refused/<cause>" -> count
         self._reported: set[tuple[str, str]] = set()  # (worker, cause) of refusals already logged
         self._log: Any = None
@@ -118,14 +144,10 @@ class Relay:
         try:
             while not stop.is_set():
                 if poller.poll(int(self.options.heartbeat_s * 1000)):
-                    for _ in range(1000):  # drain, but let housekeeping run under a flood
-                        try:
-                            frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
-                        except zmq.Again:
-                            break
-                        self.handle(frames)
+                    self.drain()
                 now = time.monotonic()
                 self._expire(now)
+                self._flush_acks()  # (drops of chunks put back by a vanished trainer)
                 if now >= next_metrics:
                     self._write_metrics(log)
                     next_metrics = now + self.options.metrics_every_s
@@ -138,13 +160,28 @@ class Relay:
             self._auth.stop()
             self._auth = None
 
+    def drain(self) -> None:
+        """Handle what has arrived (up to ``DRAIN`` messages, so housekeeping runs under a flood),
+        then send the workers' batched acks."""
+        recv = self.socket.recv_multipart
+        for _ in range(DRAIN):
+            try:
+                frames = recv(_LAST, copy=False)
+            except zmq.Again:
+                break
+            self.handle(frames)
+        self._flush_acks()
+
     def handle(self, frames: list) -> None:
         ident, payload = frames[0].bytes, frames[1:]
-        self.counters["bytes_in"] += sum(len(f) for f in frames)
+        nbytes = sum(map(len, payload))  # (zmq Frames and bytes: their length in bytes)
+        self.counters["bytes_in"] += nbytes + len(ident)
         try:
-            msg = wire.decode(payload, self.max_bytes)
+            msg = wire.decode(payload, self.max_bytes, arrays=False)
         except wire.WireError as exc:
             self._reject(exc.cause)
+            if exc.cause == "proto":
+                self._other_protocol(ident, payload)
             return
         peer = self.peers.get(ident)
         if msg.type == wire.HELLO:
@@ -159,7 +196,17 @@ class Relay:
         if handler is None:  # e.g. a worker sending weights: not allowed for its role
             self._reject("role")
             return
-        handler(self, peer, msg, payload)
+        handler(self, peer, msg, payload, nbytes)
+
+    def _other_protocol(self, ident: bytes, payload: list) -> None:
+        """Answer a hello of another protocol version with one refusal its sender can read."""
+        theirs = wire.other_protocol_hello(payload)
+        if theirs is None:
+            return
+        self.counters["refused"] += 1
+        reason = (f"this relay speaks wire protocol {wire.PROTOCOL} and this client speaks {theirs}: run the same "
+                  "relayrl release on the relay, the trainer and the workers")
+        self._send(ident, wire.refusal_for(theirs, reason))
 
     def _reject(self, cause: str) -> None:
         """Count a message dropped as malformed or not allowed (no answer: it may not even be ours)."""
@@ -229,8 +276,11 @@ class Relay:
         if peer is self.trainer:
             self.trainer = None
             for key in reversed(list(self.inflight)):  # undelivered: back to the front, in order
-                self.queue.appendleft((*key, self.inflight.pop(key)))
+                frames, nbytes = self.inflight.pop(key)
+                self.queue.appendleft((*key, frames, nbytes))
                 self.queued.add(key)  # so a resend of it is still recognised as a duplicate
+                self.queued_bytes += nbytes
+            self._overflow()
 
     def _expire(self, now: float) -> None:
         for peer in [p for p in self.peers.values() if now - p.last_seen > self.options.peer_timeout_s]:
@@ -238,7 +288,7 @@ class Relay:
 
     # ---------------------------------------------------------------- samples, acks, weights
 
-    def _samples(self, peer: Peer, msg: wire.Message, payload: list) -> None:
+    def _samples(self, peer: Peer, msg: wire.Message, payload: list, nbytes: int = 0) -> None:
         if msg.sender != peer.name or msg.incarnation != peer.incarnation:
             # the trainer dedups and acknowledges by the header's names: a worker speaking for another
             # could have that one's chunks dropped as duplicates, or acknowledged without delivery
@@ -247,7 +297,7 @@ class Relay:
         key = (peer.name, peer.incarnation, msg.seq)
         if peer.done.contains(msg.seq):  # delivered before; its ACK was lost: say it again
             self.counters["duplicates"] += 1
-            self._send(peer.ident, wire.encode(wire.ACK, incarnation=peer.incarnation, meta={"seqs": [msg.seq]}))
+            self._tell_worker(peer.name, peer.incarnation, "seqs", msg.seq)
             return
         if key in self.queued or key in self.inflight:
             self.counters["duplicates"] += 1
@@ -260,15 +310,24 @@ class Relay:
                                "docs/wire-protocol.md)")
             return
         self.counters["chunks_in"] += 1
-        self.queue.append((*key, payload))
+        self.queue.append((*key, payload, nbytes))
         self.queued.add(key)
-        while len(self.queue) > self.options.max_queue:  # overflow policy: drop the oldest, counted
-            name, incarnation, seq, _ = self.queue.popleft()
-            self.queued.discard((name, incarnation, seq))
-            self.counters["drops"] += 1
-            self._mark_done(name, incarnation, seq)
-            self._tell_worker(name, incarnation, {"seqs": [seq], "dropped": [seq]})
+        self.queued_bytes += nbytes
         self._dispatch()
+        self._overflow()
+
+    def _overflow(self) -> None:
+        """The overflow policy: drop the oldest queued chunks while over either bound, counted, and
+        tell their workers (they stop holding them)."""
+        while self.queue and (len(self.queue) > self.options.max_queue or self.queued_bytes > self.max_queue_bytes):
+            name, incarnation, seq, _, nbytes = self.queue.popleft()
+            self.queued.discard((name, incarnation, seq))
+            self.queued_bytes -= nbytes
+            self.counters["drops"] += 1
+            self.counters["dropped_bytes"] += nbytes
+            self._mark_done(name, incarnation, seq)
+            self._tell_worker(name, incarnation, "seqs", seq)
+            self._tell_worker(name, incarnation, "dropped", seq)
 
     def _refuse_chunk(self, peer: Peer, seq: int, cause: str, problem: str, fix: str) -> None:
         """Acknowledge a chunk the relay will not forward, with why (the worker stops resending it)."""
@@ -276,8 +335,8 @@ class Relay:
         self.causes[f"chunks_refused/{cause}"] = self.causes.get(f"chunks_refused/{cause}", 0) + 1
         peer.done.add(seq)  # a resend is answered with a plain ack, like a delivered chunk's
         detail = f"the relay refused it: {problem}: {fix}"[:wire.MAX_DETAIL]
-        self._send(peer.ident, wire.encode(wire.ACK, incarnation=peer.incarnation,
-                                           meta={"seqs": [seq], "refusals": [[seq, cause, detail]]}))
+        self._tell_worker(peer.name, peer.incarnation, "seqs", seq)
+        self._tell_worker(peer.name, peer.incarnation, "refusals", [seq, cause, detail])
         if (peer.name, cause) not in self._reported and self._log is not None:
             self._reported.add((peer.name, cause))
             print(f"relay: refused chunk {seq} of worker {peer.name!r} ({cause}): {problem}; {fix}. The worker was "
@@ -287,14 +346,14 @@ class Relay:
     def _dispatch(self) -> None:
         trainer = self.trainer
         while trainer is not None and self.queue and len(self.inflight) < self.options.window:
-            name, incarnation, seq, payload = self.queue.popleft()
+            name, incarnation, seq, payload, nbytes = self.queue.popleft()
             self.queued.discard((name, incarnation, seq))
-            self.inflight[(name, incarnation, seq)] = payload
-            self._send(trainer.ident, payload)
+            self.queued_bytes -= nbytes
+            self.inflight[(name, incarnation, seq)] = (payload, nbytes)
+            self._send(trainer.ident, payload, nbytes)
             self.counters["chunks_out"] += 1
 
-    def _ack(self, peer: Peer, msg: wire.Message, payload: list) -> None:
-        per_worker: dict[tuple[str, int], dict[str, list]] = {}
+    def _ack(self, peer: Peer, msg: wire.Message, payload: list, nbytes: int = 0) -> None:
         items, refusals = msg.meta.get("acks", []), msg.meta.get("refusals", [])
         # checked before any is applied: a bad one must not leave workers untold
         if not (isinstance(items, list) and all(_is_chunk_name(item, 3) for item in items)
@@ -304,12 +363,9 @@ class Relay:
         for name, incarnation, seq in items:
             self.inflight.pop((name, incarnation, seq), None)
             self._mark_done(name, incarnation, seq)
-            per_worker.setdefault((name, incarnation), {"seqs": []})["seqs"].append(seq)
-        for name, incarnation, seq, cause, detail in refusals:  # the trainer's (protocol 2.1): forwarded
-            per_worker.setdefault((name, incarnation), {"seqs": []}).setdefault("refusals", []).append(
-                [seq, cause, detail])
-        for (name, incarnation), meta in per_worker.items():
-            self._tell_worker(name, incarnation, meta)
+            self._tell_worker(name, incarnation, "seqs", seq)
+        for name, incarnation, seq, cause, detail in refusals:  # the trainer's: forwarded
+            self._tell_worker(name, incarnation, "refusals", [seq, cause, detail])
         self._dispatch()
 
     def _mark_done(self, name: str, incarnation: int, seq: int) -> None:
@@ -319,40 +375,59 @@ class Relay:
         if seen is not None:
             seen.add(seq)
 
-    def _tell_worker(self, name: str, incarnation: int, meta: dict[str, Any]) -> None:
-        # never to another process of that name: its seq numbers name other chunks
-        for p in self.peers.values():
-            if p.role == WORKER and p.name == name and p.incarnation == incarnation:
-                self._send(p.ident, wire.encode(wire.ACK, incarnation=incarnation, meta=meta))
+    def _tell_worker(self, name: str, incarnation: int, field: str, item: Any) -> None:
+        """Add ``item`` to the ack meta's ``field`` (seqs, dropped, refusals) for that worker process,
+        sent by ``_flush_acks`` at the end of the drain."""
+        meta = self._acks.get((name, incarnation))
+        if meta is None:
+            meta = self._acks[(name, incarnation)] = {"seqs": []}
+        meta.setdefault(field, []).append(item)
 
-    def _weights(self, peer: Peer, msg: wire.Message, payload: list) -> None:
+    def _flush_acks(self) -> None:
+        if not self._acks:
+            return
+        pending, self._acks = self._acks, {}
+        idents = {(p.name, p.incarnation): p.ident for p in self.peers.values() if p.role == WORKER}
+        for (name, incarnation), meta in pending.items():
+            ident = idents.get((name, incarnation))  # never another process of that name: its seqs name other chunks
+            if ident is None:  # gone: it resends on reconnect, and is answered then
+                continue
+            for part in _ack_parts(meta):
+                self._send(ident, wire.encode(wire.ACK, incarnation=incarnation, meta=part))
+
+    def _weights(self, peer: Peer, msg: wire.Message, payload: list, nbytes: int = 0) -> None:
         self.counters["weights_in"] += 1
         self.weights = (msg.version, payload)
         for p in list(self.peers.values()):
             if p.role == WORKER:
                 self._send(p.ident, payload)
 
-    def _get_weights(self, peer: Peer, msg: wire.Message, payload: list) -> None:
+    def _get_weights(self, peer: Peer, msg: wire.Message, payload: list, nbytes: int = 0) -> None:
         if self.weights is not None:
             self._send(peer.ident, self.weights[1])
 
-    def _ping(self, peer: Peer, msg: wire.Message, payload: list) -> None:
+    def _ping(self, peer: Peer, msg: wire.Message, payload: list, nbytes: int = 0) -> None:
         version = self.weights[0] if self.weights else -1
         self._send(peer.ident, wire.encode(wire.PONG, version=version,
                                            meta={"session": self.session, "queue": len(self.queue)}))
 
-    def _bye(self, peer: Peer, msg: wire.Message, payload: list) -> None:
+    def _bye(self, peer: Peer, msg: wire.Message, payload: list, nbytes: int = 0) -> None:
         self._drop(peer)
 
-    def _send(self, ident: bytes, frames: list) -> None:
+    def _send(self, ident: bytes, frames: list, nbytes: int | None = None) -> None:
+        """One multipart message, its frames (received zmq Frames are passed on without a copy) sent
+        by hand: pyzmq's send_multipart combines Flag enums per frame, which costs more than the send."""
+        send = self.socket.send
         try:
-            self.socket.send_multipart([ident, *frames], zmq.NOBLOCK, copy=False)
-        except zmq.Again:  # that peer's pipe is full: it will ask again (acks, weights are re-requested)
-            return
-        except zmq.ZMQError:  # peer gone
-            return
-        # (isinstance, not hasattr: attribute lookups on zmq Frames are slow, and this runs per frame)
-        self.counters["bytes_out"] += sum(f.nbytes if isinstance(f, memoryview) else len(f) for f in frames)
+            send(ident, _MORE, copy=False)
+        except zmq.ZMQError:  # zmq.Again: that peer's pipe is full (it asks again: acks, weights are
+            return            # re-requested); otherwise the peer is gone
+        last = len(frames) - 1
+        for i, frame in enumerate(frames):  # (after the first frame the rest of a message is always taken)
+            send(frame, _LAST if i == last else _MORE, copy=False)
+        if nbytes is None:  # (isinstance, not hasattr: attribute lookups on zmq Frames are slow)
+            nbytes = sum(f.nbytes if isinstance(f, memoryview) else len(f) for f in frames)
+        self.counters["bytes_out"] += nbytes
 
     # ---------------------------------------------------------------- metrics
 
@@ -362,6 +437,7 @@ class Relay:
         out = {**{k: float(v) for k, v in self.counters.items()}, **{k: float(v) for k, v in self.causes.items()},
                "workers": float(sum(p.role == WORKER for p in self.peers.values())),
                "trainer": float(self.trainer is not None), "queue_depth": float(len(self.queue)),
+               "queue_bytes": float(self.queued_bytes),
                "inflight": float(len(self.inflight)),
                "bytes_in_per_s": (self.counters["bytes_in"] - self._rates["bytes_in"]) / dt,
                "bytes_out_per_s": (self.counters["bytes_out"] - self._rates["bytes_out"]) / dt}
@@ -376,7 +452,8 @@ class Relay:
                 f.write(line + "\n")
         if log is not None:
             print(f"relay: {int(stats['workers'])} workers, trainer {'on' if stats['trainer'] else 'off'}, "
-                  f"queue {int(stats['queue_depth'])}, drops {int(stats['drops'])}, "
+                  f"queue {int(stats['queue_depth'])} ({stats['queue_bytes'] / 1e6:.1f} MB), drops {int(stats['drops'])} "
+                  f"({stats['dropped_bytes'] / 1e6:.1f} MB), "
                   f"rejects {int(stats['rejects'])}{_by_cause(stats, 'rejects')}, "
                   f"refused chunks {int(stats['chunks_refused'])}{_by_cause(stats, 'chunks_refused')}, "
                   f"in {stats['bytes_in_per_s'] / 1e6:.2f} MB/s, out {stats['bytes_out_per_s'] / 1e6:.2f} MB/s",
@@ -393,6 +470,24 @@ _HANDLERS = {
     (TRAINER, wire.PING): Relay._ping,
     (TRAINER, wire.BYE): Relay._bye,
 }
+
+
+def _ack_parts(meta: dict[str, list], limit: int = 4000) -> list[dict[str, list]]:
+    """``meta`` split so each ack's header stays far below wire.MAX_HEADER_BYTES (a refusal's detail is
+    up to 600 characters; seqs are up to 9 bytes each)."""
+    parts = []
+    seqs, dropped, refusals = meta["seqs"], meta.get("dropped", []), meta.get("refusals", [])
+    for start in range(0, max(len(seqs), 1), limit):
+        part: dict[str, list] = {"seqs": seqs[start:start + limit]}
+        if dropped:
+            chosen = set(part["seqs"])
+            part["dropped"] = [s for s in dropped if s in chosen]
+        parts.append(part)
+    for start in range(0, len(refusals), 32):  # the first ones with the seqs, more in acks of their own
+        if start:
+            parts.append({"seqs": []})
+        parts[-1]["refusals"] = refusals[start:start + 32]
+    return parts
 
 
 def _is_chunk_name(item: Any, length: int) -> bool:

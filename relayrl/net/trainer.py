@@ -195,8 +195,9 @@ class RelaySource(SampleSource):
         if not self.client.wait_connected(self.connect_timeout):
             self.client.close(timeout=0)
             raise RelayRLError(f"no answer from the relay at {self.server} within {self.connect_timeout:.0f} s: is "
-                               f"`relayrl serve --bind {self.server}` running there, and does --keys hold the keys "
-                               "it accepts? (net.connect_timeout_s waits longer)")
+                               f"`relayrl serve --bind {self.server}` running there, of this relayrl release (wire "
+                               f"protocol {wire.PROTOCOL}; a relay of protocol 2 does not answer newer clients), and "
+                               "does --keys hold the keys it accepts? (net.connect_timeout_s waits longer)")
 
     def await_spaces(self, timeout: float | None = None) -> tuple[gym.Space, gym.Space]:
         """The env's spaces, from the first chunk that describes them (net.remote_env). Every chunk

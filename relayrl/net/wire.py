@@ -1,14 +1,17 @@
-"""The wire codec: one ZeroMQ multipart message = a msgpack header frame + one raw frame per array.
+"""The wire codec: one ZeroMQ multipart message = a msgpack header frame + one body frame of arrays.
 
     frames = encode(SAMPLES, sender="w-1a2b", incarnation=inc, seq=7, version=3, arrays=batch,
                     meta={"env_steps": 64})
     msg = decode(frames)     # Message(type, sender, seq, version, arrays, meta, blob, incarnation)
 
 The header is a msgpack map (docs/wire-protocol.md is the specification):
-``{"proto": 2, "type": str, "sender": str, "incarnation": int, "seq": int, "version": int,
-"arrays": [[name, dtype, shape], ...], "blob": bool, "meta": {...}}``. Frame i + 1 holds array i's
-bytes (C order, little-endian); with ``blob`` one last frame carries opaque bytes (weights as
-safetensors). Nothing is ever unpickled: msgpack decodes to plain data, arrays are rebuilt from a
+``{"proto": 3, "type": str, "sender": str, "incarnation": int, "seq": int, "version": int,
+"arrays": [[name, dtype, shape], ...], "blob": bool, "meta": {...}}``. With arrays, frame 1 (the
+body) holds every array's bytes (C order, little-endian) back to back in descriptor order, each
+starting at a multiple of ``ALIGN`` bytes (zero padding between); with ``blob`` one last frame
+carries opaque bytes (weights as safetensors). One body frame rather than a frame per array: every
+ZeroMQ frame costs each hop a send call (and, with CURVE, a box of its own), which dominated the
+relay's time per chunk. Nothing is ever unpickled: msgpack decodes to plain data, arrays are rebuilt from a
 whitelist of dtypes after checking that each frame has exactly the bytes its descriptor says, and
 ``decode`` raises only ``WireError`` for anything malformed, so a receiver can count and drop it.
 """
@@ -23,9 +26,9 @@ from typing import Any
 import msgpack
 import numpy as np
 
-PROTOCOL = 2  # 2: the header's "incarnation" (docs/wire-protocol.md, "Changes")
-REVISION = 2  # 2.2: on-policy rollout chunks, meta.spaces and meta.obs_moments; 2.1: refusals on acks,
-#              stricter header checks. Peers of every revision of 2 work together
+PROTOCOL = 3  # 3: one body frame for all arrays; 2: the header's "incarnation" (docs/wire-protocol.md, "Changes")
+REVISION = 0  # peers of every revision of a version work together
+ALIGN = 8  # each array starts at a multiple of this many bytes in the body frame
 MAX_MESSAGE_BYTES = 64 * 2**20  # default cap on one message (all frames); the relay's --max-message-mb
 
 # Message types (the header's "type").
@@ -81,7 +84,7 @@ def encode(type: str, *, sender: str = "", incarnation: int = 0, seq: int = 0, v
         raise ValueError(f"incarnation must be in [0, 2**63), got {incarnation}")
     if not 0 <= seq < INT64 or not -1 <= version < INT64:
         raise ValueError(f"seq must be in [0, 2**63) and version in [-1, 2**63), got {seq} and {version}")
-    descriptors, frames = [], []
+    descriptors, frames, end = [], [], 0
     for name, value in (arrays or {}).items():
         array = np.asarray(value, order="C")  # (np.ascontiguousarray would turn a 0-d array into shape (1,))
         dtype = array.dtype.newbyteorder("<") if array.dtype.byteorder == ">" else array.dtype
@@ -90,15 +93,48 @@ def encode(type: str, *, sender: str = "", incarnation: int = 0, seq: int = 0, v
                              f"(allowed: {', '.join(sorted(DTYPES))})")
         array = array.astype(dtype, copy=False)
         descriptors.append([name, dtype.str, list(array.shape)])
+        if end % ALIGN:
+            frames.append(_PADDING[:ALIGN - end % ALIGN])
+            end += ALIGN - end % ALIGN
         frames.append(memoryview(array.reshape(-1).view(np.uint8)) if array.size else b"")
-    header = {"proto": PROTOCOL, "type": type, "sender": sender, "incarnation": int(incarnation),
+        end += array.nbytes
+    return _frames(PROTOCOL, type, sender, incarnation, seq, version, descriptors, meta,
+                   b"".join(frames) if descriptors else None, blob)
+
+
+_PADDING = bytes(ALIGN)
+
+
+def _frames(proto: int, type: str, sender: str, incarnation: int, seq: int, version: int, descriptors: list,
+            meta: dict | None, body: bytes | None, blob: bytes | None) -> list[bytes | memoryview]:
+    header = {"proto": proto, "type": type, "sender": sender, "incarnation": int(incarnation),
               "seq": int(seq), "version": int(version),
               "arrays": descriptors, "blob": blob is not None, "meta": meta or {}}
     out: list[bytes | memoryview] = [msgpack.packb(header, use_bin_type=True)]
-    out.extend(frames)
+    if body is not None:
+        out.append(body)
     if blob is not None:
         out.append(blob)
     return out
+
+
+def refusal_for(proto: int, reason: str) -> list[bytes | memoryview]:
+    """A ``refused`` message in protocol ``proto``'s header (a message without arrays is laid out
+    alike in versions 2 and 3), so that a peer of another release can read why it is refused."""
+    return _frames(proto, REFUSED, "", 0, 0, -1, [], {"reason": reason}, None, None)
+
+
+def other_protocol_hello(frames: list) -> int | None:
+    """The protocol version of a ``hello`` in another version than ours (None for anything else)."""
+    try:
+        header = msgpack.unpackb(memoryview(frames[0].buffer if hasattr(frames[0], "buffer") else frames[0]),
+                                 raw=False, strict_map_key=True)
+    except Exception:  # (garbage: not a hello of anyone's)
+        return None
+    if not isinstance(header, dict) or header.get("type") != HELLO:
+        return None
+    proto = header.get("proto")
+    return proto if type(proto) is int and proto != PROTOCOL and 1 <= proto < 2**16 else None
 
 
 def _int(header: dict, key: str, low: int) -> int:
@@ -123,9 +159,13 @@ def env_steps_problem(meta: dict) -> str | None:
     return None
 
 
-def decode(frames: list, max_bytes: int = MAX_MESSAGE_BYTES) -> Message:
+def decode(frames: list, max_bytes: int = MAX_MESSAGE_BYTES, arrays: bool = True) -> Message:
     """Parse and validate one message (frames as bytes, memoryviews or zmq Frames). The arrays are
-    read-only views of the frames' buffers (copy to write)."""
+    read-only views of the body frame's buffer (copy to write).
+
+    ``arrays=False`` (the relay, which forwards chunks as they came): the header and the array
+    descriptors are checked in full, and that the body frame has exactly the bytes they describe,
+    but no array is built (``Message.arrays`` is empty); the receiver's full decode builds them."""
     if not frames:
         raise WireError("empty message")
     buffers = [memoryview(f.buffer if hasattr(f, "buffer") else f).toreadonly() for f in frames]
@@ -161,17 +201,55 @@ def decode(frames: list, max_bytes: int = MAX_MESSAGE_BYTES) -> Message:
     has_blob = header["blob"]
     if not isinstance(has_blob, bool):
         raise WireError(f"blob must be true or false, got {type(has_blob).__name__}")
-    if len(buffers) != 1 + len(descriptors) + has_blob:
-        raise WireError(f"{len(buffers)} frames, the header announces {1 + len(descriptors) + has_blob}", "arrays")
-    arrays = {}
-    for i, descriptor in enumerate(descriptors):
-        arrays.update([_array(descriptor, buffers[1 + i])])
+    expected_frames = 1 + bool(descriptors) + has_blob
+    if len(buffers) != expected_frames:
+        raise WireError(f"{len(buffers)} frames, the header announces {expected_frames}", "arrays")
+    layout, end = _layout(descriptors)
+    if descriptors and buffers[1].nbytes != end:
+        raise WireError(f"the body frame has {buffers[1].nbytes} bytes, its arrays need {end}", "arrays")
+    built = {}
+    if arrays and descriptors:
+        body = buffers[1]
+        for name, dtype, shape, offset, size in layout:
+            built[name] = np.frombuffer(body[offset:offset + size], dtype=dtype).reshape(shape)
     blob = buffers[-1].toreadonly() if has_blob else None  # a view: the relay forwards weights uncopied
     incarnation = _int(header, "incarnation", 0)  # (int64s, for a client in any language)
-    return Message(kind, sender, _int(header, "seq", 0), _int(header, "version", -1), arrays, meta, blob, incarnation)
+    return Message(kind, sender, _int(header, "seq", 0), _int(header, "version", -1), built, meta, blob, incarnation)
 
 
-def _array(descriptor: Any, buffer: memoryview) -> tuple[str, np.ndarray]:
+_LAYOUTS: dict[str, tuple[list, int]] = {}  # repr of valid descriptors -> their layout (a worker repeats its own)
+
+
+def _layout(descriptors: list) -> tuple[list[tuple[str, np.dtype, list, int, int]], int]:
+    """(name, dtype, shape, offset, size) of each array in the body frame, and the body's length.
+    Valid layouts are cached by the descriptors' repr (msgpack decodes to plain types, whose repr
+    tells any two values apart), since a sender's chunks mostly repeat one layout."""
+    key = repr(descriptors)
+    cached = _LAYOUTS.get(key)
+    if cached is not None:
+        return cached
+    layout = _new_layout(descriptors)
+    if len(key) <= 4096:  # (bounded memory: at most 256 layouts of a few KiB)
+        if len(_LAYOUTS) >= 256:
+            _LAYOUTS.clear()
+        _LAYOUTS[key] = layout
+    return layout
+
+
+def _new_layout(descriptors: list) -> tuple[list[tuple[str, np.dtype, list, int, int]], int]:
+    layout, end, names = [], 0, set()
+    for descriptor in descriptors:
+        name, dtype, shape, size = _descriptor(descriptor)
+        if name in names:
+            raise WireError(f"array {name!r} is described twice", "arrays")
+        names.add(name)
+        offset = -(-end // ALIGN) * ALIGN
+        layout.append((name, dtype, shape, offset, size))
+        end = offset + size
+    return layout, end
+
+
+def _descriptor(descriptor: Any) -> tuple[str, np.dtype, list, int]:
     if not (isinstance(descriptor, list) and len(descriptor) == 3):
         raise WireError("an array descriptor must be [name, dtype, shape]", "arrays")
     name, dtype_str, shape = descriptor
@@ -184,11 +262,8 @@ def _array(descriptor: Any, buffer: memoryview) -> tuple[str, np.ndarray]:
             or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**40 for d in shape)):
         raise WireError(f"array {name!r}: shape must be a list of at most {MAX_DIMS} non-negative integers",
                         "arrays")
-    expected = math.prod(shape) * dtype.itemsize  # Python ints: np.prod in int64 wraps around to a small number
-    if buffer.nbytes != expected:
-        raise WireError(f"array {name!r}: frame has {buffer.nbytes} bytes, {dtype_str}{shape} needs {expected}",
-                        "arrays")
-    return name, np.frombuffer(buffer, dtype=dtype).reshape(shape)
+    size = math.prod(shape) * dtype.itemsize  # Python ints: np.prod in int64 wraps around to a small number
+    return name, dtype, shape, size
 
 
 # ---------------------------------------------------------------- weights as safetensors bytes

@@ -321,8 +321,8 @@ def test_the_relay_rejects_what_the_protocol_rules_out_and_counts_it_by_cause():
             frames = wire.encode(wire.SAMPLES, sender="w", arrays=chunk, meta={"env_steps": 2})
             descriptors = msgpack.unpackb(frames[0])["arrays"]
             bad = [
-                _raw_header(proto=2.0),  # a float that equals 2
-                _raw_header(proto=3),
+                _raw_header(proto=float(wire.PROTOCOL)),  # a float that equals ours
+                _raw_header(proto=wire.PROTOCOL + 1),
                 _raw_header(sender=...),  # pings without their fields
                 _raw_header(meta=..., arrays=..., blob=...),
                 _raw_header(version=...),

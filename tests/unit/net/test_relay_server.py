@@ -585,8 +585,9 @@ def _garbage(rng: random.Random) -> list[list[bytes]]:
         messages.append([rng.randbytes(rng.randint(0, 64)) for _ in range(rng.randint(1, 4))])
     messages += [
         good[:-1],  # a missing frame
-        [good[0], good[1][:-3], good[2]],  # a truncated frame
-        [good[0], good[1], good[2] + b"\0"],  # a frame too long
+        [good[0], good[1][:-3]],  # a truncated body
+        [good[0], good[1] + b"\0"],  # a body too long
+        [good[0], good[1][:4], good[1][4:]],  # the body in two frames (protocol 2's frame per array)
         [good[0][: len(good[0]) // 2], *good[1:]],  # a truncated header
         [_other_protocol()],
         [pickle.dumps({"proto": 1, "type": "hello", "meta": {"role": "trainer"}})],  # a pickle

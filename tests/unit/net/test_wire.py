@@ -163,7 +163,7 @@ ARRAY = np.arange(6, dtype=np.float32).reshape(2, 3).tobytes()
     ([_header(blob=True)], "frames, the header announces 2"),
     ([_header(arrays=[["x", "<f4", [2, 3]]]), ARRAY[:-1]], "frame has 23 bytes"),
     ([_header(arrays=[["x", "<f4", [2, 3]]]), ARRAY + b"\0"], "frame has 25 bytes"),
-    ([_header(arrays=[["x", "<f8", [2, 3]]]), ARRAY], "needs 48"),
+    ([_header(arrays=[["x", "<f8", [2, 3]]]), ARRAY], "need 48"),
     ([_header(arrays=[["x", "|O", [1]]]), b"\0" * 8], "dtype '|O'"),
     ([_header(arrays=[["x", "<U4", [1]]]), b"\0" * 16], "dtype '<U4'"),
     ([_header(arrays=[["x", ">f4", [1]]]), b"\0" * 4], "dtype '>f4'"),
@@ -178,7 +178,7 @@ ARRAY = np.arange(6, dtype=np.float32).reshape(2, 3).tobytes()
     ([_header(arrays=[["x", "|u1", [1] * 9]]), b"\0"], "at most 8"),
     ([_header(arrays=[["x", "|u1", [2**40]]]), b""], "non-negative integers"),
     # the product wraps to 0 in int64 arithmetic: must not pass the size check and fail in reshape
-    ([_header(arrays=[["x", "|u1", [2**32, 2**32]]]), b""], "needs 18446744073709551616"),
+    ([_header(arrays=[["x", "|u1", [2**32, 2**32]]]), b""], "need 18446744073709551616"),
     ([_header(arrays=[["x", "<f4"]]), b""], "descriptor must be"),
     ([_header(arrays=["x"]), b""], "descriptor must be"),
     ([_header(arrays=[["", "<f4", [1]]]), b"\0" * 4], "non-empty string"),
@@ -190,7 +190,7 @@ def test_malformed_messages_raise_wire_error(frames, match):
 
 
 def test_wrong_protocol_version_names_both_versions_and_the_fix():
-    for other in (0, 1, 3, "2", None, 2.0, True):  # 2.0 == 2 in Python, and msgpack keeps it a float
+    for other in (0, 1, 2, 4, "3", None, 3.0, True):  # 3.0 == 3 in Python, and msgpack keeps it a float
         with pytest.raises(WireError) as info:
             decode([_header(proto=other)])
         text = str(info.value)
@@ -308,3 +308,27 @@ def test_weights_from_arbitrary_bytes_returns_weights_or_raises_wire_error(blob)
         weights_from_bytes(blob)
     except WireError:
         pass
+
+
+def test_one_body_frame_carries_the_arrays_each_at_an_aligned_offset():
+    arrays = {"flags": np.array([True, False, True]), "x": np.arange(3, dtype=np.float64),
+              "small": np.arange(5, dtype=np.int16)}
+    frames = _bytes(encode(wire.SAMPLES, arrays=arrays))
+    assert len(frames) == 2  # header + body, whatever the number of arrays
+    assert frames[1][:3] == b"\x01\x00\x01" and frames[1][3:8] == bytes(5)  # x starts at 8: zero padding
+    assert len(frames[1]) == 8 + 24 + 10
+    msg = decode(frames)
+    np.testing.assert_array_equal(msg.arrays["x"], arrays["x"])
+    np.testing.assert_array_equal(msg.arrays["small"], arrays["small"])
+
+
+def test_the_relays_decode_checks_the_layout_without_building_arrays():
+    frames = _bytes(encode(wire.SAMPLES, sender="w", seq=3, arrays={"x": np.arange(6, dtype=np.float32)},
+                           meta={"env_steps": 6}))
+    msg = decode(frames, arrays=False)
+    assert (msg.type, msg.sender, msg.seq, msg.meta, msg.arrays) == (wire.SAMPLES, "w", 3, {"env_steps": 6}, {})
+    with pytest.raises(WireError, match="body frame has 23 bytes, its arrays need 24"):
+        decode([frames[0], frames[1][:-1]], arrays=False)
+    twice = _header(arrays=[["x", "<f4", [1]], ["x", "<f4", [1]]])
+    with pytest.raises(WireError, match="described twice"):
+        decode([twice, bytes(12)], arrays=False)
