@@ -164,6 +164,7 @@ class ReplayService:
         for k in range(self.num_shards):
             self._send_beat(k)
         self._collect_beats(wait_all=True)
+        self._next_beat = time.monotonic() + self.heartbeat_s
         self.started = True
 
     def _send_beat(self, k: int) -> None:
@@ -214,6 +215,13 @@ class ReplayService:
                     self._send_beat(k)
             self._collect_beats()  # (what has answered already)
 
+    def _refresh(self) -> None:
+        """Heartbeats from every shard, waited for (what each holds, before the first request)."""
+        for k in range(self.num_shards):
+            if k not in self._beats:
+                self._send_beat(k)
+        self._collect_beats(wait_all=True)
+
     def _restart(self, k: int, reason: str) -> None:
         if self.restarts >= self.max_restarts:
             raise RelayRLError(f"replay shard {k} failed ({reason}) after {self.restarts} restarts of replay shards; "
@@ -243,6 +251,9 @@ class ReplayService:
     # ---- sampling
     def _request(self) -> None:
         counts = self.sampling.split(self.batch_size * self.batches_per_request)
+        if counts is None and len(self):  # items were inserted that no shard has reported yet: ask them now
+            self._refresh()
+            counts = self.sampling.split(self.batch_size * self.batches_per_request)
         if counts is None:
             return
         self._flush_priorities()  # before the shards sample again
@@ -329,12 +340,13 @@ class ReplayService:
         self.check()
         total = lambda key: float(sum(c.get(key, 0.0) for c in self._counters))  # noqa: E731
         out = {"replay/size": float(len(self)), "replay/sampled": float(self.sampled),
-               "replay/inserted": total("inserted"), "replay/refused_chunks": total("refused_chunks"),
+               "replay/inserted": total("inserted") + self._retired_inserted,  # (restarted shards count from 0)
+               "replay/refused_chunks": total("refused_chunks"),
                "replay/early_requests": total("early_requests"), "replay/priority_skipped": total("priority_skipped"),
                "replay/shard_restarts": float(self.restarts), "replay/lost_items": float(self.lost_items),
                "replay/lost_chunks": float(self.lost_chunks),
                "replay/evicted": total("evicted")}
-        inserted = out["replay/inserted"] + self._retired_inserted
+        inserted = out["replay/inserted"]
         out["replay/samples_per_insert"] = self.sampled / inserted if inserted else 0.0  # (updates_per_step x batch)
         for k, counters in enumerate(self._counters):
             out[f"replay/shard{k}_size"] = counters.get("size", 0.0)

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from relayrl.errors import RelayRLError
+from relayrl.runtime.messages import InsertTransitions
 from relayrl.runtime.service import LocalShards, ReplayService
 from relayrl.runtime.shard import ShardOptions
 
@@ -155,3 +156,14 @@ def test_a_hung_shard_is_replaced_after_the_timeout():
     stats = s.stats()
     assert stats["replay/shard_restarts"] == 1 and stats["replay/lost_items"] == 20
     assert stats["replay/shard0_size"] == 0 and len(s) == 20
+
+
+def test_the_first_sample_asks_the_shards_what_they_hold_when_only_inserts_were_noted():
+    s = ReplayService(LocalShards(ShardOptions(capacity=100), 2), batch_size=16, prioritized=False,
+                      heartbeat_s=3600.0)  # no heartbeat falls due during the test
+    s.start()
+    s.shards.call(0, "insert", InsertTransitions(0, 0, 0, batch(0, 20), 20))  # a node proxy's insert
+    s.note_inserted(20)
+    assert len(s) == 20 and s.sampling.size() == 0  # counted, not yet reported by the shard
+    sample = s.sample(16)  # asks the shards instead of answering None
+    assert sample is not None and set(sample["obs"][:, 0]) <= set(range(20))
