@@ -94,6 +94,18 @@ def _channel_producer(channel: Any, worker: int, stop: Any) -> None:
             seq += 1
 
 
+
+def _sample_until(replay: Any, prioritized: bool, deadline: float) -> float:
+    """Items sampled (with a priority update per batch when prioritized) until ``deadline``."""
+    prio, n = np.random.default_rng(0).random(BATCH) + 0.1, 0
+    while time.perf_counter() < deadline:
+        batch = replay.sample(BATCH)
+        if prioritized:
+            replay.update_priorities(batch["index"], prio)
+        n += BATCH
+    return n
+
+
 class RayProducer:
     """A node proxy's inserts: straight into its shard, at most MAX_IN_FLIGHT unanswered."""
 
@@ -156,13 +168,7 @@ class Learner:
         _drain_and_join(self.queue, self.procs)
 
     def sample(self, deadline: float) -> float:
-        prio, n = np.random.default_rng(0).random(BATCH) + 0.1, 0
-        while time.perf_counter() < deadline:
-            batch = self.buffer.sample(BATCH)
-            if self.prioritized:
-                self.buffer.update_priorities(batch["index"], prio)
-            n += BATCH
-        return n
+        return _sample_until(self.buffer, self.prioritized, deadline)
 
     def pids(self) -> list[int]:
         return []
@@ -257,13 +263,7 @@ class Sharded:
             ray.get([p.stop.remote() for p in self.producers])
 
     def sample(self, deadline: float) -> float:
-        prio, n = np.random.default_rng(0).random(BATCH) + 0.1, 0
-        while time.perf_counter() < deadline:
-            batch = self.service.sample(BATCH)
-            if self.prioritized:
-                self.service.update_priorities(batch["index"], prio)
-            n += BATCH
-        return n
+        return _sample_until(self.service, self.prioritized, deadline)
 
     def close(self) -> None:
         self.service.stop()

@@ -27,7 +27,6 @@ import argparse
 import csv
 import multiprocessing as mp
 import os
-import queue
 import statistics
 import sys
 import time
@@ -35,18 +34,10 @@ import traceback
 
 import numpy as np
 
-OBS, ACT = 17, 6
+from relay import get, make_chunk  # (benchmarks/relay.py: the same SAC-like chunks, the same fail-fast get)
+
 N_CHUNKS = 8  # distinct pre-built chunks each worker cycles through
 START_TIMEOUT = 60.0
-
-
-def make_chunk(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    return {"obs": rng.standard_normal((n, OBS), dtype=np.float32),
-            "action": rng.uniform(-1, 1, (n, ACT)).astype(np.float32),
-            "reward": rng.standard_normal(n, dtype=np.float32),
-            "next_obs": rng.standard_normal((n, OBS), dtype=np.float32),
-            "terminated": rng.random(n) < 0.01,
-            "discount": np.full(n, 0.99, np.float32)}
 
 
 def rss_mb(pid: int) -> float | None:
@@ -131,20 +122,6 @@ def worker_role(i: int, port: int, window: int, chunk: int, rate: float, ready_q
 
 
 # ---------------------------------------------------------------- parent
-
-
-def get(q, timeout: float, procs: list, what: str):
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return q.get(timeout=0.25)
-        except queue.Empty:
-            pass
-        dead = [p.name for p in procs if p.exitcode not in (None, 0)]
-        if dead:
-            raise RuntimeError(f"waiting for {what}: {', '.join(dead)} died (its traceback is above)")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"waiting for {what}: nothing after {timeout:.0f} s")
 
 
 def stop_all(procs: list) -> None:

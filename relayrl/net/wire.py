@@ -118,6 +118,11 @@ def _frames(proto: int, type: str, sender: str, incarnation: int, seq: int, vers
     return out
 
 
+def _view(frame: Any) -> memoryview:
+    """A read-only view of a received frame (a zmq Frame's buffer, or bytes)."""
+    return memoryview(frame.buffer if hasattr(frame, "buffer") else frame).toreadonly()
+
+
 def refusal_for(proto: int, reason: str) -> list[bytes | memoryview]:
     """A ``refused`` message in protocol ``proto``'s header (a message without arrays is laid out
     alike in versions 2 and 3), so that a peer of another release can read why it is refused."""
@@ -127,8 +132,7 @@ def refusal_for(proto: int, reason: str) -> list[bytes | memoryview]:
 def other_protocol_hello(frames: list) -> int | None:
     """The protocol version of a ``hello`` in another version than ours (None for anything else)."""
     try:
-        header = msgpack.unpackb(memoryview(frames[0].buffer if hasattr(frames[0], "buffer") else frames[0]),
-                                 raw=False, strict_map_key=True)
+        header = msgpack.unpackb(_view(frames[0]), raw=False, strict_map_key=True)
     except Exception:  # (garbage: not a hello of anyone's)
         return None
     if not isinstance(header, dict) or header.get("type") != HELLO:
@@ -168,7 +172,7 @@ def decode(frames: list, max_bytes: int = MAX_MESSAGE_BYTES, arrays: bool = True
     but no array is built (``Message.arrays`` is empty); the receiver's full decode builds them."""
     if not frames:
         raise WireError("empty message")
-    buffers = [memoryview(f.buffer if hasattr(f, "buffer") else f).toreadonly() for f in frames]
+    buffers = [_view(f) for f in frames]
     total = sum(b.nbytes for b in buffers)
     if total > max_bytes:
         raise WireError(f"message of {total} bytes exceeds the limit of {max_bytes}", "size")

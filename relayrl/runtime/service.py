@@ -30,6 +30,7 @@ deadline: shards finish the call in hand and return; whatever is left at the dea
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -144,7 +145,7 @@ class ReplayService:
         self._insert_k = 0
         self.restarts = 0
         self.lost_items = 0
-        self.refusals: list[str] = []
+        self.refusals: collections.deque[str] = collections.deque(maxlen=100)  # the newest shards' refusals
         self.reported: set[str] = set()
         self.sampled = 0
         self.noted = 0  # rows the inserters said they inserted (``note_inserted``)
@@ -161,9 +162,7 @@ class ReplayService:
             return
         for k in range(self.num_shards):
             self.shards.start(k, self._snapshot_paths[k])
-        for k in range(self.num_shards):
-            self._send_beat(k)
-        self._collect_beats(wait_all=True)
+        self._ask_all(wait=True)
         self._next_beat = time.monotonic() + self.heartbeat_s
         self.started = True
 
@@ -210,17 +209,14 @@ class ReplayService:
         now = time.monotonic()
         if now >= self._next_beat:
             self._next_beat = now + self.heartbeat_s
-            for k in range(self.num_shards):
-                if k not in self._beats:
-                    self._send_beat(k)
-            self._collect_beats()  # (what has answered already)
+            self._ask_all()  # (and take what has answered already)
 
-    def _refresh(self) -> None:
-        """Heartbeats from every shard, waited for (what each holds, before the first request)."""
+    def _ask_all(self, wait: bool = False) -> None:
+        """A heartbeat request to every shard not already asked; take the answers (waiting for all: ``wait``)."""
         for k in range(self.num_shards):
             if k not in self._beats:
                 self._send_beat(k)
-        self._collect_beats(wait_all=True)
+        self._collect_beats(wait_all=wait)
 
     def _restart(self, k: int, reason: str) -> None:
         if self.restarts >= self.max_restarts:
@@ -252,7 +248,7 @@ class ReplayService:
     def _request(self) -> None:
         counts = self.sampling.split(self.batch_size * self.batches_per_request)
         if counts is None and len(self):  # items were inserted that no shard has reported yet: ask them now
-            self._refresh()
+            self._ask_all(wait=True)
             counts = self.sampling.split(self.batch_size * self.batches_per_request)
         if counts is None:
             return

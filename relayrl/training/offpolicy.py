@@ -158,19 +158,17 @@ class ReplayRounds(Rounds):
         self.algo.set_progress(env_steps, self.total_steps)
         batch, steps = self.samples.pull()
         self._store(batch)
-        return self._due(env_steps + steps, updates), steps
-
-    def _due(self, env_steps: int, updates: int) -> int:
+        env_steps += steps
         threshold = max(self.cfg.start_training, self.cfg.batch_size)
         if len(self.buffer) < threshold:
-            return 0
+            return 0, steps
         if self.steps_at_start is None:  # the env step at which the buffer reached the threshold
             self.steps_at_start = env_steps - (len(self.buffer) - threshold)
         due = int((env_steps - self.steps_at_start) * self.cfg.updates_per_step) - self.learning.updates
         cap = self.cfg.max_training_steps_per_env_step
         if cap is not None:
             due = min(due, int(env_steps * cap) - updates)
-        return max(0, due)
+        return max(0, due), steps
 
     def steps_received_while_learning(self) -> int:
         steps, self.polled_steps = self.polled_steps, 0
