@@ -38,7 +38,7 @@ def _alive(pid):
     try:
         with open(f"/proc/{pid}/status") as f:
             return "State:\tZ" not in f.read()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # (gone before, or while, its status was read)
         return False
 
 
