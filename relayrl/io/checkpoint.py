@@ -98,12 +98,18 @@ def save_checkpoint(path: Path, state: dict[str, Any], meta: dict[str, Any]) -> 
 def copy_checkpoint(source: Path, target: Path) -> Path:
     """Write checkpoint ``source`` again as ``target`` (both ``.safetensors``), with its JSON copy."""
     source, target = Path(source).with_suffix(".safetensors"), Path(target).with_suffix(".safetensors")
-    data = source.read_bytes()
-    with safe_open(str(source), framework="pt") as f:
-        meta = json.loads((f.metadata() or {})["relayrl"])
-    atomic_write_bytes(target, data)
-    atomic_write_text(target.with_suffix(".json"), json.dumps(meta, indent=1))
+    atomic_write_bytes(target, source.read_bytes())
+    write_json_copy(target)
     return target
+
+
+def write_json_copy(path: Path) -> None:
+    """(Re)write the ``NAME.json`` copy of checkpoint ``NAME.safetensors``'s metadata, e.g. after a kill
+    between the two files' writes."""
+    path = Path(path).with_suffix(".safetensors")
+    with safe_open(str(path), framework="pt") as f:
+        meta = json.loads((f.metadata() or {})["relayrl"])
+    atomic_write_text(path.with_suffix(".json"), json.dumps(meta, indent=1))
 
 
 def load_checkpoint(path: str | Path) -> Checkpoint:

@@ -71,15 +71,12 @@ def discard_new_run(run_dir: Path, remove_dir: bool) -> None:
     lock: ``check_fresh_run_dir`` found the folder empty, so everything there is this run's), and the
     folder itself if the run made it."""
     run_dir = Path(run_dir)
-    for path in run_dir.iterdir():
-        if path.name == LOCK_FILE:
-            continue
+    for path in run_dir.iterdir():  # the lock file too: the run never was
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)
     if remove_dir:
-        (run_dir / LOCK_FILE).unlink(missing_ok=True)
         try:
             run_dir.rmdir()
         except OSError:  # something appeared meanwhile: leave it

@@ -30,7 +30,7 @@ from relayrl.config import RunConfig, save_config
 from relayrl.core import SampleSource
 from relayrl.errors import CheckpointError, ConfigError, NonFiniteError
 from relayrl.io.checkpoint import (copy_checkpoint, explain_load_error, load_checkpoint, load_newest,
-                                   save_checkpoint)
+                                   save_checkpoint, write_json_copy)
 from relayrl.io.metrics import MetricsLogger, check_tracking
 from relayrl.io.rundir import RunLock, check_fresh_run_dir, discard_new_run, new_run_dir, read_summary, write_summary
 from relayrl.policy.device import resolve_device
@@ -423,6 +423,8 @@ def _restore_best(resumed_from: Path, state: RunState) -> None:
         best = None
     best_score = best.meta.get("run", {}).get("best_eval_return") if best is not None else None
     if best_score == state.best_eval_return:
+        if best is not None and not best_path.with_suffix(".json").is_file():
+            write_json_copy(best_path)  # killed between best.safetensors and best.json
         return
     if (state.best_eval_return is not None and state.last_eval_return == state.best_eval_return
             and state.last_eval_steps == state.env_steps):
