@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--out", type=Path, metavar="FILE",
                    help="where to write (default RUN_DIR/policy.onnx or .pt; beside a checkpoint, its name)")
 
-    p = sub.add_parser("plot", help="draw learning curves of one or more runs")
+    p = sub.add_parser("plot", help="draw learning curves of one or more runs (runs that differ only in seed: their mean)")
     p.add_argument("runs", metavar="RUN_DIR", type=Path, nargs="+")
     p.add_argument("-o", "--output", type=Path, default=Path("curve.png"))
 
