@@ -12,7 +12,7 @@ import numpy as np
 from relayrl.algos import get_algo
 from relayrl.config import validate
 from relayrl.envs.masks import info_mask
-from relayrl.envs.multiagent import MultiAgentVectorEnv, is_pettingzoo, pettingzoo_factory
+from relayrl.envs.multiagent import MultiAgentVectorEnv, agent_env_factory, is_pettingzoo, pettingzoo_factory
 from relayrl.envs.native import in_process_manager
 from relayrl.envs.registry import make
 from relayrl.envs.vector import make_vec
@@ -60,8 +60,7 @@ def _spaces_env(env_id: str, config) -> gym.Env | _AgentSpaces:
 
 
 def _pettingzoo_envs(env_id: str, config, copies: int) -> MultiAgentVectorEnv:
-    factory, kwargs = pettingzoo_factory(env_id), dict(config.env.kwargs)
-    return MultiAgentVectorEnv([lambda: factory(**kwargs)] * copies)
+    return MultiAgentVectorEnv([agent_env_factory(config, pettingzoo_factory(env_id))] * copies)
 
 
 def evaluate_checkpoint(path: Path | Checkpoint, episodes: int = 10, env_id: str | None = None, seed: int = 0,
