@@ -128,7 +128,7 @@ class EnvConfig(Section):
     false keeps the raw RGB frames."""
     grayscale: bool = False
     """Turn RGB image observations [H, W, 3] into grayscale [H, W, 1] (Gymnasium's GrayscaleObservation),
-    before resize and frame_stack; PettingZoo envs: every agent's."""
+    after resize and before frame_stack; PettingZoo envs: every agent's."""
     resize: list[int] | None = Field(None, min_length=2, max_length=2)
     """Resize image observations to [height, width] (Gymnasium's ResizeObservation, e.g. [84, 84]: big
     frames make the CNN's first linear layer huge); null keeps their size. PettingZoo envs: every agent's."""

@@ -9,8 +9,9 @@ checkpoints of hundreds of MB. Shrinking the frames first is the usual fix:
 - ``resize: [h, w]``: Gymnasium's ``ResizeObservation`` (OpenCV, area interpolation): ``[H, W]`` or
   ``[H, W, C]`` uint8 -> ``[h, w]`` or ``[h, w, C]``.
 
-Grayscale comes first (resizing one channel is cheaper), then the resize, then ``env.frame_stack``, so a
-stack of ``k`` grayscale frames is ``[h, w, k]``. Both take channels-last uint8 images (what Gymnasium
+The resize comes first (OpenCV shrinks three channels faster than Gymnasium's float formula turns a big
+frame gray: both take 1 ms on a 280x480 frame, grayscale alone 2.3 ms), then grayscale, then
+``env.frame_stack``, so a stack of ``k`` grayscale frames is ``[h, w, k]``. Both take channels-last uint8 images (what Gymnasium
 renders and PettingZoo's butterfly envs observe); anything else is refused naming the option to drop.
 
 Every process that makes the env applies them (they travel in ``EnvConfig.wrapping()``), and the
@@ -81,13 +82,10 @@ def image_transform(space: gym.Space, resize: Sequence[int] | None = None, grays
 
 
 def shrink_images(env: gym.Env, *, resize: Sequence[int] | None = None, grayscale: bool = False) -> gym.Env:
-    """``env`` with Gymnasium's ``GrayscaleObservation`` (channel kept) and then ``ResizeObservation`` as asked
+    """``env`` with Gymnasium's ``ResizeObservation`` and then ``GrayscaleObservation`` (channel kept) as asked
     (the module docstring); an EnvError naming the option when the observations are no image it takes."""
     from gymnasium.wrappers import GrayscaleObservation, ResizeObservation
 
-    if grayscale:
-        _check(env.observation_space, "env.grayscale=true", rgb=True)
-        env = GrayscaleObservation(env, keep_dim=True)
     if resize is not None:
         option = f"env.resize={_show(resize)}"
         if len(resize) != 2 or any(int(side) < 1 for side in resize):
@@ -98,6 +96,9 @@ def shrink_images(env: gym.Env, *, resize: Sequence[int] | None = None, grayscal
         except gym.error.DependencyNotInstalled:
             raise EnvError(f"{option} resizes with OpenCV, which is not installed: python -m pip install "
                            "opencv-python-headless (part of relayrl's atari extra)") from None
+    if grayscale:
+        _check(env.observation_space, "env.grayscale=true", rgb=True)
+        env = GrayscaleObservation(env, keep_dim=True)
     return env
 
 

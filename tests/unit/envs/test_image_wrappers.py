@@ -17,20 +17,20 @@ PONG = "pettingzoo:pettingzoo.butterfly.cooperative_pong_v6:parallel_env"  # 280
 SHRINK = ["env.resize=[84,84]", "env.grayscale=true"]
 
 
-def gray_and_resize(frame: np.ndarray, height: int, width: int) -> np.ndarray:
-    """What GrayscaleObservation then ResizeObservation make of an RGB frame (their documented formulas)."""
-    gray = np.sum(np.multiply(frame, np.array([0.2125, 0.7154, 0.0721])), axis=-1).astype(np.uint8)
-    return cv2.resize(gray, (width, height), interpolation=cv2.INTER_AREA)[:, :, None]
+def resize_and_gray(frame: np.ndarray, height: int, width: int) -> np.ndarray:
+    """What ResizeObservation then GrayscaleObservation make of an RGB frame (their documented formulas)."""
+    small = cv2.resize(frame, (width, height), interpolation=cv2.INTER_AREA)
+    return np.sum(np.multiply(small, np.array([0.2125, 0.7154, 0.0721])), axis=-1).astype(np.uint8)[:, :, None]
 
 
-def test_grayscale_and_resize_shrink_raw_atari_frames_before_the_stack():
+def test_resize_and_grayscale_shrink_raw_atari_frames_before_the_stack():
     raw = make("ALE/Pong-v5", atari_preprocessing=False)
     env = make("ALE/Pong-v5", atari_preprocessing=False, grayscale=True, resize=[84, 64], frame_stack=2)
     try:
         assert env.observation_space == gym.spaces.Box(0, 255, (84, 64, 2), np.uint8)  # channels last: the stack
         frame, _ = raw.reset(seed=1)
         obs, _ = env.reset(seed=1)
-        expected = gray_and_resize(frame, 84, 64)
+        expected = resize_and_gray(frame, 84, 64)
         np.testing.assert_array_equal(obs, np.concatenate([expected, expected], axis=2))  # a reset fills the stack
     finally:
         raw.close()
@@ -68,7 +68,7 @@ def test_pettingzoo_agents_get_the_same_processing():
             assert venv.single_observation_space == gym.spaces.Box(0, 255, (84, 84, 1), np.uint8)
         turn = train_env.reset(seed=5)
         frames, _ = raw.reset(seed=5)
-        expected = np.stack([gray_and_resize(frames[agent], 84, 84) for agent in raw.agents])
+        expected = np.stack([resize_and_gray(frames[agent], 84, 84) for agent in raw.agents])
         np.testing.assert_array_equal(turn.obs, expected)
     finally:
         train_env.close()
