@@ -208,6 +208,7 @@ class Algorithm(ABC):
     policy: Policy
     devices: ClassVar[tuple[str, ...]] = ("cpu",)  # device types ``to`` accepts (policy/device.py)
     device: torch.device = torch.device("cpu")
+    _stop_event: threading.Event | None = None  # stop_on's
 
     @abstractmethod
     def learn(self, batch: Batch, progress: float = 0.0) -> dict[str, float]:
@@ -248,8 +249,6 @@ class Algorithm(ABC):
     def stopping(self) -> bool:
         """Whether the event given to ``stop_on`` is set (never, without one)."""
         return self._stop_event is not None and self._stop_event.is_set()
-
-    _stop_event: threading.Event | None = None
 
 
 class SampleSource(ABC):

@@ -12,7 +12,7 @@ from relayrl.envs.imageobs import image_transform
 
 
 class AgentImages(BaseParallelWrapper):
-    """Every agent's observation through Gymnasium's ``GrayscaleObservation`` / ``ResizeObservation``, as
+    """Every agent's observation through Gymnasium's ``ResizeObservation`` / ``GrayscaleObservation``, as
     ``shrink_images`` does for a Gymnasium env. Every agent has the same observation space (``MultiAgentVectorEnv``
     requires it), so one transform serves them all; the rest (agents, actions, rewards, infos) is the env's."""
 

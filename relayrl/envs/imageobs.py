@@ -4,15 +4,16 @@ Big frames make big networks: the Nature CNN on PettingZoo's ``cooperative_pong`
 57M-weight linear layer after its convolutions (policy/encoders.py warns), trains at a crawl and writes
 checkpoints of hundreds of MB. Shrinking the frames first is the usual fix:
 
-- ``grayscale: true``: Gymnasium's ``GrayscaleObservation`` (keeping a channel axis): ``[H, W, 3]``
-  uint8 RGB -> ``[H, W, 1]``.
 - ``resize: [h, w]``: Gymnasium's ``ResizeObservation`` (OpenCV, area interpolation): ``[H, W]`` or
   ``[H, W, C]`` uint8 -> ``[h, w]`` or ``[h, w, C]``.
+- ``grayscale: true``: Gymnasium's ``GrayscaleObservation`` (keeping a channel axis): ``[H, W, 3]``
+  uint8 RGB -> ``[H, W, 1]``.
 
 The resize comes first (OpenCV shrinks three channels faster than Gymnasium's float formula turns a big
 frame gray: both take 1 ms on a 280x480 frame, grayscale alone 2.3 ms), then grayscale, then
-``env.frame_stack``, so a stack of ``k`` grayscale frames is ``[h, w, k]``. Both take channels-last uint8 images (what Gymnasium
-renders and PettingZoo's butterfly envs observe); anything else is refused naming the option to drop.
+``env.frame_stack``, so a stack of ``k`` grayscale frames is ``[h, w, k]``. Both take channels-last uint8
+images (what Gymnasium renders and PettingZoo's butterfly envs observe); anything else is refused naming
+the option to drop.
 
 Every process that makes the env applies them (they travel in ``EnvConfig.wrapping()``), and the
 options are saved in ``config.yaml`` and the checkpoints, so ``relayrl eval`` and ``relayrl.load``
@@ -50,11 +51,13 @@ def _show(value: Any) -> str:
 
 def _check(space: gym.Space, option: str, rgb: bool) -> None:
     """Refuse a space Gymnasium's wrapper for ``option`` cannot take, naming the option to drop."""
-    shape = tuple(getattr(space, "shape", None) or ())
+    shape = tuple(space.shape) if isinstance(space, gym.spaces.Box) else ()
     takes = "channels-last RGB images [H, W, 3] of uint8" if rgb else "uint8 images [H, W] or [H, W, C] (channels last)"
-    fits = isinstance(space, gym.spaces.Box) and np.dtype(space.dtype) == np.uint8 and (
-        shape[-1:] == (3,) and len(shape) == 3 if rgb else
-        len(shape) == 2 or (len(shape) == 3 and not image_layout(shape).channels_first))
+    if rgb:
+        layout_fits = len(shape) == 3 and shape[2] == 3
+    else:
+        layout_fits = len(shape) == 2 or (len(shape) == 3 and not image_layout(shape).channels_first)
+    fits = isinstance(space, gym.spaces.Box) and np.dtype(space.dtype) == np.uint8 and layout_fits
     if fits and not (np.all(space.low == 0) and np.all(space.high == 255)):
         fits = False
         takes += " bounded 0..255"

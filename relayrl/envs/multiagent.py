@@ -60,7 +60,8 @@ from relayrl.envs.masks import allowed_all
 from relayrl.envs.vector import ActionSpec, check_actions
 from relayrl.errors import ConfigError, EnvError
 
-__all__ = ["MultiAgentVectorEnv", "multiagent_envs", "agent_env_factory", "pettingzoo_factory", "is_pettingzoo", "PREFIX"]
+__all__ = ["MultiAgentVectorEnv", "multiagent_envs", "agent_env_factory", "pettingzoo_factory", "is_pettingzoo",
+           "PREFIX"]
 
 PREFIX = "pettingzoo:"
 ID_FORM = '"pettingzoo:package.module:env_fn" (env_fn returns a PettingZoo ParallelEnv)'

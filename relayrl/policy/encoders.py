@@ -58,8 +58,9 @@ from relayrl.errors import ConfigError, EnvError
 from relayrl.policy.encoder import build_encoder
 from relayrl.policy.packed import OnPacked
 
-__all__ = ["NATURE_MIN", "BIG_LAYER", "warn_big_layer", "ImageLayout", "NatureCNN", "SmallCNN", "OneHot", "DictEncoder", "check_space", "is_image",
-           "image_layout", "choose", "make_encoder", "nature_cnn", "small_cnn", "one_hot", "auto"]
+__all__ = ["NATURE_MIN", "BIG_LAYER", "ImageLayout", "NatureCNN", "SmallCNN", "OneHot", "DictEncoder", "check_space",
+           "is_image", "image_layout", "choose", "make_encoder", "warn_big_layer", "nature_cnn", "small_cnn", "one_hot",
+           "auto"]
 
 BIG_LAYER = 10_000_000  # weights of a CNN's first linear layer above which warn_big_layer warns (40 MB per network)
 _warned: set[tuple[str, ImageLayout, int]] = set()
