@@ -215,10 +215,10 @@ def cmd_train(args: argparse.Namespace) -> int:
                           "--server HOST:PORT")
     stop_event = threading.Event()
 
-    def on_sigint(signum, frame):  # first Ctrl-C: finish the iteration, save, exit 130
+    def on_sigint(signum, frame):  # first Ctrl-C: end the round (learning stops between minibatches), save, exit 130
         stop_event.set()
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        print("\nrelayrl: stopping after this iteration (Ctrl-C again to abort now)", file=sys.stderr)
+        print("\nrelayrl: stopping: saving the last checkpoint (Ctrl-C again to abort now)", file=sys.stderr)
 
     def record(ctx) -> None:  # once the run directory exists (a refused start writes nothing)
         write_experiment_record(run_dir, ["relayrl", *sys.argv[1:]], changes, resumed=args.resume is not None)
