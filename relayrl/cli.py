@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--out", type=Path, metavar="FILE",
                    help="where to write (default RUN_DIR/policy.onnx or .pt; beside a checkpoint, its name)")
 
-    p = sub.add_parser("plot", help="draw learning curves of one or more runs")
+    p = sub.add_parser("plot", help="draw learning curves of one or more runs (runs that differ only in seed: their mean)")
     p.add_argument("runs", metavar="RUN_DIR", type=Path, nargs="+")
     p.add_argument("-o", "--output", type=Path, default=Path("curve.png"))
 
@@ -220,10 +220,10 @@ def cmd_train(args: argparse.Namespace) -> int:
                           "--server HOST:PORT")
     stop_event = threading.Event()
 
-    def on_sigint(signum, frame):  # first Ctrl-C: finish the iteration, save, exit 130
+    def on_sigint(signum, frame):  # first Ctrl-C: end the round (learning stops between minibatches), save, exit 130
         stop_event.set()
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        print("\nrelayrl: stopping after this iteration (Ctrl-C again to abort now)", file=sys.stderr)
+        print("\nrelayrl: stopping: saving the last checkpoint (Ctrl-C again to abort now)", file=sys.stderr)
 
     def record(ctx) -> None:  # once the run directory exists (a refused start writes nothing)
         write_experiment_record(run_dir, ["relayrl", *sys.argv[1:]], changes, resumed=args.resume is not None)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
 from relayrl.errors import ConfigError
 
@@ -126,10 +126,24 @@ class EnvConfig(Section):
     atari_preprocessing: bool = True
     """For Atari ALE/ ids: frame skip 4, 84x84 grayscale, no-op starts (Gymnasium's AtariPreprocessing);
     false keeps the raw RGB frames."""
+    grayscale: bool = False
+    """Turn RGB image observations [H, W, 3] into grayscale [H, W, 1] (Gymnasium's GrayscaleObservation),
+    after resize and before frame_stack; PettingZoo envs: every agent's."""
+    resize: list[int] | None = Field(None, min_length=2, max_length=2)
+    """Resize image observations to [height, width] (Gymnasium's ResizeObservation, e.g. [84, 84]: big
+    frames make the CNN's first linear layer huge); null keeps their size. PettingZoo envs: every agent's."""
+
+    @field_validator("resize")
+    @classmethod
+    def _positive_sides(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None and min(value) < 1:
+            raise ValueError(f"resize {value}: give [height, width] in pixels, both at least 1")
+        return value
 
     def wrapping(self) -> dict[str, Any]:
         """``envs.make``'s preprocessing options for this env (``make_vec(..., wrapping=...)``)."""
-        return {"frame_stack": self.frame_stack, "atari_preprocessing": self.atari_preprocessing}
+        return {"frame_stack": self.frame_stack, "atari_preprocessing": self.atari_preprocessing,
+                "resize": self.resize, "grayscale": self.grayscale}
 
 
 class EvalConfig(Section):

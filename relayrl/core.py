@@ -38,6 +38,7 @@ Deployment needs the policy only (``relayrl.load``)::
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
@@ -207,6 +208,7 @@ class Algorithm(ABC):
     policy: Policy
     devices: ClassVar[tuple[str, ...]] = ("cpu",)  # device types ``to`` accepts (policy/device.py)
     device: torch.device = torch.device("cpu")
+    _stop_event: threading.Event | None = None  # stop_on's
 
     @abstractmethod
     def learn(self, batch: Batch, progress: float = 0.0) -> dict[str, float]:
@@ -237,6 +239,16 @@ class Algorithm(ABC):
     def timing_step(self) -> Callable[[], None] | None:
         """One representative gradient step on synthetic data (``threads=-1`` times it), or None."""
         return None
+
+    def stop_on(self, event: threading.Event | None) -> None:
+        """Let ``learn`` end its iteration early once ``event`` is set (the Trainer's ``stop_event``: Ctrl-C).
+        Algorithms with long iterations check ``stopping()`` between gradient steps (PPO: between
+        minibatches), so a run stops within seconds rather than after the iteration."""
+        self._stop_event = event
+
+    def stopping(self) -> bool:
+        """Whether the event given to ``stop_on`` is set (never, without one)."""
+        return self._stop_event is not None and self._stop_event.is_set()
 
 
 class SampleSource(ABC):

@@ -443,9 +443,12 @@ class PPO(Algorithm):
         reflect = self.reflection() if cfg.mirror > 0 else None  # with this update's statistics
 
         sums = {"loss/policy": 0.0, "loss/value": 0.0, "loss/entropy": 0.0, "approx_kl": 0.0, "clip_frac": 0.0}
-        updates, kl_stop = 0, False
+        updates, kl_stop, interrupted = 0, False, False
         for _ in range(cfg.epochs):
             for mb in epoch():
+                if self.stopping():  # Ctrl-C: the rest of the iteration would take as long as it was going to
+                    interrupted = True
+                    break
                 stats = self.update(mb, clip, reflect)
                 updates += 1
                 for key, value in stats.items():
@@ -453,7 +456,7 @@ class PPO(Algorithm):
                 if cfg.kl is not None and stats["approx_kl"] > cfg.kl:
                     kl_stop = True
                     break
-            if kl_stop:
+            if kl_stop or interrupted:
                 break
 
         metrics = {key: value / max(updates, 1) for key, value in sums.items()}
@@ -462,7 +465,7 @@ class PPO(Algorithm):
         metrics.update({
             "explained_variance": float("nan") if var_y == 0 else 1.0 - float(np.var(y - v)) / var_y,
             "lr/actor": actor_lr, "lr/critic": critic_lr, "clip": clip,
-            "updates": float(updates), "kl_stop": float(kl_stop),
+            "updates": float(updates), "kl_stop": float(kl_stop), "interrupted": float(interrupted),
         })
         self.policy.version += 1
         return metrics

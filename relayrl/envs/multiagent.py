@@ -41,7 +41,8 @@ classic board games) are refused by ``pettingzoo_factory``: ``aec_to_parallel`` 
 From the command line the env is an id, ``"pettingzoo:package.module:env_fn"`` (``relayrl train ppo
 --env pettingzoo:pettingzoo.butterfly.cooperative_pong_v6:parallel_env``): ``pettingzoo_factory``
 imports the module, and ``env_fn(**env.kwargs)`` must return a ParallelEnv, or an AEC env that
-PettingZoo can convert (``aec_to_parallel``: its metadata says ``is_parallelizable``).
+PettingZoo can convert (``aec_to_parallel``: its metadata says ``is_parallelizable``). ``env.resize``
+and ``env.grayscale`` shrink every agent's image observations (``agent_env_factory``; envs/imageobs.py).
 """
 
 from __future__ import annotations
@@ -53,12 +54,14 @@ import gymnasium as gym
 import numpy as np
 
 from relayrl.envs.agentobs import AgentObservations
+from relayrl.envs.imageobs import wrap_agents
 from relayrl.envs.agents import AgentEnv, AgentTurn
 from relayrl.envs.masks import allowed_all
 from relayrl.envs.vector import ActionSpec, check_actions
 from relayrl.errors import ConfigError, EnvError
 
-__all__ = ["MultiAgentVectorEnv", "multiagent_envs", "pettingzoo_factory", "is_pettingzoo", "PREFIX"]
+__all__ = ["MultiAgentVectorEnv", "multiagent_envs", "agent_env_factory", "pettingzoo_factory", "is_pettingzoo",
+           "PREFIX"]
 
 PREFIX = "pettingzoo:"
 ID_FORM = '"pettingzoo:package.module:env_fn" (env_fn returns a PettingZoo ParallelEnv)'
@@ -280,6 +283,18 @@ def _require_pettingzoo() -> None:
                           "multiagent extra, python -m pip install 'relayrl[multiagent]'") from None
 
 
+def agent_env_factory(config: Any, env_fn: Callable[..., Any] | None = None) -> Callable[[], Any]:
+    """A function returning one env copy: ``env_fn(**config.env.kwargs)`` (default: the env of ``config.env.id``)
+    with ``env.resize`` / ``env.grayscale`` applied to every agent's observations (envs/imageobs.py)."""
+    env_fn = pettingzoo_factory(config.env.id) if env_fn is None else env_fn
+    kwargs, wrapping = dict(config.env.kwargs), config.env.wrapping()
+
+    def factory() -> Any:
+        return wrap_agents(env_fn(**kwargs), wrapping)
+
+    return factory
+
+
 def multiagent_envs(config: Any, env_fn: Callable[..., Any] | None = None,
                     evaluation: bool = True) -> tuple[MultiAgentVectorEnv, MultiAgentVectorEnv | None]:
     """The training and evaluation agent envs of a run (``relayrl.training.experience.AgentExperience``
@@ -293,12 +308,7 @@ def multiagent_envs(config: Any, env_fn: Callable[..., Any] | None = None,
     if ignored:
         raise ConfigError(f"{', '.join(ignored)} do not apply to PettingZoo envs (their copies step in this process, "
                           "as the env function makes them): drop them, and end episodes or stack frames in the env")
-    env_fn = pettingzoo_factory(env.id) if env_fn is None else env_fn
-    kwargs = dict(env.kwargs)
-
-    def factory() -> Any:
-        return env_fn(**kwargs)
-
+    factory = agent_env_factory(config, env_fn)
     train_env = MultiAgentVectorEnv([factory] * config.env.num_envs)
     if not evaluation:
         return train_env, None

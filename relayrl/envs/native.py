@@ -38,6 +38,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.utils import seeding
 
+from relayrl.envs.imageobs import wrappers_in_use
 from relayrl.envs.registry import spec_stop_value
 from relayrl.envs.vector import VectorEnv
 from relayrl.errors import EnvError
@@ -104,9 +105,9 @@ def native_refusal(env_id: Any, *, env_kwargs: Any = None, wrapping: dict[str, A
                 "subproc or auto")
     if isinstance(env_kwargs, list):
         return "the native manager builds every env alike: per-env env_kwargs need manager sync or subproc"
-    stack = (wrapping or {}).get("frame_stack")
-    if stack not in (None, 1):
-        return (f"the native manager takes no wrappers (env.frame_stack={stack}): use manager sync or subproc, "
+    wrappers = wrappers_in_use(wrapping, ("frame_stack", "resize", "grayscale"))
+    if wrappers:
+        return (f"the native manager takes no wrappers ({', '.join(wrappers)}): use manager sync or subproc, "
                 "or the env's own option")
     if render_mode is not None:
         return f"the native manager does not render (render_mode={render_mode!r}): use manager sync"

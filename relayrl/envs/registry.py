@@ -9,6 +9,9 @@ Two families get the preprocessing their users expect, in every process that mak
 - MinAtar games (``MinAtar/Breakout-v1``; the ``minatar`` extra): registered on first use; their
   observations are MinAtar's own [10, 10, C] boolean planes, which the small CNN reads as they are.
 
+``grayscale`` and ``resize`` shrink image observations with Gymnasium's own wrappers
+(``relayrl/envs/imageobs.py``), after the Atari preprocessing and before the stack.
+
 ``frame_stack`` k stacks the last k observations of any Box env, oldest first (after a reset the
 first observation fills the stack): vectors become [k, n], channel-first images [k*C, H, W] and
 channel-last ones [H, W, k*C] (the channel axis is the smaller of the first and last), so a stacked
@@ -23,11 +26,12 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from typing import Any
+from typing import Any, Sequence
 
 import gymnasium as gym
 import numpy as np
 
+from relayrl.envs.imageobs import shrink_images
 from relayrl.envs.masks import with_masks
 from relayrl.envs.packed import PackDict, packable
 from relayrl.envs.spaces import image_layout
@@ -96,10 +100,11 @@ def _check_id(env_id: str) -> str:
 
 
 def make(env_id: str, *, max_episode_steps: int | None = None, render_mode: str | None = None,
-         frame_stack: int | None = None, atari_preprocessing: bool = True, pack_dict: bool = True,
-         **kwargs: Any) -> gym.Env:
+         frame_stack: int | None = None, atari_preprocessing: bool = True, resize: Sequence[int] | None = None,
+         grayscale: bool = False, pack_dict: bool = True, **kwargs: Any) -> gym.Env:
     """``gymnasium.make`` with a clear error for an unknown id or bad keyword arguments, and the
-    preprocessing of the module docstring (``frame_stack`` None: 4 for Atari games, else none).
+    preprocessing of the module docstring (``frame_stack`` None: 4 for Atari games, else none), and
+    ``grayscale`` / ``resize`` (envs/imageobs.py) before the stack.
 
     ``env_id`` may be ``"package.module:EnvId"`` to import the module that registers the env first
     (that is how worker processes find envs registered by user code).
@@ -112,6 +117,12 @@ def make(env_id: str, *, max_episode_steps: int | None = None, render_mode: str 
     env = _make(env_id, max_episode_steps, render_mode, kwargs)
     if atari:
         env = _atari(env, env_id)
+    if resize is not None or grayscale:
+        try:
+            env = shrink_images(env, resize=resize, grayscale=grayscale)
+        except BaseException:
+            env.close()
+            raise
     if frame_stack and frame_stack > 1:
         env = stack_frames(env, frame_stack)
     env = with_masks(env)  # a Dict's action_mask entry goes to the info first: it is no observation to pack

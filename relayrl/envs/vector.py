@@ -23,6 +23,7 @@ import gymnasium as gym
 import numpy as np
 
 from relayrl.envs import spaces
+from relayrl.envs.imageobs import wrappers_in_use
 from relayrl.envs.masks import masked_factories
 from relayrl.envs.registry import make
 from relayrl.envs.runner import EnvFactory, EnvRunner, StepArrays, action_dtype
@@ -204,7 +205,7 @@ class EnvMaker:
                  render_mode: str | None = None, wrapping: dict[str, Any] | None = None):
         self.env_id, self.kwargs = env_id, dict(kwargs or {})
         self.max_episode_steps, self.render_mode = max_episode_steps, render_mode
-        self.wrapping = dict(wrapping or {})  # make()'s frame_stack, atari_preprocessing
+        self.wrapping = dict(wrapping or {})  # make()'s frame_stack, atari_preprocessing, resize, grayscale
 
     def __call__(self) -> gym.Env:
         return make(self.env_id, max_episode_steps=self.max_episode_steps, render_mode=self.render_mode,
@@ -220,7 +221,8 @@ def make_vec(env_id_or_factory: str | EnvFactory, num_envs: int, *, manager: str
 
     Args:
         env_kwargs: keyword arguments for every env, or a list with one dict per env (ids only).
-        wrapping: ``make``'s preprocessing options (``frame_stack``, ``atari_preprocessing``; ids only).
+        wrapping: ``make``'s preprocessing options (``frame_stack``, ``atari_preprocessing``, ``resize``,
+            ``grayscale``; ids only).
         workers: processes for ``subproc`` / ``async`` (default: one per core, at most num_envs).
         seed: when given, envs are reset with seeds ``seed + k``.
         options: manager options: ``max_restarts``; for subproc/async ``step_timeout``,
@@ -234,9 +236,11 @@ def make_vec(env_id_or_factory: str | EnvFactory, num_envs: int, *, manager: str
         return _make_native(env_id_or_factory, num_envs, seed, env_kwargs, max_episode_steps, render_mode,
                             wrapping, workers, options)
     if callable(env_id_or_factory):
-        if env_kwargs or any(v not in (None, True) for v in (wrapping or {}).values()):
-            raise EnvError("env_kwargs and frame_stack apply to env ids; bind arguments and wrappers into the "
-                           "factory instead")
+        wrappers = wrappers_in_use(wrapping)
+        if env_kwargs or wrappers:
+            what = ", ".join(["env_kwargs"] * bool(env_kwargs) + wrappers)
+            raise EnvError(f"{what}: env_kwargs and the wrapper options apply to env ids; bind arguments and "
+                           "wrappers into the factory instead")
         factories = [env_id_or_factory] * num_envs
     else:
         per_env = env_kwargs if isinstance(env_kwargs, list) else [env_kwargs or {}] * num_envs

@@ -23,6 +23,10 @@ The choice (``choose``), from the observation space alone:
   (``check_space`` and ``choose``): a rank-2 or rank >= 4 Box, a rank-3 Box of another dtype
   (int16, ...) or of floats outside [0, 1], a Dict or Tuple space not packed by ``relayrl.envs.make``.
 
+Big images make a big first layer: the Nature CNN on 280x480 frames (PettingZoo's cooperative_pong) has a
+57M-weight linear layer after its convolutions. Above ``BIG_LAYER`` (10M) weights a warning names the size
+and the fix (``env.resize``, ``env.grayscale``: relayrl/envs/imageobs.py), once per process.
+
 Channel layout (``image_layout``): the channels are the smaller of the first and the last axis
 ((4, 84, 84) is channels-first, (84, 84, 3) and MinAtar's (10, 10, 4) channels-last); when the two
 are equal ((10, 10, 10), MinAtar's Seaquest) the image is read channels-last, Gymnasium's and
@@ -37,6 +41,7 @@ references too, to ask for one by name: ``"relayrl.policy.encoders:nature_cnn"``
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -53,9 +58,13 @@ from relayrl.errors import ConfigError, EnvError
 from relayrl.policy.encoder import build_encoder
 from relayrl.policy.packed import OnPacked
 
-__all__ = ["NATURE_MIN", "ImageLayout", "NatureCNN", "SmallCNN", "OneHot", "DictEncoder", "check_space", "is_image",
-           "image_layout", "choose", "make_encoder", "nature_cnn", "small_cnn", "one_hot", "auto"]
+__all__ = ["NATURE_MIN", "BIG_LAYER", "ImageLayout", "NatureCNN", "SmallCNN", "OneHot", "DictEncoder", "check_space",
+           "is_image", "image_layout", "choose", "make_encoder", "warn_big_layer", "nature_cnn", "small_cnn", "one_hot",
+           "auto"]
 
+BIG_LAYER = 10_000_000  # weights of a CNN's first linear layer above which warn_big_layer warns (40 MB per network)
+_warned: set[tuple[str, ImageLayout, int]] = set()
+log = logging.getLogger("relayrl")
 NATURE_MIN = 36  # the smallest side the Nature CNN's three convolutions fit in (36 -> 8 -> 3 -> 1)
 ARRAY_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
 SUPPORTED = ("a Box of rank 0 or 1 (an MLP on it), an image (a rank-3 Box of uint8, bool, or floats in [0, 1], "
@@ -212,6 +221,30 @@ class _ImageEncoder(nn.Module):
         with torch.no_grad():
             return int(self.convs(torch.zeros(1, layout.channels, layout.height, layout.width)).shape[1])
 
+    def _linear(self, features: int) -> nn.Linear:
+        """The linear layer from the flattened convolutions to ``features``; warns (``warn_big_layer``) when the
+        images make it huge."""
+        width = self._width()
+        warn_big_layer(type(self).__name__, self.layout, width, features)
+        return _init(nn.Linear(width, features))
+
+
+def warn_big_layer(network: str, layout: ImageLayout, width: int, features: int) -> bool:
+    """Log a warning, once per process for each network and image size, when the linear layer after a CNN's
+    convolutions would have more than ``BIG_LAYER`` weights, naming the fix (smaller images); True if it warned."""
+    weights = width * features
+    key = (network, layout, features)
+    if weights <= BIG_LAYER or key in _warned:
+        return False
+    _warned.add(key)
+    rgb = " --set env.grayscale=true" if layout.channels == 3 else ""
+    log.warning(f"{network} on {layout.height}x{layout.width}x{layout.channels} images: the linear layer "
+                f"after its convolutions has {width} x {features} = {weights / 1e6:.1f}M weights "
+                f"({weights * 4 / 2**20:.0f} MB per network), slow to train and to checkpoint. Fix: shrink the images, "
+                f"e.g. --set env.resize=[84,84]{rgb} (relayrl's Gymnasium wrappers, docs/usage.md), or give your "
+                f"own encoder")
+    return True
+
 
 class NatureCNN(_ImageEncoder):
     """The DQN Nature paper's network (Mnih et al. 2015): 32 8x8 filters at stride 4, 64 4x4 at stride 2, 64 3x3
@@ -229,7 +262,7 @@ class NatureCNN(_ImageEncoder):
             raise EnvError(f"observation space {space}: the Nature CNN needs images of at least {NATURE_MIN} pixels "
                            f"on each side, these are {self.layout.height}x{self.layout.width}: use the small CNN "
                            f"(relayrl.policy.encoders:small_cnn)")
-        self.net = nn.Sequential(self.convs, _init(nn.Linear(self._width(), features)), nn.ReLU())
+        self.net = nn.Sequential(self.convs, self._linear(features), nn.ReLU())
         self.features = features
 
 
@@ -243,7 +276,7 @@ class SmallCNN(_ImageEncoder):
         padding = 1 if min(layout.height, layout.width) < 3 else 0
         self.convs = nn.Sequential(_init(nn.Conv2d(layout.channels, 16, 3, stride=1, padding=padding)), nn.ReLU(),
                                    nn.Flatten())
-        self.net = nn.Sequential(self.convs, _init(nn.Linear(self._width(), features)), nn.ReLU())
+        self.net = nn.Sequential(self.convs, self._linear(features), nn.ReLU())
         self.features = features
 
 

@@ -12,12 +12,13 @@ import numpy as np
 from relayrl.algos import get_algo
 from relayrl.config import validate
 from relayrl.envs.masks import info_mask
-from relayrl.envs.multiagent import MultiAgentVectorEnv, is_pettingzoo, pettingzoo_factory
+from relayrl.envs.multiagent import MultiAgentVectorEnv, agent_env_factory, is_pettingzoo, pettingzoo_factory
 from relayrl.envs.native import in_process_manager
 from relayrl.envs.registry import make
 from relayrl.envs.vector import make_vec
 from relayrl.errors import CheckpointError, ConfigError, EnvError
 from relayrl.io.checkpoint import Checkpoint, explain_load_error, load_checkpoint
+from relayrl.io.video import VisibleFrames, write_gif
 from relayrl.training.agents import AgentEvaluator
 from relayrl.training.evaluator import Evaluator
 
@@ -60,8 +61,7 @@ def _spaces_env(env_id: str, config) -> gym.Env | _AgentSpaces:
 
 
 def _pettingzoo_envs(env_id: str, config, copies: int) -> MultiAgentVectorEnv:
-    factory, kwargs = pettingzoo_factory(env_id), dict(config.env.kwargs)
-    return MultiAgentVectorEnv([lambda: factory(**kwargs)] * copies)
+    return MultiAgentVectorEnv([agent_env_factory(config, pettingzoo_factory(env_id))] * copies)
 
 
 def evaluate_checkpoint(path: Path | Checkpoint, episodes: int = 10, env_id: str | None = None, seed: int = 0,
@@ -114,7 +114,8 @@ def require_video() -> None:
 
 
 def _rgb_env(env_id: str, config, flag: str) -> gym.Env:
-    """The env with ``render_mode="rgb_array"``, or an EnvError naming ``flag`` to drop."""
+    """The env with ``render_mode="rgb_array"`` and its frames made visible (``relayrl.io.video.VisibleFrames``),
+    or an EnvError naming ``flag`` to drop."""
     # frames to an array need no window: without this, pygame-drawn envs (classic control) make SDL look for a
     # display and print "XDG_RUNTIME_DIR is invalid or not set" on a headless machine, although nothing fails
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
@@ -123,7 +124,7 @@ def _rgb_env(env_id: str, config, flag: str) -> gym.Env:
     if "rgb_array" not in env.metadata.get("render_modes", []):
         env.close()
         raise EnvError(f"{env_id} cannot render to rgb_array, so no episode can be recorded; drop {flag}")
-    return env
+    return VisibleFrames(env)  # uint8 RGB of at least 160 px a side: MinAtar's 10x10 [0, 1] colours are no picture
 
 
 def record_videos(policy, env_id: str, config, folder: Path, episodes: int = 1, seed: int = 0,
@@ -163,9 +164,8 @@ def record_videos(policy, env_id: str, config, folder: Path, episodes: int = 1, 
 
 
 def record_episode(policy, env_id: str, config, path: Path, seed: int = 0, max_frames: int = 1000) -> Path:
-    """Run one deterministic episode with ``render_mode="rgb_array"`` and write it as a GIF."""
-    from relayrl.io.video import write_gif
-
+    """Run one deterministic episode with ``render_mode="rgb_array"`` and write it as a GIF (every frame, the
+    reset's and each step's)."""
     env = _rgb_env(env_id, config, "--render")
     obs, info = env.reset(seed=seed)
     try:

@@ -204,6 +204,8 @@ class ReplayLearning:
         sums: dict[str, float] = {}
         staleness, start = self.buffer.max_staleness is not None, self.updates
         for _ in range(updates):
+            if self.algo.stopping():  # Ctrl-C: the round's remaining updates wait for no one
+                break
             batch = self.buffer.sample(self.batch_size, version=self.algo.policy.version if staleness else None)
             if batch is None:  # everything was evicted (max_use, max_staleness): wait for new transitions
                 break

@@ -100,8 +100,9 @@ class Trainer:
             run_dir: where to write the run (default ``runs/<env>_<algo>_<timestamp>``).
             resume: continue the run in ``run_dir`` from its last checkpoint.
             previous: start from this checkpoint's policy weights (and normaliser) only.
-            stop_event: when set (e.g. by Ctrl-C), training stops after the current round, writing the
-                last checkpoint and the summary.
+            stop_event: when set (e.g. by Ctrl-C), training stops within the current round (the algorithm
+                ends a long learning iteration early: ``Algorithm.stop_on``), writing the last checkpoint and
+                the summary.
             hooks: extra learner hooks as ``(position, fn, options)``, e.g.
                 ``("after_iter", print_kl, {"freq": 10, "priority": 50})``; ``fn`` gets a HookContext.
         """
@@ -162,6 +163,7 @@ class Trainer:
         cfg.check(config.algo)  # combinations of options that would silently do nothing, e.g. PPO's prenorm
         self.algo = entry.algo_cls(cfg, experience.observation_space, experience.action_space, experience.columns)
         self.algo.bind_env(config.env.id)  # what depends on the env itself, e.g. PPO's built-in mirror specs
+        self.algo.stop_on(self.stop_event)  # Ctrl-C ends a long learning iteration early (PPO: between minibatches)
         self.algo.to(resolve_device(config.device, self.algo.devices, config.algo))  # (refused before any file)
         if config.threads == -1:  # before config.yaml is written, so it records the pick
             config = resolve_threads(config, self.algo)
@@ -232,6 +234,9 @@ class Trainer:
                     break
                 work = self.collect()
                 self.learn(work)
+                if self.stop_event is not None and self.stop_event.is_set():  # no evaluation on the way out
+                    stop_reason = "interrupted"
+                    break
                 if config.eval.freq and ctx.env_steps >= next_eval:
                     next_eval = _next_multiple(ctx.env_steps, config.eval.freq)
                     if self.evaluate():
