@@ -357,7 +357,7 @@ class Trainer:
         if summary is None or summary.get("env_steps") != state.env_steps:
             reached = state.time_to_stop_value_s is not None and state.last_eval_steps == state.env_steps
             summary = _summary(self.config, state, self.stop_value, "stop_value" if reached else "total_steps")
-            with self.lock.acquire():
+            with self.lock:  # (released when set-up found nothing to do)
                 write_summary(self.run_dir, summary)
         summary["run_dir"] = str(self.run_dir)
         return summary

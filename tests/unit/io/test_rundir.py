@@ -173,3 +173,40 @@ def test_every_file_of_a_run_follows_the_umask(tmp_path, umask):
                  "checkpoints/best.json", "checkpoints/last.safetensors"):
         assert name in files
     assert files == dict.fromkeys(files, 0o666 & ~umask)  # as `open(path, "w")` makes them
+
+
+def test_a_resume_with_nothing_left_writes_only_a_missing_summary(tmp_path, caplog):
+    """Killed after its final checkpoint, before summary.json: the resume writes the summary and nothing else."""
+    import logging
+
+    from relayrl.training.trainer import train
+
+    first = train(tiny(), run_dir=tmp_path / "run", tensorboard=False)
+    (tmp_path / "run" / "summary.json").unlink()
+    before = {k: v for k, v in snapshot(tmp_path / "run").items() if k != ".lock"}
+    caplog.set_level(logging.INFO, logger="relayrl")
+    again = train(tiny(), run_dir=tmp_path / "run", resume=True, tensorboard=False)
+    assert "already complete, nothing to train" in caplog.text and "--total-steps" in caplog.text
+    after = {k: v for k, v in snapshot(tmp_path / "run").items() if k != ".lock"}
+    assert after.pop("summary.json") and after == before
+    for key in ("env_steps", "updates", "best_eval_return", "last_eval_return", "stop_reason"):
+        assert again[key] == first[key] == read_summary(tmp_path / "run")[key], key
+
+
+def test_a_resume_of_a_run_that_reached_its_stop_value_says_how_to_go_on(tmp_path, caplog):
+    import logging
+
+    from relayrl.config import build_config
+    from relayrl.training.trainer import train
+
+    config = build_config("ppo", {"env": {"id": "relayrl.testing.envs:relayrl-test/Faulty-v0"}},  # returns 10
+                          ["env.num_envs=2", "ppo.num_steps=16", "ppo.batch_size=16", "ppo.epochs=1",
+                           "eval.freq=32", "eval.episodes=1", "eval.num_envs=1"], {"total_steps": 640, "stop_value": 5})
+    first = train(config, run_dir=tmp_path / "run", tensorboard=False)
+    assert first["stop_reason"] == "stop_value" and first["env_steps"] == 32
+    caplog.set_level(logging.INFO, logger="relayrl")
+    again = train(config, run_dir=tmp_path / "run", resume=True, tensorboard=False)
+    assert again["env_steps"] == 32 and "reached stop value 5" in caplog.text and "--stop-value" in caplog.text
+    higher = train(config.model_copy(update={"stop_value": 20.0, "total_steps": 64}), run_dir=tmp_path / "run",
+                   resume=True, tensorboard=False)
+    assert higher["env_steps"] == 64  # a higher stop value: there is something to do again
