@@ -61,9 +61,9 @@ def check_fresh_run_dir(run_dir: Path) -> None:
     held = sorted(p.name for p in run_dir.iterdir() if p.name != LOCK_FILE)
     if held:
         shown = ", ".join(held[:4]) + (f" and {len(held) - 4} more" if len(held) > 4 else "")
-        raise CheckpointError(f"run directory {str(run_dir)!r} is not empty ({shown}): continue that run with "
-                              f"--resume {shlex.quote(str(run_dir))} (resume=True in Python), or start a new one in a fresh "
-                              "directory (another --run-dir, or none for runs/<env>_<algo>_<time>)")
+        raise CheckpointError(f"run directory {str(run_dir)!r} is not empty ({shown}): continue that run "
+                              f"with --resume {shlex.quote(str(run_dir))} (resume=True in Python), or start a new "
+                              "one in a fresh directory (another --run-dir, or none for runs/<env>_<algo>_<time>)")
 
 
 def discard_new_run(run_dir: Path, remove_dir: bool) -> None:

@@ -32,7 +32,8 @@ from relayrl.errors import CheckpointError, ConfigError, NonFiniteError
 from relayrl.io.checkpoint import (copy_checkpoint, explain_load_error, load_checkpoint, load_newest,
                                    save_checkpoint, write_json_copy)
 from relayrl.io.metrics import MetricsLogger, check_tracking
-from relayrl.io.rundir import RunLock, check_fresh_run_dir, discard_new_run, new_run_dir, read_summary, write_summary
+from relayrl.io.rundir import (RunLock, check_fresh_run_dir, discard_new_run, new_run_dir, read_summary,
+                                write_summary)
 from relayrl.policy.device import resolve_device
 from relayrl.training.experience import Experience, GymExperience, SourceExperience
 from relayrl.training.learner import HookContext, Learner
@@ -445,8 +446,9 @@ def _restore_best(resumed_from: Path, state: RunState) -> None:
 
 
 def _already_complete(state: RunState, total_steps: int, stop_value: float | None) -> str | None:
-    """Why a resumed run has nothing left to do (None when it has): how to train it further."""
-    if state.env_steps >= total_steps:
+    """Why a resumed run has nothing left to do (None when it has): how to train it further. A run stopped
+    (Ctrl-C) in its last round has its final evaluation left to do."""
+    if state.env_steps >= total_steps and state.last_eval_steps == state.env_steps:
         return (f"its {state.env_steps} env steps reach total_steps {total_steps}; to train it further, resume "
                 f"with a larger --total-steps (e.g. --total-steps {2 * total_steps}; total_steps= in Python)")
     if (stop_value is not None and state.last_eval_return is not None and state.last_eval_steps == state.env_steps

@@ -99,7 +99,8 @@ def test_the_experiment_record_appends_each_start_and_resume(tmp_path):
     ("pettingzoo:pettingzoo.mpe:simple_spread_v3", "ppo", "pettingzoo-pettingzoo.mpe-simple_spread_v3_ppo_"),
     ("bridge:python -m relayrl.bridge.examples.ball3d --agents 4", "sac",
      "bridge-python-m-relayrl.bridge.examples.ball3d-agents-4_sac_"),
-    ("examples.my_env:make_env", "examples.reinforce:reinforce", "examples.my_env-make_env_examples.reinforce-reinforce_"),
+    ("examples.my_env:make_env", "examples.reinforce:reinforce",
+     "examples.my_env-make_env_examples.reinforce-reinforce_"),
     ("../..", "ppo", "run_ppo_"),  # never a hidden folder or one that climbs out of runs/
 ])
 def test_run_directory_names_keep_to_letters_digits_dots_dashes_underscores(tmp_path, env_id, algo, expected):
