@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
 import time
 
 from relayrl.config import build_config
@@ -78,7 +79,8 @@ def ppo_time(backend: str, workers: int, seed: int) -> float | None:
 
     config = build_config("ppo", None, [f"backend={backend}", f"workers={workers}",
                                         f"env.num_envs={8 // workers}"], {"seed": seed, "total_steps": 200_000})
-    summary = train(config, run_dir=f"/tmp/relayrl-scaling-{backend}-{workers}-{seed}", tensorboard=False)
+    run_dir = tempfile.mkdtemp(prefix=f"relayrl-scaling-{backend}-{workers}-{seed}-")  # a new run each time
+    summary = train(config, run_dir=run_dir, tensorboard=False)
     return summary["time_to_stop_value_s"]
 
 

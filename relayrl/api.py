@@ -23,6 +23,7 @@ import gymnasium as gym
 from relayrl.config import RunConfig, build_config, read_yaml
 from relayrl.core import Policy
 from relayrl.errors import ConfigError
+from relayrl.io.rundir import check_fresh_run_dir
 
 EnvLike = str | Callable[[], gym.Env]
 
@@ -57,6 +58,10 @@ def train(algo: str, env: EnvLike | None = None, config: dict[str, Any] | str | 
             None: the config's ``env.id``.
         config: options as a dict (the YAML layout: ``{"ppo": {"epochs": 5}, "env": {"num_envs": 4}}``),
             a YAML file, or a ``RunConfig``; the keyword arguments override it.
+        run_dir: a new or empty folder (default ``runs/<env>_<algo>_<timestamp>``, new each call); a folder
+            holding another run is refused (a ``CheckpointError``) unless ``resume`` continues that run.
+        resume: continue the run in ``run_dir``; one with nothing left to do (its ``total_steps`` reached)
+            trains nothing, logs why, and returns its summary.
     """
     if isinstance(config, RunConfig):
         if config.algo != algo:
@@ -70,6 +75,8 @@ def train(algo: str, env: EnvLike | None = None, config: dict[str, Any] | str | 
     overrides = {"env.id": env_id, "total_steps": total_steps, "stop_value": stop_value, "seed": seed,
                  "backend": backend, "workers": workers}
     cfg = build_config(algo, data, (), overrides)
+    if run_dir is not None and not resume:
+        check_fresh_run_dir(Path(run_dir))  # before any env, worker or simulator starts
     if local:
         if cfg.resolved_backend != "inline" or cfg.workers != 1:
             raise ConfigError(f"env factory {env!r} is defined where other processes cannot import it (a script "

@@ -36,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train an algorithm on an environment",
                        description=f"Train ALGO ({algos}) on an environment until the stop value or --total-steps.",
                        epilog=EPILOG)
-    p.add_argument("algo", metavar="ALGO", help=f"algorithm: one of {algos}")
+    p.add_argument("algo", metavar="ALGO", nargs="?",
+                   help=f"algorithm: one of {algos} (with --resume: optional, the run records it)")
     p.add_argument("--env", help="Gymnasium env id, e.g. CartPole-v1 (default: the config's env.id)")
     p.add_argument("--config", type=Path, help="YAML file of options (see `relayrl config ALGO`)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
@@ -44,8 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int)
     p.add_argument("--total-steps", type=int, help="stop after this many env steps")
     p.add_argument("--stop-value", type=float, help="stop once the eval mean return reaches this")
-    p.add_argument("--run-dir", type=Path, help="where to write the run (default runs/<env>_<algo>_<time>)")
-    p.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue a stopped run from its last checkpoint")
+    p.add_argument("--run-dir", type=Path,
+                   help="where to write the run: a new or empty folder (default runs/<env>_<algo>_<time>)")
+    p.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue a stopped run from its last checkpoint "
+                   "(its algorithm and options, changed by the ones given here)")
     p.add_argument("--previous", type=Path, metavar="CHECKPOINT",
                    help="start from another run's policy weights and normaliser")
     p.add_argument("--backend", choices=["auto", "inline", "mp", "ray"],
@@ -177,7 +180,7 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from relayrl.config import build_config, default_config, diff_configs, read_yaml
-    from relayrl.io.rundir import new_run_dir, write_experiment_record
+    from relayrl.io.rundir import check_fresh_run_dir, new_run_dir, write_experiment_record
     from relayrl.launch import train
 
     overrides = {"env.id": args.env, "seed": args.seed, "total_steps": args.total_steps,
@@ -191,13 +194,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         if args.previous is not None:
             raise ConfigError("--resume and --previous exclude each other: resume continues a run, "
                               "previous starts a new one from a checkpoint")
-        saved_file = args.resume / "config.yaml"
-        if not saved_file.is_file():
-            raise ConfigError(f"--resume {str(args.resume)!r}: no config.yaml there; pass a run directory "
-                              "written by relayrl train")
-        saved = build_config(args.algo, read_yaml(saved_file))
+        algo, saved_data = _resumed_run(args.resume, args.algo)
+        saved = build_config(algo, saved_data)
         file_data = read_yaml(args.config) if args.config else {}
-        config = build_config(args.algo, {**saved.model_dump(), **file_data}, args.sets, overrides)
+        config = build_config(algo, {**saved.model_dump(), **file_data}, args.sets, overrides)
         if config.env.id != saved.env.id:
             raise ConfigError(f"--resume cannot change the env ({saved.env.id} -> {config.env.id}); "
                               "use --previous to start a new run from this one's weights")
@@ -206,8 +206,13 @@ def cmd_train(args: argparse.Namespace) -> int:
             print(f"relayrl: resume with a changed option: {change}", file=sys.stderr)
         run_dir = args.resume
     else:
+        if args.algo is None:
+            raise ConfigError("relayrl train needs ALGO, e.g. `relayrl train ppo --env CartPole-v1` (only with "
+                              "--resume RUN_DIR does it come from the run)")
         config = build_config(args.algo, read_yaml(args.config) if args.config else None, args.sets, overrides)
         changes = diff_configs(default_config(args.algo), config)
+        if run_dir is not None:
+            check_fresh_run_dir(run_dir)  # before any env, worker or simulator starts
         run_dir = run_dir if run_dir is not None else new_run_dir(config.env.id, config.algo)
 
     if config.net.remote_env and config.net.server is None:
@@ -232,6 +237,27 @@ def cmd_train(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, previous_handler)
     _print_summary(summary)
     return EXIT_INTERRUPTED if summary["stop_reason"] == "interrupted" else 0
+
+
+def _resumed_run(run_dir: Path, algo: str | None) -> tuple[str, dict]:
+    """The algorithm and saved options of the run ``--resume`` names (ALGO, if given, must be the run's)."""
+    from relayrl.config import read_yaml
+
+    if not run_dir.is_dir():
+        raise ConfigError(f"--resume {str(run_dir)!r}: no such run directory; pass the folder of a run that "
+                          "relayrl train wrote (runs/<env>_<algo>_<time>, or its --run-dir)")
+    saved_file = run_dir / "config.yaml"
+    if not saved_file.is_file():
+        raise ConfigError(f"--resume {str(run_dir)!r}: no config.yaml there, so it is not a relayrl run; pass "
+                          "the folder of a run that relayrl train wrote")
+    data = read_yaml(saved_file)
+    saved_algo = data.get("algo")
+    if not isinstance(saved_algo, str):
+        raise ConfigError(f"{str(saved_file)!r} names no algo: it was not written by relayrl train")
+    if algo is not None and algo != saved_algo:
+        raise ConfigError(f"--resume {str(run_dir)!r} is a {saved_algo} run, not {algo}: drop ALGO (the run "
+                          f"records it) or pass {saved_algo}; to train {algo} from its weights, start a new run")
+    return saved_algo, data
 
 
 def _print_summary(summary: dict) -> None:

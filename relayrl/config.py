@@ -378,12 +378,23 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}".replace("\n", " ")) from None
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {_yaml_problem(exc)}; fix it there") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file {str(path)!r} must hold a mapping of options, got {type(data).__name__}")
     return data
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's error as one line that points into the file: ``line 3, column 4: expected ...``."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: {exc.problem or 'syntax error'}"
+        if exc.context and exc.context_mark is not None:
+            where += f" ({exc.context} at line {exc.context_mark.line + 1}, column {exc.context_mark.column + 1})"
+        return where
+    return " ".join(str(exc).split())
 
 
 def build_config(

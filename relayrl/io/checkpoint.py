@@ -95,6 +95,23 @@ def save_checkpoint(path: Path, state: dict[str, Any], meta: dict[str, Any]) -> 
     return path
 
 
+def copy_checkpoint(source: Path, target: Path) -> Path:
+    """Write checkpoint ``source`` again as ``target`` (both ``.safetensors``), with its JSON copy."""
+    source, target = Path(source).with_suffix(".safetensors"), Path(target).with_suffix(".safetensors")
+    atomic_write_bytes(target, source.read_bytes())
+    write_json_copy(target)
+    return target
+
+
+def write_json_copy(path: Path) -> None:
+    """(Re)write the ``NAME.json`` copy of checkpoint ``NAME.safetensors``'s metadata, e.g. after a kill
+    between the two files' writes."""
+    path = Path(path).with_suffix(".safetensors")
+    with safe_open(str(path), framework="pt") as f:
+        meta = json.loads((f.metadata() or {})["relayrl"])
+    atomic_write_text(path.with_suffix(".json"), json.dumps(meta, indent=1))
+
+
 def load_checkpoint(path: str | Path) -> Checkpoint:
     """Load a checkpoint file, or the best (else last) checkpoint of a run directory."""
     path = resolve_checkpoint(path)
@@ -176,8 +193,10 @@ def resolve_checkpoint(path: str | Path, prefer: tuple[str, ...] = ("best", "las
                 return candidate
         raise CheckpointError(f"no checkpoint ({' or '.join(prefer)}) in {str(folder)!r}: "
                               "pass a run directory that has trained, or a .safetensors file")
+    given = path
     if path.suffix in ("", ".json"):
         path = path.with_suffix(".safetensors")
     if not path.is_file():
-        raise CheckpointError(f"checkpoint {str(path)!r} not found: pass a run directory or a .safetensors file")
+        what = "run directory or checkpoint" if given.suffix == "" else "checkpoint"
+        raise CheckpointError(f"{what} {str(given)!r} not found: pass a run directory or a .safetensors file")
     return path

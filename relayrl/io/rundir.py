@@ -6,6 +6,9 @@ import fcntl
 import json
 import logging
 import os
+import re
+import shlex
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -23,14 +26,61 @@ SUMMARY_KEYS = (
 )
 
 
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+NAME_PART_MAX = 60  # a bridge command can be long; the name only has to tell runs apart at a glance
+
+
+def name_part(text: str) -> str:
+    """``text`` as a piece of a folder name: runs of anything but ``[A-Za-z0-9._-]`` (``:``, ``/``, spaces
+    of "pettingzoo:pkg:env_fn" or "bridge:python -m sim") become one ``-``; no leading dot or dash, and
+    at most NAME_PART_MAX characters."""
+    part = re.sub("-{2,}", "-", _UNSAFE.sub("-", text))[:NAME_PART_MAX].strip("-.")
+    return part or "run"
+
+
 def new_run_dir(env_id: str, algo: str, root: Path = Path("runs")) -> Path:
-    """``runs/<env>_<algo>_<timestamp>``; a suffix keeps two runs started in one second apart."""
+    """``runs/<env>_<algo>_<timestamp>``, in ``[A-Za-z0-9._-]``; a suffix keeps two runs started in one
+    second apart."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = root / f"{env_id.replace('/', '-')}_{algo}_{stamp}"
+    base = root / f"{name_part(env_id)}_{name_part(algo)}_{stamp}"
     path, k = base, 1
     while path.exists():
         path, k = Path(f"{base}-{k}"), k + 1
     return path
+
+
+def check_fresh_run_dir(run_dir: Path) -> None:
+    """Refuse to start a new run in a folder that already holds files (another run's metrics,
+    checkpoints or summary would be mixed with or overwritten by this one's). A missing or empty folder
+    is fine; so is one holding only the lock file of a run refused before it wrote anything."""
+    run_dir = Path(run_dir)
+    if not run_dir.exists():
+        return
+    if not run_dir.is_dir():
+        raise CheckpointError(f"run directory {str(run_dir)!r} is a file: pass a folder to write the run in")
+    held = sorted(p.name for p in run_dir.iterdir() if p.name != LOCK_FILE)
+    if held:
+        shown = ", ".join(held[:4]) + (f" and {len(held) - 4} more" if len(held) > 4 else "")
+        raise CheckpointError(f"run directory {str(run_dir)!r} is not empty ({shown}): continue that run "
+                              f"with --resume {shlex.quote(str(run_dir))} (resume=True in Python), or start a new "
+                              "one in a fresh directory (another --run-dir, or none for runs/<env>_<algo>_<time>)")
+
+
+def discard_new_run(run_dir: Path, remove_dir: bool) -> None:
+    """Take back what a new run wrote in ``run_dir`` before it failed to start (call it holding the run's
+    lock: ``check_fresh_run_dir`` found the folder empty, so everything there is this run's), and the
+    folder itself if the run made it."""
+    run_dir = Path(run_dir)
+    for path in run_dir.iterdir():  # the lock file too: the run never was
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    if remove_dir:
+        try:
+            run_dir.rmdir()
+        except OSError:  # something appeared meanwhile: leave it
+            pass
 
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
@@ -87,7 +137,7 @@ class RunLock:
 
     def acquire(self) -> "RunLock":
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)  # less the umask, as every file of the run
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -29,9 +29,11 @@ from relayrl.algos import get_algo
 from relayrl.config import RunConfig, save_config
 from relayrl.core import SampleSource
 from relayrl.errors import CheckpointError, ConfigError, NonFiniteError
-from relayrl.io.checkpoint import explain_load_error, load_checkpoint, load_newest, save_checkpoint
+from relayrl.io.checkpoint import (copy_checkpoint, explain_load_error, load_checkpoint, load_newest,
+                                   save_checkpoint, write_json_copy)
 from relayrl.io.metrics import MetricsLogger, check_tracking
-from relayrl.io.rundir import RunLock, new_run_dir, write_summary
+from relayrl.io.rundir import (RunLock, check_fresh_run_dir, discard_new_run, new_run_dir, read_summary,
+                                write_summary)
 from relayrl.policy.device import resolve_device
 from relayrl.training.experience import Experience, GymExperience, SourceExperience
 from relayrl.training.learner import HookContext, Learner
@@ -87,7 +89,9 @@ def train(config: RunConfig, *, experience: Experience | None = None, samples: S
 
 class Trainer:
     """One run (module docstring). Everything that can fail on bad input fails in ``__init__``,
-    before the run directory is written; the Trainer closes ``experience`` when the run ends."""
+    before the run directory is written (a new run that fails to open, e.g. W&B refusing to start, takes
+    back what it wrote); the Trainer closes ``experience`` when the run ends. A resume of a run that has
+    nothing left to do (``complete``) trains nothing and writes nothing (but a missing summary)."""
 
     def __init__(self, config: RunConfig, experience: Experience, *, run_dir: Path | str | None = None,
                  resume: bool = False, previous: Path | str | None = None, quiet: bool = True,
@@ -106,18 +110,29 @@ class Trainer:
         self.experience, self.stop_event = experience, stop_event
         self.lock: RunLock | None = None
         self.logger: MetricsLogger | None = None
+        self.complete: str | None = None  # on a resume: why the run has nothing left to do
+        self._created_dir = False
+        self._new_run_written = False  # True once this new run, alone in its folder, may have written there
         try:
             self._set_up(config, run_dir, resume, previous)
-            self._open_run(quiet, tensorboard, hooks)
+            if self.complete is None:
+                self._open_run(quiet, tensorboard, hooks)
         except BaseException:
             try:
                 if self.logger is not None:
                     self.logger.close(failed=True)
             finally:
-                if self.lock is not None:
-                    self.lock.release()
-                experience.close()
+                try:
+                    if self._new_run_written:  # nothing trained: leave no half-made run behind
+                        discard_new_run(self.run_dir, remove_dir=self._created_dir)
+                finally:
+                    if self.lock is not None:
+                        self.lock.release()
+                    experience.close()
             raise
+        if self.complete is not None:
+            self.lock.release()
+            experience.close()
 
     # ------------------------------------------------------------------ set up
 
@@ -131,6 +146,8 @@ class Trainer:
         if resume and run_dir is None:
             raise CheckpointError("resume needs the run directory to continue")
         self.run_dir = Path(run_dir) if run_dir is not None else new_run_dir(config.env.id, config.algo)
+        if not resume:
+            check_fresh_run_dir(self.run_dir)  # never mix a new run into another's files
         if config.threads is None:  # by the observations: torch's default for images, 1 for vectors
             config = config.model_copy(update={"threads": default_threads(experience.observation_space)})
         if config.threads > 0:  # (-1 is resolved below, by timing the algorithm once it exists)
@@ -157,6 +174,9 @@ class Trainer:
         if resume:  # the lock first: no other process may be training in the run we restore
             self.lock = RunLock(self.run_dir).acquire()
             self.state, source_state = _restore(self.run_dir, self.algo)
+            self.complete = _already_complete(self.state, config.total_steps, self.stop_value)
+            if self.complete is not None:
+                return
         elif previous is not None:
             _load_previous(previous, self.algo, config)
         samples = experience.source(self.algo.policy, cfg, self.on_policy)
@@ -174,7 +194,10 @@ class Trainer:
     def _open_run(self, quiet: bool, tensorboard: bool, hooks: Hooks) -> None:
         config, state = self.config, self.state
         if self.lock is None:
+            self._created_dir = not self.run_dir.exists()
             self.lock = RunLock(self.run_dir).acquire()  # (creates the run directory)
+            check_fresh_run_dir(self.run_dir)  # again, under the lock: two runs started at once in one folder
+            self._new_run_written = True
         (self.run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
         save_config(config, self.run_dir / "config.yaml")
         self.logger = MetricsLogger(self.run_dir, tensorboard=tensorboard, wandb=config.logging.wandb,
@@ -194,6 +217,8 @@ class Trainer:
     # ------------------------------------------------------------------ the loop
 
     def run(self) -> dict[str, Any]:
+        if self.complete is not None:
+            return self._report_complete()
         config, state, ctx = self.config, self.state, self.learner.ctx
         stop_reason, work = "total_steps", None
         try:
@@ -321,6 +346,23 @@ class Trainer:
     def wall(self) -> float:
         return self._wall_offset + time.perf_counter() - self._start
 
+    def _report_complete(self) -> dict[str, Any]:
+        """A resume with nothing to do: say so and how to go on; the run's summary, written only if the
+        run died before writing it."""
+        log.warning("run %s is already complete, nothing to train: %s", self.run_dir, self.complete)
+        state = self.state
+        try:
+            summary = read_summary(self.run_dir)
+        except (OSError, ValueError):
+            summary = None
+        if summary is None or summary.get("env_steps") != state.env_steps:
+            reached = state.time_to_stop_value_s is not None and state.last_eval_steps == state.env_steps
+            summary = _summary(self.config, state, self.stop_value, "stop_value" if reached else "total_steps")
+            with self.lock:  # (released when set-up found nothing to do)
+                write_summary(self.run_dir, summary)
+        summary["run_dir"] = str(self.run_dir)
+        return summary
+
     def _finish(self, stop_reason: str) -> dict[str, Any]:
         state, ctx = self.state, self.learner.ctx
         try:
@@ -366,7 +408,54 @@ def _restore(run_dir: Path, algo: Any) -> tuple[RunState, dict[str, Any]]:
     torch.set_rng_state(ckpt.state["rng"]["torch"])
     state = RunState(**ckpt.meta["run"])
     state.resumes += 1
+    _restore_best(ckpt.path, state)
     return state, ckpt.meta.get("source", {})
+
+
+def _restore_best(resumed_from: Path, state: RunState) -> None:
+    """Make the best checkpoint and the best score agree again after a kill between the evaluation's
+    last and best writes (``evaluate`` writes last, then best).
+
+    If the checkpoint resumed from was written by the evaluation that set the best score, it holds that
+    very policy: it becomes the best checkpoint. Otherwise the score is the one the best checkpoint that
+    exists records (None without one), so the summary never reports a best that ``relayrl eval`` cannot load.
+    """
+    best_path = resumed_from.parent / "best.safetensors"
+    if resumed_from.name == best_path.name:
+        return
+    try:
+        best = load_checkpoint(best_path) if best_path.is_file() else None
+    except CheckpointError:  # damaged: as good as missing
+        best = None
+    best_score = best.meta.get("run", {}).get("best_eval_return") if best is not None else None
+    if best_score == state.best_eval_return:
+        if best is not None and not best_path.with_suffix(".json").is_file():
+            write_json_copy(best_path)  # killed between best.safetensors and best.json
+        return
+    if (state.best_eval_return is not None and state.last_eval_return == state.best_eval_return
+            and state.last_eval_steps == state.env_steps):
+        copy_checkpoint(resumed_from, best_path)
+        log.warning("the run stopped before it wrote the best checkpoint of its evaluation at env step %d "
+                    "(return %s): restored it from %s, which holds that policy", state.env_steps,
+                    state.best_eval_return, resumed_from.name)
+        return
+    log.warning("the best return %s the run recorded has no best checkpoint to go with it: the run continues "
+                "from the best checkpoint it has (%s)", state.best_eval_return,
+                "none yet" if best_score is None else f"return {best_score}")
+    state.best_eval_return = best_score
+
+
+def _already_complete(state: RunState, total_steps: int, stop_value: float | None) -> str | None:
+    """Why a resumed run has nothing left to do (None when it has): how to train it further. A run stopped
+    (Ctrl-C) in its last round has its final evaluation left to do."""
+    if state.env_steps >= total_steps and state.last_eval_steps == state.env_steps:
+        return (f"its {state.env_steps} env steps reach total_steps {total_steps}; to train it further, resume "
+                f"with a larger --total-steps (e.g. --total-steps {2 * total_steps}; total_steps= in Python)")
+    if (stop_value is not None and state.last_eval_return is not None and state.last_eval_steps == state.env_steps
+            and state.last_eval_return >= stop_value):
+        return (f"its last evaluation ({state.last_eval_return:g}) reached stop value {stop_value:g}; to train it "
+                "further, resume with a higher --stop-value (stop_value= in Python)")
+    return None
 
 
 def _load_previous(previous: Path | str, algo: Any, config: RunConfig) -> None:

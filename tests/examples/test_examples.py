@@ -24,17 +24,56 @@ def run(args, cwd, timeout=300):
     return result.stdout
 
 
-def test_the_python_blocks_of_the_library_page_run_in_order(tmp_path):
-    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "library.md").read_text(), re.S)
-    assert len(blocks) >= 4
+GOES_ON = "# goes on from the quickstart"  # the first line of a block that uses the quickstart's `run`
+
+
+def library_blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "library.md").read_text(), re.S)
+
+
+def eval_steps_of_each_run(runs: Path) -> dict[str, list[int]]:
+    return {folder.name: [json.loads(line)["env_steps"] for line in (folder / "metrics.jsonl").read_text().splitlines()
+                          if json.loads(line)["event"] == "eval"]
+            for folder in runs.iterdir()}
+
+
+def check_library_output(out: str) -> None:
+    assert "return 500.0" in out  # the quickstart's CartPole policy, deployed with predict()
+    assert "eval return" in out
+    scripted = re.search(r"scripted: (\d+) env steps, (\d+) updates", out)
+    assert int(scripted.group(1)) == 2048 and int(scripted.group(2)) > 0  # a SampleSource of your own taught DQN
+    onnx, predicted = re.search(r"onnx actions \[([\d ]+)\] predict \[([\d ]+)\]", out).groups()
+    assert onnx.split() == predicted.split() and len(onnx.split()) == 8  # the exported graph acts as predict
+
+
+def test_the_python_blocks_of_the_library_page_run_in_order_then_each_on_its_own_in_the_same_folder(tmp_path):
+    blocks = library_blocks()
+    assert len(blocks) >= 4 and any("onnxruntime" in block for block in blocks)
     script = tmp_path / "library_page.py"
     script.write_text("\n\n".join(blocks))
-    out = run([script], tmp_path, timeout=600)
-    assert (tmp_path / "runs" / "library-quickstart" / "summary.json").is_file()
-    assert "return 500.0" in out  # the loaded CartPole policy, deployed with predict()
-    assert "eval return" in out
-    scripted = json.loads((tmp_path / "runs" / "scripted-dqn" / "summary.json").read_text())
-    assert scripted["env_steps"] == 2048 and scripted["updates"] > 0  # a SampleSource of your own taught DQN
+    check_library_output(run([script], tmp_path, timeout=600))
+    runs_first = eval_steps_of_each_run(tmp_path / "runs")
+    assert len(runs_first) >= 4 and all(runs_first.values())
+
+    # a reader who runs one block again, or copies it alone: each runs in a fresh process, in the folder the
+    # page just used (its fixed names, e.g. my_nets.py, still there); one that goes on from the quickstart
+    # runs after it, as its first line says
+    quickstart = blocks[0]
+    outputs = []
+    for k, block in enumerate(blocks):
+        if block.startswith(GOES_ON):
+            continue
+        following = [b for b in blocks[k + 1:] if b.startswith(GOES_ON)] if block is quickstart else []
+        alone = tmp_path / f"block_{k}.py"
+        alone.write_text("\n\n".join([block, *following]))
+        outputs.append(run([alone], tmp_path, timeout=600))
+    check_library_output("\n".join(outputs))
+    runs_both = eval_steps_of_each_run(tmp_path / "runs")
+    assert len(runs_both) == 2 * len(runs_first)  # the second time, new run directories beside the first ones
+    for name, steps in runs_both.items():
+        assert steps == sorted(set(steps)), (name, steps)  # one run per directory: no run's rows mixed in
+        if name in runs_first:
+            assert steps == runs_first[name]
 
 
 def test_quickstart_trains_loads_and_deploys(tmp_path):

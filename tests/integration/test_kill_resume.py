@@ -2,9 +2,12 @@
 files a kill leaves behind are cleaned up by the resume (and by eval), each named.
 
 Every change to a run directory is an atomic rename; each child process trains and SIGKILLs itself just
-before the k-th rename, for every k of a short run, and the test resumes what it left.
+before the k-th rename, for every k of a short run, and the test resumes what it left. The best checkpoint
+and the best score stay together at every instant: a resume never reports a best return without the
+checkpoint that scored it.
 """
 
+import json
 import logging
 import multiprocessing
 import os
@@ -120,3 +123,54 @@ def test_a_run_directory_in_use_is_not_resumed_twice(tmp_path):
     with RunLock(run_dir):  # another process training there now
         with pytest.raises(CheckpointError, match=r"is in use by another relayrl process \(pid \d+\)"):
             train(config_for("ppo", 2 * TOTAL), run_dir=run_dir, resume=True, quiet=True, tensorboard=False)
+
+
+FAULTY = "relayrl.testing.envs:relayrl-test/Faulty-v0"  # every episode returns 10: no evaluation beats the first
+
+
+def constant_return_config(total):
+    sets = ["env.num_envs=2", "env.manager=sync", "eval.episodes=1", "eval.num_envs=1", "eval.freq=128",
+            f"total_steps={total}", *SETS["dqn"]]
+    return build_config("dqn", {"env": {"id": FAULTY}}, sets)
+
+
+def test_a_kill_at_any_write_of_the_first_evaluation_keeps_the_best_checkpoint_and_its_score_together(
+        tmp_path, monkeypatch, caplog):
+    from relayrl.io.checkpoint import resolve_checkpoint
+
+    targets = []
+    real = os.replace
+    monkeypatch.setattr(os, "replace", lambda src, dst: (targets.append(os.path.basename(dst)), real(src, dst)))
+    train(constant_return_config(128), run_dir=tmp_path / "whole", quiet=True, tensorboard=False)
+    monkeypatch.setattr(os, "replace", real)
+    first_write = min(targets.index(name) for name in ("replay.safetensors", "last.safetensors"))
+    best_done = targets.index("best.json")
+    assert first_write < targets.index("last.safetensors") < targets.index("best.safetensors") < best_done
+
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["relayrl.runtime.backends._forkserver"])
+    tree = constant_return_config(128).model_dump()
+    children = []
+    for k in range(first_write + 1, best_done + 3):  # dying before each write of the first evaluation, and after
+        child = ctx.Process(target=train_until_write, args=(tree, str(tmp_path / f"killed_at_{k}"), k))
+        child.start()
+        children.append((k, tmp_path / f"killed_at_{k}", child))
+    for k, _, child in children:
+        child.join(120)
+        assert child.exitcode == -signal.SIGKILL, f"the child dying at write {k} ended with {child.exitcode}"
+
+    caplog.set_level(logging.INFO, logger="relayrl")
+    for k, run_dir, _ in children:
+        best = run_dir / "checkpoints" / "best.safetensors"
+        if not (run_dir / "checkpoints" / "last.safetensors").is_file():
+            with pytest.raises(CheckpointError, match="stopped before its first checkpoint"):
+                train(constant_return_config(384), run_dir=run_dir, resume=True, quiet=True, tensorboard=False)
+            assert not best.exists()
+            continue
+        summary = train(constant_return_config(384), run_dir=run_dir, resume=True, quiet=True, tensorboard=False)
+        assert summary["env_steps"] >= 384 and summary["best_eval_return"] == 10.0, (k, summary)
+        # the score the summary reports comes with its checkpoint, which eval and relayrl.load pick
+        assert best.is_file(), (k, targets[k - 1])
+        assert load_checkpoint(best).meta["run"]["best_eval_return"] == summary["best_eval_return"]
+        assert json.loads(best.with_suffix(".json").read_text())["run"]["best_eval_return"] == 10.0
+        assert resolve_checkpoint(run_dir) == best

@@ -30,7 +30,9 @@ def relayrl(*args, cwd=None, timeout=120):
     (["train", "ppo", "--env", "CartPol-v1", "--quiet"], "did you mean 'CartPole-v1'"),
     (["train", "ppx", "--env", "CartPole-v1"], "unknown algorithm 'ppx'"),
     (["train", "ppo", "--config", "nope.yaml"], "config file 'nope.yaml' not found"),
-    (["eval", "no/such/run"], "not found"),
+    (["eval", "no/such/run"], "run directory or checkpoint 'no/such/run' not found"),
+    (["train", "--resume", "no/such/run"], "--resume 'no/such/run': no such run directory"),
+    (["train", "--env", "CartPole-v1"], "relayrl train needs ALGO"),
 ])
 def test_user_mistakes_exit_2_with_one_clear_line(args, expected, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # the CLI's entry point in this process (a process each costs ~3 s of imports)
@@ -190,3 +192,64 @@ def test_the_tensorboard_viewer_the_docs_name_is_an_extra():
         assert "[tensorboard]" in mention  # every "tensorboard --logdir" says how to install the viewer
     pins = (root / "constraints.txt").read_text()
     assert re.search(r"^tensorboard==", pins, re.M)
+
+
+def files_of(folder):
+    return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != ".lock"}  # (the lock holds a pid)
+
+
+def train_in_process(capsys, *args):
+    code = main(["train", *map(str, args)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_a_second_train_into_a_used_run_dir_exits_2_and_changes_nothing(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert train_in_process(capsys, "ppo", "--env", "CartPole-v1", "--total-steps", 64, "--run-dir", run_dir,
+                            *TINY)[0] == 0
+    before = files_of(run_dir)
+    code, out, err = train_in_process(capsys, "ppo", "--env", "CartPole-v1", "--total-steps", 64, "--run-dir",
+                                      run_dir, *TINY)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert f"run directory {str(run_dir)!r} is not empty" in err and f"--resume {run_dir}" in err
+    assert "fresh directory" in err
+    assert files_of(run_dir) == before  # the first run's metrics, checkpoints and summary untouched
+
+
+def test_resume_reads_the_algorithm_from_the_run_and_refuses_another(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert train_in_process(capsys, "ppo", "--env", "CartPole-v1", "--total-steps", 64, "--run-dir", run_dir,
+                            *TINY)[0] == 0
+    before = files_of(run_dir)
+    code, _, err = train_in_process(capsys, "dqn", "--resume", run_dir, "--total-steps", 128, "--quiet")
+    assert code == 2 and f"--resume {str(run_dir)!r} is a ppo run, not dqn: drop ALGO" in err
+    assert files_of(run_dir) == before
+    code, out, err = train_in_process(capsys, "--resume", run_dir, "--total-steps", 128, "--quiet")
+    assert code == 0, err
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["algo"] == "ppo" and summary["env_steps"] == 128
+
+
+def test_resuming_a_complete_run_says_so_and_how_to_extend_it_and_writes_nothing(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert train_in_process(capsys, "ppo", "--env", "CartPole-v1", "--total-steps", 64, "--run-dir", run_dir,
+                            *TINY)[0] == 0
+    before = files_of(run_dir)
+    code, out, err = train_in_process(capsys, "--resume", run_dir, "--quiet")
+    assert code == 0, err  # resuming is idempotent: a retry loop around --resume ends once the run is done
+    assert f"run {run_dir} is already complete, nothing to train" in err
+    assert "reach total_steps 64" in err and "--total-steps" in err
+    assert files_of(run_dir) == before  # no summary, experiment record or checkpoint rewritten
+
+
+def test_a_yaml_syntax_error_names_the_file_and_line(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("ppo:\n  epochs: 3\n  gamma: [0.9\nenv:\n  id: CartPole-v1\n")
+    code = main(["train", "ppo", "--config", str(bad), "--run-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert f"config file {str(bad)!r} is not valid YAML: line 4, column 4:" in err
+    assert "<unicode string>" not in err and not (tmp_path / "run").exists()

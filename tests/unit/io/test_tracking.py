@@ -183,6 +183,25 @@ def test_resume_continues_the_same_wandb_run(wandb_home):
     assert len(segments) == 2 and {path.stem.partition("-")[2] for path in segments} == {run_id}
 
 
+@pytest.mark.parametrize("existing", [False, True])
+def test_a_wandb_run_that_cannot_start_leaves_no_run_behind(wandb_home, monkeypatch, capsys, run_cli, existing):
+    """Online W&B without a login refuses to start: exit 2, and the run folder is as it was (gone, or
+    empty if it was an empty folder given to --run-dir), not a config.yaml without a run."""
+    monkeypatch.setenv("HOME", str(wandb_home / "home"))  # no ~/.netrc key
+    monkeypatch.setenv("WANDB_API_KEY", "")
+    run_dir = wandb_home / "run"
+    if existing:
+        run_dir.mkdir()
+    code = run_cli(["train", "ppo", "--env", "CartPole-v1", "--total-steps", "64", "--run-dir", str(run_dir),
+                    "--track", "--set", "logging.wandb.mode=online", *TINY])
+    err = capsys.readouterr().err
+    assert code == 2 and "W&B could not start a run (mode online)" in err, err
+    if existing:
+        assert sorted(p.name for p in run_dir.iterdir()) == []
+    else:
+        assert not run_dir.exists()
+
+
 # ---------------------------------------------------------------- without the package
 
 
