@@ -140,8 +140,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from relayrl.usercode import add_working_folder
+
     args = build_parser().parse_args(argv)
     _log_to_stderr()
+    add_working_folder()  # "module:name" envs, algorithms and networks import from here, as with python -m
     try:
         return {"train": cmd_train, "eval": cmd_eval, "export": cmd_export, "plot": cmd_plot, "config": cmd_config,
                 "serve": cmd_serve, "worker": cmd_worker, "keys": cmd_keys}[args.command](args)

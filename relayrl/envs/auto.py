@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 
+from relayrl.envs.checks import reset_result, step_error
 from relayrl.envs.masks import MASK_KEY, sample_allowed, with_masks
 from relayrl.envs.registry import make
 
@@ -23,16 +24,20 @@ def measure_step_cost(env_id: str, kwargs: dict[str, Any] | None = None, steps: 
     and auto picked subproc, then at 0.56x the sync manager)."""
     env = with_masks(make(env_id, **(kwargs or {})))
     try:
-        _, info = env.reset(seed=0)
+        _, info = reset_result(env, 0, env.reset(seed=0))
         env.action_space.seed(0)
         times = []
         for _ in range(steps):
             action = sample_allowed(env.action_space, info.get(MASK_KEY))  # (an env's mask is binding)
             start = time.perf_counter()
-            _, _, terminated, truncated, info = env.step(action)
+            result = env.step(action)
             times.append(time.perf_counter() - start)
+            try:
+                _, _, terminated, truncated, info = result
+            except (TypeError, ValueError):
+                raise step_error(env, 0, result) from None
             if terminated or truncated:
-                _, info = env.reset()
+                _, info = reset_result(env, 0, env.reset())
         return statistics.quantiles(times, n=4)[0]
     finally:
         env.close()
