@@ -36,7 +36,7 @@ from relayrl.envs.masks import with_masks
 from relayrl.envs.packed import PackDict, packable
 from relayrl.envs.spaces import image_layout
 from relayrl.envs.notices import quiet_ale, quiet_mujoco
-from relayrl.errors import EnvError, install_hint
+from relayrl.errors import EnvError, RelayRLError, install_hint
 from relayrl.usercode import describe, import_module
 
 
@@ -84,7 +84,7 @@ class EnvFactoryCall:
                            f"{_signature(self.factory)}): fix env.kwargs") from None
         try:
             env = self.factory(**kwargs)
-        except EnvError:
+        except RelayRLError:
             raise
         except Exception as exc:  # noqa: BLE001 - user code may raise anything: one line naming it and where
             raise EnvError(f"env {self.reference!r}: {_name(self.factory)}({_args(kwargs)}) raised {describe(exc)}: "
@@ -212,7 +212,7 @@ def _make(env_id: str, max_episode_steps: int | None, render_mode: str | None, k
         quiet_mujoco()  # before its model compiles: MuJoCo's warnings once, not once per env
     try:
         env = gym.make(env_id, **extra, **kwargs)
-    except EnvError:
+    except RelayRLError:  # relayrl's own message (a real-time env's config option, a nested make)
         raise
     except gym.error.DependencyNotInstalled as exc:
         fix = f"install relayrl's mujoco extra: {install_hint('mujoco')}" if mujoco else f"{exc}"
