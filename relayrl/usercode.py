@@ -38,7 +38,7 @@ def add_working_folder() -> None:
 def _searched() -> str:
     cwd = os.getcwd()
     if cwd in sys.path or "" in sys.path:
-        return f"in the working folder {cwd} and on the Python path"
+        return f"in the working folder {cwd} or on the Python path"
     return f"on the Python path (the working folder {cwd} is not on it)"
 
 
@@ -53,26 +53,31 @@ def import_module(name: str, what: str, error: type[RelayRLError] = ConfigError)
             return importlib.import_module(name)
     except RelayRLError:
         raise
-    except ModuleNotFoundError as exc:
-        missing = exc.name or ""
-        if missing and (name == missing or name.startswith(missing + ".")):
-            top = name.split(".")[0]
-            raise error(f"{what}: no module {name!r} found {_searched()}: run relayrl from the folder that holds "
-                        f"{top}.py (or the {top}/ package), add that folder to PYTHONPATH, or pip install the "
-                        "package that provides it") from None
-        extra = EXTRA_OF.get(missing.split(".")[0])
-        fix = f"install relayrl's {extra} extra: {install_hint(extra)}" if extra else f"install {missing!r}"
-        raise error(f"{what}: module {name!r} imports {missing!r}, which is not installed{where(exc)}: "
-                    f"{fix}") from None
-    except SyntaxError as exc:
-        raise error(f"{what}: module {name!r} has a syntax error at {exc.filename}:{exc.lineno}: {exc.msg}: "
-                    "fix the file") from None
     except Exception as exc:  # noqa: BLE001 - importing user code may raise anything; report it on one line
-        fix = "fix the module"
-        if name.startswith("pettingzoo.mpe"):
-            fix = (f"MPE lives in the mpe2 package now: install relayrl's mpe extra ({install_hint('mpe')}) and "
-                   f"name mpe2.{name.rpartition('.')[2]}")
-        raise error(f"{what}: importing module {name!r} raised {describe(exc)}: {fix}") from None
+        if name.startswith("pettingzoo.mpe."):  # (PettingZoo's own message asks for an unpinned pip install)
+            raise error(f"{what}: cannot import module {name!r}: PettingZoo's MPE envs moved to the mpe2 package: "
+                        f"install relayrl's mpe extra, {install_hint('mpe')}, and name the module "
+                        f"mpe2.{name.rpartition('.')[2]}") from None
+        raise error(f"{what}: cannot import module {name!r} ({_one_line(exc)}): {_import_fix(name, exc)}") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
+
+
+def _import_fix(module: str, exc: Exception) -> str:
+    """What to do about ``exc`` raised by importing ``module``, with where in the user's files it was raised."""
+    if isinstance(exc, ModuleNotFoundError) and exc.name and (module == exc.name or module.startswith(exc.name + ".")):
+        top = module.split(".")[0]
+        return (f"no {top}.py (nor {top}/ package) {_searched()}: run relayrl from the folder that holds it, add "
+                "that folder to PYTHONPATH, or pip install the package that provides it")
+    if isinstance(exc, ModuleNotFoundError) and exc.name:  # the module imports something not installed
+        extra = EXTRA_OF.get(exc.name.split(".")[0])
+        fix = f"install relayrl's {extra} extra, {install_hint(extra)}" if extra else f"install {exc.name!r}"
+        return f"{fix} (imported at {user_frame(exc)})"
+    if isinstance(exc, SyntaxError):
+        return f"fix the module at {exc.filename}:{exc.lineno}"
+    return f"fix the module at {user_frame(exc)}"
 
 
 def _library(filename: str) -> bool:
@@ -82,15 +87,19 @@ def _library(filename: str) -> bool:
     return path.startswith(_LIBRARY_DIRS)
 
 
-def where(exc: BaseException) -> str:
-    """`` (at FILE:LINE in FUNCTION)`` of the innermost frame of user code in ``exc``'s traceback (the
-    innermost frame when all are library code), or ``""`` without a traceback."""
+def user_frame(exc: BaseException) -> str:
+    """``FILE:LINE in FUNCTION`` of the innermost frame of user code in ``exc``'s traceback (the innermost
+    frame when all are library code), or ``"?"`` without a traceback."""
     frames = traceback.extract_tb(exc.__traceback__)
     if not frames:
-        return ""
-    user = [f for f in frames if not _library(f.filename)]
-    frame = (user or frames)[-1]
-    return f" (at {frame.filename}:{frame.lineno} in {frame.name})"
+        return "?"
+    frame = ([f for f in frames if not _library(f.filename)] or frames)[-1]
+    return f"{frame.filename}:{frame.lineno} in {frame.name}"
+
+
+def where(exc: BaseException) -> str:
+    """`` (at FILE:LINE in FUNCTION)`` (``user_frame``), or ``""`` without a traceback."""
+    return f" (at {user_frame(exc)})" if exc.__traceback__ is not None else ""
 
 
 def describe(exc: BaseException) -> str:

@@ -62,7 +62,7 @@ def check_reference(value: str | None) -> str | None:
 def load_factory(reference: str, key: str) -> Callable[..., Any]:
     """Import the function ``reference`` names; a ConfigError naming the module or the function if it cannot."""
     module_name, _, name = reference.partition(":")
-    module = import_module(module_name, f"{key} {reference!r} (or {key}=null for the built-in MLP)")
+    module = import_module(module_name, f"{key} {reference!r}")
     factory = getattr(module, name, None)
     if factory is None:
         names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]

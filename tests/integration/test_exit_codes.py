@@ -180,7 +180,9 @@ def test_train_imports_user_modules_from_the_working_folder_in_every_process(pro
 
 def test_a_user_module_that_is_not_there_names_the_folder_searched_and_the_fix(project, tmp_path):
     run = relayrl_from(project, tmp_path, "train", "ppo", "--env", "mymodd:make_env", "--total-steps", 64)
-    assert_one_error_line(run, 2, f"no module 'mymodd' found in the working folder {project}")
+    assert_one_error_line(run, 2, f"env 'mymodd:make_env': cannot import module 'mymodd' (ModuleNotFoundError: No "
+                                  f"module named 'mymodd'): no mymodd.py (nor mymodd/ package) in the working folder "
+                                  f"{project}")
     assert "PYTHONPATH" in run.stderr
 
 

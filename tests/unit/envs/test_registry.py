@@ -164,8 +164,9 @@ def test_a_pettingzoo_factory_without_its_prefix_is_told_the_prefix(user_module)
 def test_a_module_with_a_syntax_error_names_the_file_and_line(tmp_path, monkeypatch):
     (tmp_path / "broken_user_env.py").write_text("import gymnasium\n\ndef make_env(:\n    pass\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(EnvError, match=r"env 'broken_user_env:make_env': module 'broken_user_env' has a syntax "
-                                       rf"error at {tmp_path / 'broken_user_env.py'}:3: "):
+    with pytest.raises(EnvError, match=r"env 'broken_user_env:make_env': cannot import module 'broken_user_env' "
+                                       r"\(SyntaxError: invalid syntax .*\): fix the module at "
+                                       rf"{tmp_path / 'broken_user_env.py'}:3$"):
         make("broken_user_env:make_env")
 
 
