@@ -214,7 +214,7 @@ def test_track_without_wandb_exits_2_naming_the_extra_and_writes_nothing(no_wand
 def test_library_train_without_wandb_refuses_before_the_run_directory(no_wandb):
     import relayrl
 
-    with pytest.raises(ConfigError, match=r"relayrl\[wandb\]"):
+    with pytest.raises(ConfigError, match=r"-e '\.\[wandb\]'"):
         relayrl.train("ppo", "CartPole-v1", {"logging": {"wandb": {"enabled": True}}}, run_dir=no_wandb / "run",
                       total_steps=64)
     assert not (no_wandb / "run").exists()
