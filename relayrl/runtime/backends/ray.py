@@ -309,6 +309,9 @@ class RayBackend:
             except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
                 lines = str(exc).strip().splitlines()
                 reason = lines[-1] if lines else type(exc).__name__
+                if isinstance(exc, ray.exceptions.RayTaskError) and isinstance(exc.cause, RelayRLError) \
+                        and exc.cause.exit_code == 2:  # a mistake in the user's env (envs/checks.py): no restart fixes it
+                    raise exc.cause from None
                 if isinstance(exc, ray.exceptions.RayTaskError) and "RelayRLError" in str(exc):
                     raise RelayRLError(f"node {self._nodes[k][:8]}: {reason}") from None
                 self._restart(k, reason)
