@@ -127,6 +127,7 @@ class EnvRunner:
         self.failures = [0] * len(self.envs)  # consecutive failures, per env
         self.errors = 0
         self._plain = len(arrays.obs) == 1 and not isinstance(self.obs_space, (gym.spaces.Dict, gym.spaces.Tuple))
+        self._shape = arrays.obs[0].shape[1:]  # one observation's (of a plain space)
         self._check_obs = True  # check the observations' shapes on the next step (envs/checks.py)
         self._steps = 0  # steps of this runner
         self._episode_start = [0] * len(self.envs)  # self._steps at each env's last reset
@@ -140,6 +141,12 @@ class EnvRunner:
                 array[k] = value
         except (ValueError, TypeError, KeyError, IndexError):  # (free until raised)
             raise self._obs_error(k, call, obs) from None
+
+    def _fits(self, obs: Any) -> bool:
+        """Whether ``obs`` has the observation space's shapes (a plain space: one shape compared)."""
+        if self._plain:
+            return np.shape(obs) == self._shape
+        return obs_mismatch(self.obs_space, self.arrays.obs, obs) is None
 
     def _obs_error(self, k: int, call: str, obs: Any) -> EnvError:
         what = obs_mismatch(self.obs_space, self.arrays.obs, obs) or f"an observation that does not fit: {obs!r}"
@@ -182,9 +189,8 @@ class EnvRunner:
             except Exception:
                 self._fail(k, traceback.format_exc())
         obs, info = reset_result(env, self.offset + k, result)
-        wrong = obs_mismatch(self.obs_space, self.arrays.obs, obs)  # (a reset's: rare enough to check each)
-        if wrong is not None:
-            raise obs_error(env, self.offset + k, "reset", wrong, self.obs_space)
+        if not self._fits(obs):  # (every reset's)
+            raise self._obs_error(k, "reset", obs)
         self._episode_start[k] = self._steps
         return obs, info
 
@@ -239,7 +245,7 @@ class EnvRunner:
                 obs, reward, terminated, truncated, info = result
             except (TypeError, ValueError):
                 raise step_error(env, self.offset + k, result) from None
-            if check and obs_mismatch(self.obs_space, a.obs, obs) is not None:
+            if check and not self._fits(obs):
                 raise self._obs_error(k, "step", obs)
             if self.failures[k]:
                 self.failures[k] = 0
