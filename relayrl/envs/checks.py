@@ -15,6 +15,8 @@ Checked, at a negligible cost per step:
 from __future__ import annotations
 
 import math
+import traceback
+from pathlib import Path
 from typing import Any, Sequence
 
 import gymnasium as gym
@@ -24,6 +26,8 @@ from relayrl.envs import spaces
 from relayrl.envs.registry import display_id
 from relayrl.errors import EnvError
 from relayrl.usercode import defined_at
+
+_GYMNASIUM = str(Path(gym.__file__).resolve().parent)
 
 
 def env_label(env: gym.Env, index: int) -> str:
@@ -59,6 +63,19 @@ def step_error(env: gym.Env, index: int, result: Any) -> EnvError:
     return EnvError(f"{env_label(env, index)}: step returned {got}, but Gymnasium's step returns 5: obs, reward, "
                     f"terminated, truncated, info (terminated: the episode ended in a terminal state; truncated: "
                     f"it was cut short, e.g. by a time limit): fix {code_of(env, 'step')}")
+
+
+def wrapper_unpack_error(env: gym.Env, index: int, call: str, exc: BaseException) -> EnvError | None:
+    """The error for a ``reset`` or ``step`` result that one of Gymnasium's wrappers (TimeLimit, the env checker)
+    could not unpack: the old Gym API seen through them; None for any other exception (an env fault)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not isinstance(exc, ValueError) or "unpack" not in str(exc) or not frames \
+            or not str(Path(frames[-1].filename).resolve()).startswith(_GYMNASIUM):
+        return None
+    expected = "(obs, info)" if call == "reset" else ("5 values: obs, reward, terminated, truncated, info (the old "
+                                                      "Gym API returned 4: obs, reward, done, info)")
+    return EnvError(f"{env_label(env, index)}: a Gymnasium wrapper could not unpack what {call} returned ({exc}): "
+                    f"Gymnasium's {call} returns {expected}: fix {code_of(env, call)}")
 
 
 def obs_mismatch(space: gym.Space, targets: Sequence[np.ndarray], obs: Any) -> str | None:

@@ -20,7 +20,8 @@ import gymnasium as gym
 import numpy as np
 
 from relayrl.envs import spaces
-from relayrl.envs.checks import obs_error, obs_mismatch, reset_result, reward_error, rewards_finite, step_error
+from relayrl.envs.checks import (obs_error, obs_mismatch, reset_result, reward_error, rewards_finite, step_error,
+                                  wrapper_unpack_error)
 from relayrl.envs.masks import MASK_KEY, check_mask, mask_width
 from relayrl.errors import EnvError
 
@@ -186,7 +187,10 @@ class EnvRunner:
                 if seed is not None:
                     env.action_space.seed(seed)
                 break
-            except Exception:
+            except Exception as exc:
+                mistake = wrapper_unpack_error(env, self.offset + k, "reset", exc)
+                if mistake is not None:
+                    raise mistake from None
                 self._fail(k, traceback.format_exc())
         obs, info = reset_result(env, self.offset + k, result)
         if not self._fits(obs):  # (every reset's)
@@ -228,7 +232,10 @@ class EnvRunner:
         for k, env in enumerate(self.envs):
             try:
                 result = env.step(actions[k])
-            except Exception:
+            except Exception as exc:
+                mistake = wrapper_unpack_error(env, self.offset + k, "step", exc)
+                if mistake is not None:
+                    raise mistake from None
                 tb = traceback.format_exc()
                 for src, dst in zip(a.obs, a.final_obs):  # the last good observation ends the episode
                     dst[k] = src[k]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import re
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -64,3 +65,21 @@ def test_a_nan_reward_names_the_env_of_its_row_and_its_episode_step():
         with pytest.raises(EnvError, match=r"^env 1 \(NanRewardEnv\) returned reward nan at step 6 of its episode "
                                            r"\(action 1\)"):
             venv.step(np.ones(2, np.int64))
+
+
+@pytest.mark.parametrize("mistake, call, said", [
+    ("old_step", "step", "a Gymnasium wrapper could not unpack what step returned"),
+    ("old_reset", "reset", "reset returned a ndarray, but Gymnasium's reset returns (obs, info)"),
+])
+def test_the_old_api_under_gymnasium_wrappers_is_named_too(mistake, call, said):
+    # a registered env with a time limit and Gymnasium's env checker: their wrappers unpack the result first
+    env_id = f"relayrl-test/Wrapped-{mistake}-v0"
+    if env_id not in gym.registry:
+        gym.register(env_id, entry_point=MistakenEnv, kwargs={"mistake": mistake}, max_episode_steps=10)
+    with pytest.raises(EnvError) as info:
+        with make_vec(env_id, 2, manager="sync") as venv:
+            venv.reset(seed=0)
+            venv.step(np.zeros(2, np.int64))
+    message = str(info.value)
+    assert info.value.exit_code == 2 and said in message
+    assert _where(call) in message, message
