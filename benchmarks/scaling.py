@@ -1,7 +1,7 @@
 """Runtime scaling: SAC collection throughput per backend and worker count, weight broadcast cost,
 and PPO time-to-475 on CartPole with mp workers against the plain local run.
 
-Ray is started once, locally, for the Ray rows (``pip install relayrl[ray]``).
+Ray is started once, locally, for the Ray rows (the ray extra: ``python -m pip install -c constraints.txt -e '.[ray]'``).
 
 Collection: SAC's workers on Pendulum-v1 with 1 ms of busy-waiting per step (an env whose cost is
 CPU, like a simulator), 1 env per worker, for ``--seconds`` after a warm-up; the learner side only

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Sequence
 
-from relayrl.errors import ConfigError, RelayRLError
+from relayrl.errors import ConfigError, RelayRLError, install_hint
 
 EXIT_FAILED = 1  # the run failed while running (an env that keeps failing, a peer that closed, a non-finite loss)
 EXIT_INTERRUPTED = 130
@@ -66,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-tensorboard", action="store_true", help="skip TensorBoard event files")
     p.add_argument("--track", action="store_true",
                    help="mirror metrics, config and summary to Weights & Biases (logging.wandb; needs the "
-                        "wandb extra: pip install 'relayrl[wandb]')")
+                        f"wandb extra: {install_hint('wandb')})")
 
     p = sub.add_parser("eval", help="run the deterministic policy of a run or checkpoint")
     p.add_argument("path", metavar="RUN_DIR|CHECKPOINT", type=Path)
@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also record one episode as a GIF (default: <run>/episode.gif)")
     p.add_argument("--video", type=Path, metavar="DIR",
                    help="also record episodes as mp4 files in DIR through Gymnasium's RecordVideo (needs the video "
-                        "extra: pip install 'relayrl[video]')")
+                        f"extra: {install_hint('video')})")
     p.add_argument("--video-episodes", type=int, default=1, metavar="N",
                    help="with --video: episodes to record (default 1; seeds --seed, --seed + 1, ...)")
 
@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog=EPILOG)
     p.add_argument("path", metavar="RUN_DIR|CHECKPOINT", type=Path)
     p.add_argument("--format", default="onnx", choices=["onnx", "torchscript"],
-                   help="onnx (needs the export extra: pip install 'relayrl[export]') or torchscript (default onnx)")
+                   help=f"onnx (needs the export extra: {install_hint('export')}) or torchscript (default onnx)")
     p.add_argument("-o", "--out", type=Path, metavar="FILE",
                    help="where to write (default RUN_DIR/policy.onnx or .pt; beside a checkpoint, its name)")
 
@@ -143,8 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from relayrl.usercode import add_working_folder
+
     args = build_parser().parse_args(argv)
     _log_to_stderr()
+    add_working_folder()  # "module:name" envs, algorithms and networks import from here, as with python -m
     try:
         return {"train": cmd_train, "eval": cmd_eval, "export": cmd_export, "plot": cmd_plot, "config": cmd_config,
                 "serve": cmd_serve, "worker": cmd_worker, "keys": cmd_keys}[args.command](args)

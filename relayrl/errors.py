@@ -34,3 +34,9 @@ class NonFiniteError(RelayRLError):
     """Training produced a NaN or infinite loss; the last good checkpoint is kept."""
 
     exit_code = 1
+
+
+def install_hint(extra: str) -> str:
+    """The command that installs one of relayrl's extras from a checkout, pinned to the tested versions
+    (relayrl is not on PyPI)."""
+    return f"python -m pip install -c constraints.txt -e '.[{extra}]'"

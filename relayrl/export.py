@@ -41,14 +41,13 @@ from torch import nn
 
 from relayrl.core import Policy
 from relayrl.envs.packed import PackedDict
-from relayrl.errors import ConfigError, RelayRLError
+from relayrl.errors import ConfigError, RelayRLError, install_hint
 from relayrl.io.atomic import atomic_write_text
 
 Format = Literal["onnx", "torchscript"]
 FORMATS: tuple[str, ...] = ("onnx", "torchscript")
 SUFFIX = {"onnx": ".onnx", "torchscript": ".pt"}
-EXTRA = ("the export extra: python -m pip install 'relayrl[export]' (from a checkout: python -m pip install "
-         "-c constraints.txt -e '.[export]')")
+EXTRA = f"the export extra: {install_hint('export')}"
 TRACE_BATCH, CHECK_BATCH = 2, 5
 
 __all__ = ["export_policy", "export_run", "FORMATS"]

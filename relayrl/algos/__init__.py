@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from relayrl.errors import ConfigError
+from relayrl.usercode import import_module
 
 BUILTIN = ("ppo", "appo", "dqn", "sac")
 
@@ -133,16 +134,7 @@ def _by_reference(ref: str) -> AlgoEntry:
         raise ConfigError(f"algorithm {ref!r}: expected 'package.module:name', the module that calls "
                           "relayrl.algos.register(name, ...) and the name it registers")
     if ref not in _REGISTRY:
-        try:
-            importlib.import_module(module)
-        except ConfigError:  # register() refused the module's classes: its own message says why
-            raise
-        except Exception as exc:
-            what = " ".join(f"{type(exc).__name__}: {exc}".split())
-            raise ConfigError(f"algorithm {ref!r}: cannot import module {module!r} ({what}): fix the module, or make "
-                              f"it importable in every process (add the directory that holds "
-                              f"{module.split('.')[0]!r} to PYTHONPATH, run `python -m relayrl` from it, or pip "
-                              "install its package)") from None
+        import_module(module, f"algorithm {ref!r}")  # (register()'s own ConfigError passes through)
     if ref not in _REGISTRY:
         theirs = [key.partition(":")[2] for key in _REGISTRY if key.partition(":")[0] == module]
         has = f"it registers {', '.join(map(repr, theirs))}" if theirs else "it registers no algorithm"

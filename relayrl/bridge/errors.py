@@ -1,7 +1,8 @@
 """The bridge's errors. Each names what happened and what to do; ``reason`` is the close reason
 (docs/bridge-protocol.md §6) the side that raises it writes into its closed byte (``BridgeClosed``: the
 peer's reason; the side that raises it wrote 1), and ``exit_code`` is what the example simulators exit
-with: 2 version mismatch, 3 the peer died or timed out, 4 any other error. ``BridgeClosed`` has
+with: 2 version mismatch (and a simulator command that cannot be started), 3 the peer died or timed out, 4 any
+other error. ``BridgeClosed`` has
 ``exit_code`` 0, meaning no code of its own: whoever catches it chooses (the example simulators exit 4,
 ``relayrl train`` a non-zero failure code). A trainer's normal close is not an exception for a
 simulator (``World.step`` returns "closed" and the examples exit 0)."""
@@ -41,6 +42,12 @@ class PeerDied(BridgeError):
     reason = L.PEER_DIED
 
 
+class SimulatorNotStarted(BridgeError):
+    """The simulator's command could not be started (not found, not executable): bad input."""
+
+    exit_code = 2
+
+
 class VersionMismatch(BridgeError):
     exit_code = 2
     reason = L.VERSION_MISMATCH
@@ -54,4 +61,5 @@ def version_mismatch(simulator: tuple[int, int], trainer: tuple[int, int]) -> Ve
                            "version")
 
 
-__all__ = ["BridgeError", "BridgeClosed", "BridgeTimeout", "PeerDied", "VersionMismatch", "version_mismatch"]
+__all__ = ["BridgeError", "BridgeClosed", "BridgeTimeout", "PeerDied", "SimulatorNotStarted", "VersionMismatch",
+           "version_mismatch"]

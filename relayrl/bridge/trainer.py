@@ -28,6 +28,7 @@ import numpy as np
 
 from relayrl.bridge import layout as L
 from relayrl.bridge.channel import BridgeError, Channel
+from relayrl.bridge.errors import SimulatorNotStarted
 from relayrl.bridge.sidechannel import SideChannel, SideChannels
 
 CLOSE_GRACE_S = 5.0
@@ -96,7 +97,7 @@ class BridgeEnv:
                                                  start_new_session=True, stdin=subprocess.DEVNULL,
                                                  stdout=self._log, stderr=self._log)
                 except OSError as exc:
-                    raise BridgeError(f"cannot start the simulator {cmd[0]!r}: {exc}") from None
+                    raise not_started(cmd[0], exc) from None
                 self.channel.peer_alive = lambda: self.proc.poll() is None
             else:
                 print(f"relayrl bridge: waiting for a simulator to attach to {self.channel.header_path}",
@@ -269,6 +270,19 @@ class BridgeEnv:
             self.close()
         except Exception:
             pass
+
+
+def not_started(command: str, exc: OSError) -> SimulatorNotStarted:
+    """The error for a simulator command that cannot be started, with the fix."""
+    where = f" (relative to the working folder {os.getcwd()})" if not os.path.isabs(command) and os.sep in command else ""
+    if isinstance(exc, FileNotFoundError):
+        what = f"was not found{where}" if os.sep in command else "was not found on PATH"
+        fix = "give the path of the simulator's executable, e.g. --env \"bridge:./build/my_sim --fast\""
+    elif isinstance(exc, PermissionError):
+        what, fix = f"is not executable{where}", f"make it executable (chmod +x {command}) or name its interpreter"
+    else:
+        what, fix = f"could not be started{where}: {exc.strerror or exc}", "check the command"
+    return SimulatorNotStarted(f"the simulator command {command!r} {what}: {fix}")
 
 
 def _lowest_allowed(views: L.SectionViews, n: int) -> np.ndarray:

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 
+from relayrl.envs.checks import reset_result, step_error, wrapper_unpack_error
 from relayrl.envs.masks import MASK_KEY, sample_allowed, with_masks
 from relayrl.envs.registry import make
 
@@ -23,19 +24,33 @@ def measure_step_cost(env_id: str, kwargs: dict[str, Any] | None = None, steps: 
     and auto picked subproc, then at 0.56x the sync manager)."""
     env = with_masks(make(env_id, **(kwargs or {})))
     try:
-        _, info = env.reset(seed=0)
+        _, info = _reset(env, 0)
         env.action_space.seed(0)
         times = []
         for _ in range(steps):
             action = sample_allowed(env.action_space, info.get(MASK_KEY))  # (an env's mask is binding)
             start = time.perf_counter()
-            _, _, terminated, truncated, info = env.step(action)
+            try:
+                result = env.step(action)
+            except ValueError as exc:  # (the env's own faults are the env managers' to handle)
+                raise wrapper_unpack_error(env, 0, "step", exc) or exc
             times.append(time.perf_counter() - start)
+            try:
+                _, _, terminated, truncated, info = result
+            except (TypeError, ValueError):
+                raise step_error(env, 0, result) from None
             if terminated or truncated:
-                _, info = env.reset()
+                _, info = _reset(env, None)
         return statistics.quantiles(times, n=4)[0]
     finally:
         env.close()
+
+
+def _reset(env, seed: int | None):
+    try:
+        return reset_result(env, 0, env.reset(seed=seed))
+    except ValueError as exc:
+        raise wrapper_unpack_error(env, 0, "reset", exc) or exc
 
 
 def choose_manager(env_id: str, num_envs: int, kwargs: dict[str, Any] | None = None,

@@ -47,7 +47,7 @@ and ``env.grayscale`` shrink every agent's image observations (``agent_env_facto
 
 from __future__ import annotations
 
-import importlib
+import inspect
 from typing import Any, Callable
 
 import gymnasium as gym
@@ -58,7 +58,8 @@ from relayrl.envs.imageobs import wrap_agents
 from relayrl.envs.agents import AgentEnv, AgentTurn
 from relayrl.envs.masks import allowed_all
 from relayrl.envs.vector import ActionSpec, check_actions
-from relayrl.errors import ConfigError, EnvError
+from relayrl.errors import ConfigError, EnvError, RelayRLError, install_hint
+from relayrl.usercode import describe, import_module
 
 __all__ = ["MultiAgentVectorEnv", "multiagent_envs", "agent_env_factory", "pettingzoo_factory", "is_pettingzoo",
            "PREFIX"]
@@ -233,11 +234,7 @@ def pettingzoo_factory(env_id: str) -> Callable[..., Any]:
         raise EnvError(f"env id {env_id!r}: a PettingZoo env is named {ID_FORM}, e.g. "
                        "pettingzoo:pettingzoo.butterfly.cooperative_pong_v6:parallel_env")
     _require_pettingzoo()
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise EnvError(f"env id {env_id!r}: cannot import {module_name!r} ({exc}); name an importable module in "
-                       f"{ID_FORM}") from None
+    module = import_module(module_name, f"env id {env_id!r}", EnvError)
     env_fn = getattr(module, name, None)
     if not callable(env_fn):
         found = "has no attribute" if env_fn is None else "has a non-callable"
@@ -248,9 +245,18 @@ def pettingzoo_factory(env_id: str) -> Callable[..., Any]:
         from pettingzoo.utils.env import AECEnv, ParallelEnv
 
         try:
-            env = env_fn(**kwargs)
+            inspect.signature(env_fn).bind(**kwargs)
         except TypeError as exc:
             raise EnvError(f"env id {env_id!r}: {name}(**{kwargs}) failed: {exc}; fix env.kwargs") from None
+        except ValueError:  # no signature to check (a builtin)
+            pass
+        try:
+            env = env_fn(**kwargs)
+        except RelayRLError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - user code may raise anything: one line naming it and where
+            raise EnvError(f"env id {env_id!r}: {name}(**{kwargs}) raised {describe(exc)}: fix the env "
+                           "function") from None
         if isinstance(env, ParallelEnv):
             return env
         if isinstance(env, AECEnv):
@@ -280,7 +286,7 @@ def _require_pettingzoo() -> None:
         import pettingzoo  # noqa: F401
     except ImportError:
         raise ConfigError("PettingZoo envs need the pettingzoo package, which is not installed: install relayrl's "
-                          "multiagent extra, python -m pip install 'relayrl[multiagent]'") from None
+                          f"multiagent extra: {install_hint('multiagent')}") from None
 
 
 def agent_env_factory(config: Any, env_fn: Callable[..., Any] | None = None) -> Callable[[], Any]:

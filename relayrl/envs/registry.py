@@ -25,17 +25,23 @@ Dict and Tuple observations are packed into one uint8 row per observation (envs/
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
+import inspect
+import sys
 from typing import Any, Sequence
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.envs.registration import load_env_creator
 
 from relayrl.envs.imageobs import shrink_images
 from relayrl.envs.masks import with_masks
 from relayrl.envs.packed import PackDict, packable
 from relayrl.envs.spaces import image_layout
-from relayrl.errors import EnvError
+from relayrl.envs.notices import quiet_ale, quiet_mujoco
+from relayrl.errors import EnvError, RelayRLError, install_hint
+from relayrl.usercode import describe, import_module
 
 
 FACTORY_NAMESPACE = "relayrl-factory"
@@ -47,18 +53,85 @@ _EXTRAS = {"ALE": ("ale_py", "atari", "an Atari game of the ale-py package (with
 def _register_namespace(env_id: str) -> None:
     """Import the package whose ids live in ``env_id``'s namespace (ALE/..., MinAtar/...) and register them."""
     namespace = env_id.split("/", 1)[0] if "/" in env_id else ""
-    if namespace not in _EXTRAS or env_id in gym.registry:
+    if namespace not in _EXTRAS:
         return
     module, extra, what = _EXTRAS[namespace]
     try:
         loaded = importlib.import_module(module)
     except ImportError:
         raise EnvError(f"{env_id!r} is {what}, which is not installed: install relayrl's {extra} extra, "
-                       f"python -m pip install -c constraints.txt -e '.[{extra}]'") from None
+                       f"{install_hint(extra)}") from None
+    if namespace == "ALE":
+        quiet_ale(loaded)  # (every env would print ALE's banner)
+    if env_id in gym.registry:
+        return
     if namespace == "ALE":
         gym.register_envs(loaded)
     else:
         loaded.register_envs()
+
+
+class EnvFactoryCall:
+    """The entry point of a ``"package.module:name"`` env whose ``name`` is a function (an Env class is its
+    own entry point): calls it with the env's kwargs and checks what it returns, with one message naming the factory for
+    arguments it does not take, an exception it raises, or something that is no ``gymnasium.Env``."""
+
+    def __init__(self, reference: str, factory: Any):
+        self.reference, self.factory = reference, factory
+        functools.update_wrapper(self, factory, updated=())  # its name and signature
+
+    def __call__(self, **kwargs: Any) -> gym.Env:
+        try:
+            inspect.signature(self.factory).bind(**kwargs)
+        except TypeError as exc:
+            raise EnvError(f"env {self.reference!r} does not take the arguments {kwargs} ({exc}; it takes "
+                           f"{_signature(self.factory)}): fix env.kwargs") from None
+        try:
+            env = self.factory(**kwargs)
+        except RelayRLError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - user code may raise anything: one line naming it and where
+            raise EnvError(f"env {self.reference!r}: {_name(self.factory)}({_args(kwargs)}) raised {describe(exc)}: "
+                           "fix the env's factory") from None
+        if isinstance(env, gym.Env):
+            return env
+        raise EnvError(f"env {self.reference!r}: {_name(self.factory)}({_args(kwargs)}) returned "
+                       f"{type(env).__module__}.{type(env).__qualname__}, not a gymnasium.Env{_not_env_hint(type(env), self.reference)}")
+
+
+def _signature(factory: Any) -> str:
+    try:
+        return str(inspect.signature(factory))
+    except (TypeError, ValueError):
+        return "?"
+
+
+def _name(factory: Any) -> str:
+    return getattr(factory, "__qualname__", type(factory).__name__)
+
+
+def _args(kwargs: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+
+
+def _not_env_hint(kind: type, reference: str) -> str:
+    """The fix for a factory or class that makes something other than a Gymnasium env."""
+    if "pettingzoo" in sys.modules:
+        from pettingzoo.utils.env import AECEnv, ParallelEnv
+
+        if issubclass(kind, (AECEnv, ParallelEnv)):
+            return (f": it is a PettingZoo multi-agent env, which relayrl names with the pettingzoo: prefix: "
+                    f"--env pettingzoo:{reference}")
+    return ": return a gymnasium.Env (subclass it, or wrap your simulator in one)"
+
+
+def display_id(env_id: str) -> str:
+    """The id a user gave: ``mymod:make_env`` for the ``relayrl-factory/mymod.make_env-v0`` it registered."""
+    if env_id.startswith(f"{FACTORY_NAMESPACE}/") and env_id.endswith("-v0"):
+        module, _, name = env_id[len(FACTORY_NAMESPACE) + 1:-3].rpartition(".")
+        if module != "local":
+            return f"{module}:{name}"
+    return env_id
 
 
 def _check_id(env_id: str) -> str:
@@ -76,15 +149,18 @@ def _check_id(env_id: str) -> str:
         raise EnvError(f"{env_id!r} is a PettingZoo env, not a Gymnasium env: it works with relayrl train, eval and "
                        "relayrl.load (agents as rows, in the training process); here give a Gymnasium env id")
     if ":" in env_id:
+        reference = env_id
         module, _, env_id = env_id.partition(":")
-        try:
-            loaded = importlib.import_module(module)
-        except ImportError as exc:
-            raise EnvError(f"cannot import {module!r} to register {env_id!r}: {exc}") from None
-        if env_id not in gym.registry and callable(getattr(loaded, env_id, None)):
+        loaded = import_module(module, f"env {reference!r}", EnvError)
+        found = getattr(loaded, env_id, None)
+        if env_id not in gym.registry and callable(found):
             factory_id = f"{FACTORY_NAMESPACE}/{module}.{env_id}-v0"
             if factory_id not in gym.registry:
-                gym.register(factory_id, entry_point=getattr(loaded, env_id), disable_env_checker=True)
+                if isinstance(found, type) and not issubclass(found, gym.Env):
+                    raise EnvError(f"env {reference!r}: class {found.__module__}.{found.__qualname__} is not a "
+                                   f"gymnasium.Env{_not_env_hint(found, reference)}")
+                entry = found if isinstance(found, type) else EnvFactoryCall(reference, found)
+                gym.register(factory_id, entry_point=entry, disable_env_checker=True)
             return factory_id
     _register_namespace(env_id)
     if env_id in gym.registry:
@@ -141,13 +217,39 @@ def _make(env_id: str, max_episode_steps: int | None, render_mode: str | None, k
         extra["max_episode_steps"] = max_episode_steps
     if render_mode is not None:
         extra["render_mode"] = render_mode
+    spec = gym.spec(env_id)
+    mujoco = isinstance(spec.entry_point, str) and spec.entry_point.startswith("gymnasium.envs.mujoco")
+    if mujoco:
+        quiet_mujoco()  # before its model compiles: MuJoCo's warnings once, not once per env
     try:
-        return gym.make(env_id, **extra, **kwargs)
-    except TypeError as exc:
-        raise EnvError(f"environment {env_id!r} rejected its kwargs {kwargs}: {exc}; "
-                       f"fix env.kwargs in the config") from None
+        env = gym.make(env_id, **extra, **kwargs)
+    except RelayRLError:  # relayrl's own message (a real-time env's config option, a nested make)
+        raise
     except gym.error.DependencyNotInstalled as exc:
-        raise EnvError(f"environment {env_id!r} needs an extra package: {exc}") from None
+        fix = f"install relayrl's mujoco extra: {install_hint('mujoco')}" if mujoco else f"{exc}"
+        raise EnvError(f"environment {env_id!r} needs a package that is not installed: {fix}") from None
+    except TypeError as exc:
+        if not _takes(spec, kwargs):
+            raise EnvError(f"environment {env_id!r} rejected its kwargs {kwargs}: {exc}; "
+                           f"fix env.kwargs in the config") from None
+        raise EnvError(f"environment {display_id(env_id)!r} failed to build: {describe(exc)}: fix the env") from None
+    except Exception as exc:  # noqa: BLE001 - an env's constructor may raise anything: one line naming it and where
+        raise EnvError(f"environment {display_id(env_id)!r} failed to build: {describe(exc)}: fix the env") from None
+    if "mujoco" in sys.modules:
+        quiet_mujoco()  # a MuJoCo env of the user's own: its next copies' warnings once
+    return env
+
+
+def _takes(spec: Any, kwargs: dict[str, Any]) -> bool:
+    """Whether the env's entry point accepts ``kwargs`` (with the registered ones); True when unknown."""
+    try:
+        creator = spec.entry_point if callable(spec.entry_point) else load_env_creator(spec.entry_point)
+        inspect.signature(creator).bind(**{**spec.kwargs, **kwargs})
+    except TypeError:
+        return False
+    except Exception:  # noqa: BLE001 - no signature to read
+        return True
+    return True
 
 
 def _atari(env: gym.Env, env_id: str) -> gym.Env:
@@ -159,8 +261,7 @@ def _atari(env: gym.Env, env_id: str) -> gym.Env:
     except gym.error.DependencyNotInstalled:
         env.close()
         raise EnvError(f"{env_id!r}: Atari preprocessing needs OpenCV, part of relayrl's atari extra: "
-                       "python -m pip install -c constraints.txt -e '.[atari]' (or env.atari_preprocessing=false "
-                       "for the raw frames)") from None
+                       f"{install_hint('atari')} (or env.atari_preprocessing=false for the raw frames)") from None
 
 
 def stack_frames(env: gym.Env, k: int) -> gym.Env:

@@ -20,6 +20,8 @@ import gymnasium as gym
 import numpy as np
 
 from relayrl.envs import spaces
+from relayrl.envs.checks import (obs_error, obs_mismatch, reset_result, reward_error, rewards_finite, step_error,
+                                  wrapper_unpack_error)
 from relayrl.envs.masks import MASK_KEY, check_mask, mask_width
 from relayrl.errors import EnvError
 
@@ -125,14 +127,31 @@ class EnvRunner:
             arrays.final_action_mask[:] = True
         self.failures = [0] * len(self.envs)  # consecutive failures, per env
         self.errors = 0
-        self._plain = len(arrays.obs) == 1  # one leaf: skip the structure walk on the hot path
+        self._plain = len(arrays.obs) == 1 and not isinstance(self.obs_space, (gym.spaces.Dict, gym.spaces.Tuple))
+        self._shape = arrays.obs[0].shape[1:]  # one observation's (of a plain space)
+        self._check_obs = True  # check the observations' shapes on the next step (envs/checks.py)
+        self._steps = 0  # steps of this runner
+        self._episode_start = [0] * len(self.envs)  # self._steps at each env's last reset
 
-    def _write_obs(self, target: list[np.ndarray], k: int, obs: Any) -> None:
+    def _write_obs(self, target: list[np.ndarray], k: int, obs: Any, call: str = "step") -> None:
+        try:
+            if self._plain:
+                target[0][k] = obs
+                return
+            for array, value in zip(target, spaces.flatten(self.obs_space, obs)):
+                array[k] = value
+        except (ValueError, TypeError, KeyError, IndexError):  # (free until raised)
+            raise self._obs_error(k, call, obs) from None
+
+    def _fits(self, obs: Any) -> bool:
+        """Whether ``obs`` has the observation space's shapes (a plain space: one shape compared)."""
         if self._plain:
-            target[0][k] = obs
-            return
-        for array, value in zip(target, spaces.flatten(self.obs_space, obs)):
-            array[k] = value
+            return np.shape(obs) == self._shape
+        return obs_mismatch(self.obs_space, self.arrays.obs, obs) is None
+
+    def _obs_error(self, k: int, call: str, obs: Any) -> EnvError:
+        what = obs_mismatch(self.obs_space, self.arrays.obs, obs) or f"an observation that does not fit: {obs!r}"
+        return obs_error(self.envs[k], self.offset + k, call, what, self.obs_space)
 
     def _take_mask(self, target: np.ndarray | None, k: int, info: dict) -> dict:
         """Write env k's action mask from ``info`` into ``target[k]`` (all allowed when it gave none, once any
@@ -154,7 +173,7 @@ class EnvRunner:
         infos = {}
         for k in range(len(self.envs)):
             obs, info = self._reset_one(k, None if seed is None else seed + self.offset + k)
-            self._write_obs(self.arrays.obs, k, obs)
+            self._write_obs(self.arrays.obs, k, obs, "reset")
             info = self._take_mask(self.arrays.action_mask, k, info)
             if info:
                 infos[k] = info
@@ -162,13 +181,22 @@ class EnvRunner:
 
     def _reset_one(self, k: int, seed: int | None) -> tuple[Any, dict]:
         while True:
+            env = self.envs[k]
             try:
-                obs, info = self.envs[k].reset(seed=seed)
+                result = env.reset(seed=seed)
                 if seed is not None:
-                    self.envs[k].action_space.seed(seed)
-                return obs, info
-            except Exception:
+                    env.action_space.seed(seed)
+                break
+            except Exception as exc:
+                mistake = wrapper_unpack_error(env, self.offset + k, "reset", exc)
+                if mistake is not None:
+                    raise mistake from None
                 self._fail(k, traceback.format_exc())
+        obs, info = reset_result(env, self.offset + k, result)
+        if not self._fits(obs):  # (every reset's)
+            raise self._obs_error(k, "reset", obs)
+        self._episode_start[k] = self._steps
+        return obs, info
 
     def _fail(self, k: int, tb: str) -> None:
         """Count a failure of env k and rebuild it, or raise once it failed too often in a row."""
@@ -183,6 +211,7 @@ class EnvRunner:
         except Exception:
             pass
         self.envs[k] = self.factories[k]()
+        self._check_obs = True
 
     def step(self) -> dict[int, dict]:
         """Step every env with ``arrays.actions``; autoreset keeps the final observation.
@@ -197,10 +226,16 @@ class EnvRunner:
         # faster on np.int64 than on a Python int)
         actions = a.actions
         rewards, terms, truncs = [0.0] * n, [False] * n, [False] * n
+        self._steps += 1
+        check, self._check_obs = self._check_obs, False
+        ended: dict[int, int] = {}  # env -> the length of its episode that ended on this step
         for k, env in enumerate(self.envs):
             try:
-                obs, reward, terminated, truncated, info = env.step(actions[k])
-            except Exception:
+                result = env.step(actions[k])
+            except Exception as exc:
+                mistake = wrapper_unpack_error(env, self.offset + k, "step", exc)
+                if mistake is not None:
+                    raise mistake from None
                 tb = traceback.format_exc()
                 for src, dst in zip(a.obs, a.final_obs):  # the last good observation ends the episode
                     dst[k] = src[k]
@@ -213,10 +248,17 @@ class EnvRunner:
                 truncs[k] = True
                 infos[k] = {"env_error": tb, **({"reset_info": reset_info} if reset_info else {})}
                 continue
+            try:
+                obs, reward, terminated, truncated, info = result
+            except (TypeError, ValueError):
+                raise step_error(env, self.offset + k, result) from None
+            if check and not self._fits(obs):
+                raise self._obs_error(k, "step", obs)
             if self.failures[k]:
                 self.failures[k] = 0
             rewards[k], terms[k], truncs[k] = reward, terminated, truncated
             if terminated or truncated:
+                ended[k] = self._steps - self._episode_start[k]  # (its reset below starts the count anew)
                 self._write_obs(a.final_obs, k, obs)
                 info = self._take_mask(a.final_action_mask, k, info)
                 obs, reset_info = self._reset_one(k, None)
@@ -228,6 +270,11 @@ class EnvRunner:
             self._write_obs(a.obs, k, obs)
             if info:
                 infos[k] = info
+        if not rewards_finite(rewards):
+            steps = [ended.get(k, self._steps - start) for k, start in enumerate(self._episode_start)]
+            error = reward_error(self.envs, self.offset, rewards, steps, actions)
+            if error is not None:
+                raise error
         a.reward[:], a.terminated[:], a.truncated[:] = rewards, terms, truncs
         return infos
 

@@ -48,8 +48,8 @@ from relayrl.errors import EnvError
 from relayrl.types import StepResult
 
 STEP, RESET, CLOSE = b"S", b"R", b"C"
-OK, INFO, FAIL, BAD_MASK = b"K", b"I", b"F", b"M"
-_WITH_PAYLOAD = (RESET, INFO, FAIL, BAD_MASK)
+OK, INFO, FAIL, BAD_MASK, BAD_ENV = b"K", b"I", b"F", b"M", b"E"
+_WITH_PAYLOAD = (RESET, INFO, FAIL, BAD_MASK, BAD_ENV)
 
 
 # Messages are one kind byte, plus a 4-byte length and a payload for the kinds that carry one, written
@@ -145,9 +145,15 @@ def _worker_main(factories: list[EnvFactory], offset: int, shm_name: str, layout
             else:
                 _send(fd, OK)
     except BaseException as exc:
-        text = str(exc) if isinstance(exc, (EnvFailure, ActionMaskError)) else traceback.format_exc()
+        kind, text = FAIL, traceback.format_exc()
+        if isinstance(exc, ActionMaskError):
+            kind, text = BAD_MASK, str(exc)
+        elif isinstance(exc, EnvFailure):
+            text = str(exc)
+        elif isinstance(exc, EnvError):  # a mistake in the env (envs/checks.py): its own message, exit code 2
+            kind, text = BAD_ENV, str(exc)
         try:
-            _send(fd, BAD_MASK if isinstance(exc, ActionMaskError) else FAIL, text.encode())
+            _send(fd, kind, text.encode())
         except (OSError, ValueError):
             pass
     finally:
@@ -327,6 +333,8 @@ class SubprocVectorEnv(VectorEnv):
         self.close()
         if kind == BAD_MASK:  # bad input, not a failing env: the env's own message (exit code 2)
             raise ActionMaskError(text)
+        if kind == BAD_ENV:
+            raise EnvError(text)
         summary = last_error(text) if text.lstrip().startswith("Traceback") else text  # (an EnvFailure's own line)
         raise EnvFailure(f"env worker {w.index} (envs {w.offset}-{w.offset + w.count - 1}) failed: {summary}",
                          details=text)

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from relayrl.errors import ConfigError
+from relayrl.errors import ConfigError, install_hint
 
 if TYPE_CHECKING:
     from relayrl.config import WandbConfig
@@ -109,9 +109,8 @@ def require_wandb():
     try:
         import wandb
     except ImportError:
-        raise ConfigError("--track (logging.wandb) needs the wandb package, which is not installed: "
-                          "pip install 'relayrl[wandb]' (from a checkout: pip install -c constraints.txt "
-                          "-e '.[wandb]'), or drop --track") from None
+        raise ConfigError("--track (logging.wandb) needs the wandb package, which is not installed: install "
+                          f"relayrl's wandb extra, {install_hint('wandb')}, or drop --track") from None
     return wandb
 
 

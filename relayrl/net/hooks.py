@@ -4,10 +4,10 @@ user's own code, never from anything received over the network."""
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, Callable
 
 from relayrl.errors import ConfigError
+from relayrl.usercode import import_module
 
 
 def load_hook(spec: str | None, option: str) -> Callable[..., Any] | None:
@@ -16,10 +16,7 @@ def load_hook(spec: str | None, option: str) -> Callable[..., Any] | None:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ConfigError(f"{option}={spec!r}: expected 'package.module:function'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"{option}={spec!r}: cannot import {module_name!r} ({exc}); is it on PYTHONPATH?") from None
+    module = import_module(module_name, f"{option}={spec!r}")
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise ConfigError(f"{option}={spec!r}: {module_name} has no function {attr!r}")

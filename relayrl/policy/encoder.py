@@ -25,7 +25,6 @@ rollout workers on every backend, remote workers, ``relayrl eval``, bridge evalu
 from __future__ import annotations
 
 import difflib
-import importlib
 from typing import Annotated, Any, Callable
 
 import gymnasium as gym
@@ -36,6 +35,7 @@ from torch import nn
 
 from relayrl.envs import spaces as leaf_spaces
 from relayrl.envs.packed import PackedDict
+from relayrl.usercode import import_module
 from relayrl.errors import ConfigError
 from relayrl.policy.packed import OnPacked
 
@@ -62,16 +62,7 @@ def check_reference(value: str | None) -> str | None:
 def load_factory(reference: str, key: str) -> Callable[..., Any]:
     """Import the function ``reference`` names; a ConfigError naming the module or the function if it cannot."""
     module_name, _, name = reference.partition(":")
-    try:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:  # a module written since this process last looked (a script writing it, a new venv)
-            importlib.invalidate_caches()
-            module = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001 - importing user code may raise anything; report it on one line
-        raise ConfigError(f"{key} {reference!r}: cannot import module {module_name!r} ({_one_line(exc)}): install "
-                          f"its package or add its directory to PYTHONPATH (every process that builds the "
-                          f"policy imports it), or set {key}=null for the built-in MLP") from None
+    module = import_module(module_name, f"{key} {reference!r}")
     factory = getattr(module, name, None)
     if factory is None:
         names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]

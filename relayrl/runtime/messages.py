@@ -68,10 +68,13 @@ class LoadParams:
 
 @dataclass(frozen=True)
 class WorkerFailed:
-    """A worker died or raised; the orchestrator decides whether to restart it."""
+    """A worker died or raised; the orchestrator decides whether to restart it. ``mistake``: the user's
+    mistake it raised (an ``EnvError``, exit code 2: a wrong observation shape, a NaN reward), which no
+    restart fixes: the run ends with its message."""
 
     worker_id: int
     reason: str
+    mistake: Exception | None = None
 
 
 @dataclass(frozen=True)

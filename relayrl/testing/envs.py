@@ -3,7 +3,10 @@
 Registered ids (``import relayrl.testing.envs`` registers them):
 - ``relayrl-test/Faulty-v0``: counts steps; ``raise_at``, ``exit_at`` (os._exit), ``hang_at`` (sleep)
   make step number k misbehave; ``fail_reset`` makes every reset raise.
-- ``relayrl-test/NanReward-v0``: rewards turn NaN after three steps (the non-finite guard).
+- ``relayrl-test/NanReward-v0``: rewards turn NaN after three steps (the env managers' reward check);
+  ``HugeReward-v0``: finite rewards so large that a learner's loss overflows without reward normalisation
+  (the non-finite loss guard).
+- ``relayrl-test/Mistaken-v0``: an env that makes one of the mistakes of ``MistakenEnv``'s ``mistake``.
 - ``relayrl-test/DictObs-v0``: Dict/Tuple observation of Box, Discrete, MultiBinary, MultiDiscrete.
 - ``relayrl-test/SlowCartPole-v0``: CartPole-v1 with ``busy_us`` microseconds of busy-waiting per step
   (a costly env whose cost is CPU, like a physics simulator) and ``sleep_us`` of sleeping (a step
@@ -237,10 +240,13 @@ class DictBandit(ImageBandit):
 
 
 class NanRewardEnv(gym.Env):
-    """Returns a NaN reward after a few steps: drives the non-finite guard."""
+    """Returns a NaN reward after a few steps (``nan_at``, default 4): the env managers' reward check."""
 
     observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
     action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, nan_at: int = 4, reward: float = float("nan")):
+        self.nan_at, self.reward = nan_at, reward
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
@@ -249,11 +255,47 @@ class NanRewardEnv(gym.Env):
 
     def step(self, action):
         self.t += 1
-        reward = float("nan") if self.t > 3 else 1.0
+        reward = self.reward if self.t >= self.nan_at else 1.0
         return np.full(3, 0.1 * self.t, np.float32), reward, False, self.t >= 20, {}
 
 
-for _id, _entry in (("relayrl-test/Faulty-v0", FaultyEnv), ("relayrl-test/NanReward-v0", NanRewardEnv), ("relayrl-test/DictObs-v0", DictObsEnv),
+class HugeRewardEnv(NanRewardEnv):
+    """Finite rewards of 1e30 after three steps: without reward normalisation the learner's squared errors
+    overflow float32, so its loss turns non-finite (the non-finite loss guard)."""
+
+    def __init__(self):
+        super().__init__(nan_at=4, reward=1e30)
+
+
+class MistakenEnv(gym.Env):
+    """An env with one of the mistakes a user's env can make (``mistake``): "reset_shape" and "step_shape"
+    (an observation of shape (5,) for a declared (3,)), "old_reset" (the observation alone), "old_step"
+    (the old Gym API's four values), "nan_reward" (at step 3); anything else: a correct env."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, mistake: str = "none"):
+        self.mistake = mistake
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        obs = np.zeros(5 if self.mistake == "reset_shape" else 3, np.float32)
+        return obs if self.mistake == "old_reset" else (obs, {})
+
+    def step(self, action):
+        self.t += 1
+        obs = np.zeros(5 if self.mistake == "step_shape" else 3, np.float32)
+        if self.mistake == "old_step":
+            return obs, 1.0, self.t >= 20, {}
+        reward = float("nan") if self.mistake == "nan_reward" and self.t == 3 else 1.0
+        return obs, reward, False, self.t >= 20, {}
+
+
+for _id, _entry in (("relayrl-test/Faulty-v0", FaultyEnv), ("relayrl-test/NanReward-v0", NanRewardEnv),
+                    ("relayrl-test/HugeReward-v0", HugeRewardEnv), ("relayrl-test/Mistaken-v0", MistakenEnv),
+                    ("relayrl-test/DictObs-v0", DictObsEnv),
                     ("relayrl-test/SlowCartPole-v0", SlowCartPole), ("relayrl-test/SlowPendulum-v0", SlowPendulum),
                     ("relayrl-test/DtypeObs-v0", DtypeObsEnv),
                     ("relayrl-test/ImageBandit-v0", ImageBandit), ("relayrl-test/DictBandit-v0", DictBandit)):

@@ -16,7 +16,7 @@ from relayrl.envs.multiagent import MultiAgentVectorEnv, agent_env_factory, is_p
 from relayrl.envs.native import in_process_manager
 from relayrl.envs.registry import make
 from relayrl.envs.vector import make_vec
-from relayrl.errors import CheckpointError, ConfigError, EnvError
+from relayrl.errors import CheckpointError, ConfigError, EnvError, install_hint
 from relayrl.io.checkpoint import Checkpoint, explain_load_error, load_checkpoint
 from relayrl.io.video import VisibleFrames, write_gif
 from relayrl.training.agents import AgentEvaluator
@@ -108,9 +108,8 @@ def require_video() -> None:
     try:
         from moviepy.video.io.ImageSequenceClip import ImageSequenceClip  # noqa: F401  (what RecordVideo uses)
     except ImportError:
-        raise ConfigError("--video needs the moviepy package, which is not installed: pip install 'relayrl[video]' "
-                          "(from a checkout: pip install -c constraints.txt -e '.[video]'), or use --render "
-                          "FILE.gif") from None
+        raise ConfigError("--video needs the moviepy package, which is not installed: install relayrl's video extra, "
+                          f"{install_hint('video')}, or use --render FILE.gif") from None
 
 
 def _rgb_env(env_id: str, config, flag: str) -> gym.Env:

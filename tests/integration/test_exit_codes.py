@@ -73,10 +73,16 @@ def test_an_env_that_keeps_failing_fails_the_run(tmp_path):
 
 
 def test_a_non_finite_loss_fails_the_run(tmp_path):
-    run, summary = relayrl_train(tmp_path, "ppo", "--env", "relayrl.testing.envs:relayrl-test/NanReward-v0",
-                                 "--set", "ppo.num_steps=16", "--set", "ppo.batch_size=16", "--total-steps", 640)
-    assert_one_error_line(run, 1, "loss became nan")
+    run, summary = relayrl_train(tmp_path, "ppo", "--env", "relayrl.testing.envs:relayrl-test/HugeReward-v0",
+                                 "--set", "ppo.normalize_reward=false", "--set", "ppo.num_steps=16",
+                                 "--set", "ppo.batch_size=16", "--total-steps", 640)
+    assert_one_error_line(run, 1, "loss became")
     assert summary["stop_reason"] == "nonfinite"
+
+
+def test_a_simulator_command_that_does_not_exist_is_bad_input(tmp_path):
+    run, _ = relayrl_train(tmp_path, "ppo", "--env", "bridge:./no_such_simulator --fast", "--total-steps", 64)
+    assert_one_error_line(run, 2, "the simulator command './no_such_simulator' was not found")
 
 
 def test_a_run_directory_in_use_is_bad_input(tmp_path, tiny_config):
@@ -88,3 +94,108 @@ def test_a_run_directory_in_use_is_bad_input(tmp_path, tiny_config):
         run = subprocess.run([sys.executable, "-m", "relayrl", "train", "ppo", "--resume", str(tmp_path / "run"),
                               "--total-steps", "128", "--quiet"], capture_output=True, text=True, timeout=120)
     assert_one_error_line(run, 2, "is in use by another relayrl process")
+
+
+# ---- a user's own modules, run as the `relayrl` console script runs (its folder, not the working folder, is
+# first on sys.path), from the folder that holds them
+
+USER_ENV = textwrap.dedent("""
+    import gymnasium as gym
+    import numpy as np
+
+
+    class Walk(gym.Env):
+        observation_space = gym.spaces.Box(-1, 1, (3,), np.float32)
+        action_space = gym.spaces.Discrete(2)
+
+        def __init__(self, mistake="none"):
+            self.mistake, self.t = mistake, 0
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            self.t = 0
+            return np.zeros(3, np.float32), {}
+
+        def step(self, action):
+            self.t += 1
+            obs = np.zeros(5 if self.mistake == "shape" and self.t == 9 else 3, np.float32)
+            reward = float("nan") if self.mistake == "nan" and self.t == 7 else 1.0
+            return obs, reward, False, self.t >= 20, {}
+
+
+    def make_env(mistake="none"):
+        return Walk(mistake)
+
+
+    def make_raises():
+        raise RuntimeError("no simulator licence found")
+""")
+USER_ALGO = textwrap.dedent("""
+    from relayrl.algos import register
+    from relayrl.algos.ppo import PPO, PPOConfig, PPOPolicy
+
+    register("myppo", PPOConfig, PPO, PPOPolicy, on_policy=True)
+""")
+USER_NET = textwrap.dedent("""
+    import torch.nn as nn
+
+
+    def build(observation_space, action_space):
+        return nn.Sequential(nn.Linear(3, 16), nn.Tanh())
+""")
+CONSOLE_SCRIPT = "import sys\nfrom relayrl.cli import main\nif __name__ == '__main__':\n    sys.exit(main())\n"
+
+
+def relayrl_from(folder, tmp_path, *args, timeout=180):
+    """``relayrl ARGS`` run in ``folder`` through a console script like the one pip writes."""
+    script = tmp_path / "bin" / "relayrl"
+    script.parent.mkdir(exist_ok=True)
+    script.write_text(CONSOLE_SCRIPT)
+    return subprocess.run([sys.executable, str(script), *map(str, args), "--run-dir", str(tmp_path / "run"), *TINY],
+                          cwd=folder, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def project(tmp_path):
+    folder = tmp_path / "project"
+    folder.mkdir()
+    for name, text in (("mymod", USER_ENV), ("myalgo", USER_ALGO), ("mynet", USER_NET)):
+        (folder / f"{name}.py").write_text(text)
+    return folder
+
+
+def _line(path, text):
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+def test_train_imports_user_modules_from_the_working_folder_in_every_process(project, tmp_path):
+    # the algorithm, the network and the env by name; env workers (subproc) and rollout workers (mp) too
+    run = relayrl_from(project, tmp_path, "train", "myalgo:myppo", "--env", "mymod:make_env", "--workers", 2,
+                       "--set", "env.manager=subproc", "--set", "myppo.encoder=mynet:build",
+                       "--set", "myppo.num_steps=16", "--total-steps", 128)
+    assert run.returncode == 0, run.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["algo"] == "myalgo:myppo" and summary["env_steps"] >= 128
+
+
+def test_a_user_module_that_is_not_there_names_the_folder_searched_and_the_fix(project, tmp_path):
+    run = relayrl_from(project, tmp_path, "train", "ppo", "--env", "mymodd:make_env", "--total-steps", 64)
+    assert_one_error_line(run, 2, f"env 'mymodd:make_env': cannot import module 'mymodd' (ModuleNotFoundError: No "
+                                  f"module named 'mymodd'): no mymodd.py (nor mymodd/ package) in the working folder "
+                                  f"{project}")
+    assert "PYTHONPATH" in run.stderr
+
+
+def test_a_user_env_mistake_in_rollout_worker_processes_is_one_message(project, tmp_path):
+    # (the other mistakes travel the same way: tests/unit/envs/test_env_checks.py checks them on each manager)
+    run = relayrl_from(project, tmp_path, "train", "ppo", "--env", "mymod:make_env", "--workers", 2,
+                       "--set", "env.kwargs={mistake: nan}", "--set", "ppo.num_steps=16", "--total-steps", 100_000)
+    assert_one_error_line(run, 2, "env 0 (mymod:make_env) returned reward nan at step 7 of its episode")
+    assert f"Walk.step at {project / 'mymod.py'}:{_line(project / 'mymod.py', 'def step')}" in run.stderr
+
+
+def test_a_user_env_factory_that_raises_is_one_message_at_its_line(project, tmp_path):
+    run = relayrl_from(project, tmp_path, "train", "ppo", "--env", "mymod:make_raises", "--total-steps", 64)
+    assert_one_error_line(run, 2, "RuntimeError: no simulator licence found (at "
+                                  f"{project / 'mymod.py'}:{_line(project / 'mymod.py', 'raise RuntimeError')} in "
+                                  "make_raises)")

@@ -122,7 +122,7 @@ def test_masks_and_keys_that_do_not_fit_exit_2_with_one_message(tmp_path, capsys
 
 
 @pytest.mark.parametrize("args, text", [
-    (["--env", "pettingzoo:no_such_module_xyz:env"], "cannot import 'no_such_module_xyz'"),
+    (["--env", "pettingzoo:no_such_module_xyz:env"], "cannot import module 'no_such_module_xyz'"),
     (["--env", "pettingzoo:relayrl.testing.multiagent_envs:nope"], "has no attribute 'nope'"),
     (["--env", "pettingzoo:relayrl.testing.multiagent_envs"], "pettingzoo:package.module:env_fn"),
     (["--env", "pettingzoo:relayrl.testing.multiagent_envs:not_an_env"], "returned object, not a PettingZoo"),

@@ -74,8 +74,8 @@ def test_periodic_checkpoints_every_save_freq_updates(tmp_path, tiny_config):
 
 
 def test_non_finite_loss_stops_with_message_and_keeps_last_good_checkpoint(tmp_path, tiny_config):
-    config = tiny_config("env.id=relayrl-test/NanReward-v0", total_steps=640)
-    with pytest.raises(NonFiniteError, match="loss became nan"):
+    config = tiny_config("env.id=relayrl-test/HugeReward-v0", "ppo.normalize_reward=false", total_steps=640)
+    with pytest.raises(NonFiniteError, match="loss became (nan|inf)"):
         train(config, run_dir=tmp_path / "r", tensorboard=False)
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["stop_reason"] == "nonfinite"

@@ -126,7 +126,7 @@ def test_onnx_without_its_packages_names_the_extra(cartpole_run, capsys, monkeyp
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime now fails
     assert main(["export", str(cartpole_run), "-o", str(cartpole_run / "x.onnx")]) == 2
     err = capsys.readouterr().err
-    assert "needs onnxruntime" in err and "relayrl[export]" in err and err.count("relayrl: error:") == 1
+    assert "needs onnxruntime" in err and "-e '.[export]'" in err and err.count("relayrl: error:") == 1
     assert not (cartpole_run / "x.onnx").exists()
 
 

@@ -118,8 +118,9 @@ def _worker_main(worker_id: int, beat_index: int, config_data: dict, seed: int, 
         pass
     except BaseException as exc:  # report, then exit: the learner decides whether to restart
         last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+        mistake = exc if isinstance(exc, RelayRLError) and exc.exit_code == 2 else None  # no restart fixes it
         try:
-            out.put(WorkerFailed(worker_id, last), timeout=1.0)
+            out.put(WorkerFailed(worker_id, last, mistake), timeout=1.0)
         except Exception:
             pass
     finally:
@@ -261,6 +262,8 @@ class MpBackend:
                     return out
                 continue
             if isinstance(msg, WorkerFailed):
+                if msg.mistake is not None:
+                    raise msg.mistake
                 self._restart(self._index[msg.worker_id], msg.reason)
                 continue
             proc = self._procs[self._index[msg.worker_id]]

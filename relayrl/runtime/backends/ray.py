@@ -1,4 +1,4 @@
-"""Rollout workers on a Ray cluster, through one node proxy per node (``pip install relayrl[ray]``).
+"""Rollout workers on a Ray cluster, through one node proxy per node (the ray extra: ``python -m pip install -c constraints.txt -e '.[ray]'``).
 
 ``--ray-address auto|HOST:PORT`` joins a running cluster (``ray start`` on every node, relayrl
 installed on each); without it a local Ray is started for the run and stopped after.
@@ -30,7 +30,7 @@ from typing import Any
 
 from relayrl.algos import get_algo
 from relayrl.config import RunConfig, config_model
-from relayrl.errors import ConfigError, RelayRLError
+from relayrl.errors import ConfigError, RelayRLError, install_hint
 from relayrl.runtime.messages import Heartbeat, InsertTransitions, LoadParams, Stop
 from relayrl.runtime.service import ReplayService, Shards, ShardLost
 from relayrl.runtime.shard import ReplayShard, ShardOptions
@@ -171,7 +171,7 @@ class RayBackend:
     def __init__(self, config: RunConfig, num_workers: int, *, address: str | None = None,
                  max_restarts: int = 10):
         if ray is None:
-            raise ConfigError("backend 'ray' needs Ray: pip install 'relayrl[ray]'")
+            raise ConfigError(f"backend 'ray' needs Ray: install relayrl's ray extra, {install_hint('ray')}")
         self.config, self.num_workers, self.max_restarts = config, num_workers, max_restarts
         self.worker_timeout = config.worker_timeout
         self._owns_ray = False
@@ -309,6 +309,9 @@ class RayBackend:
             except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
                 lines = str(exc).strip().splitlines()
                 reason = lines[-1] if lines else type(exc).__name__
+                if isinstance(exc, ray.exceptions.RayTaskError) and isinstance(exc.cause, RelayRLError) \
+                        and exc.cause.exit_code == 2:  # a mistake in the user's env (envs/checks.py): no restart fixes it
+                    raise exc.cause from None
                 if isinstance(exc, ray.exceptions.RayTaskError) and "RelayRLError" in str(exc):
                     raise RelayRLError(f"node {self._nodes[k][:8]}: {reason}") from None
                 self._restart(k, reason)

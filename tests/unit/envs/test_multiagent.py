@@ -101,3 +101,16 @@ def test_unsupported_envs_are_refused_clearly():
 
     with pytest.raises(EnvError, match="same observation and action space"):
         MultiAgentVectorEnv([Mixed])
+
+
+def test_an_env_function_that_raises_is_one_message_at_its_line(tmp_path, monkeypatch):
+    from relayrl.envs.multiagent import pettingzoo_factory
+
+    (tmp_path / "raising_pz.py").write_text("def parallel_env(size=2):\n    raise RuntimeError('no map file')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    make = pettingzoo_factory("pettingzoo:raising_pz:parallel_env")
+    with pytest.raises(EnvError, match=r"parallel_env\(\*\*\{\}\) raised RuntimeError: no map file \(at "
+                                       rf"{tmp_path / 'raising_pz.py'}:2 in parallel_env\): fix the env function"):
+        make()
+    with pytest.raises(EnvError, match=r"unexpected keyword argument 'colour'.*fix env.kwargs"):
+        make(colour=1)

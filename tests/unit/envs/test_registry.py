@@ -88,3 +88,91 @@ def test_a_bridge_id_outside_training_names_what_it_is():
 
     with pytest.raises(EnvError, match="external simulator, not a Gymnasium env"):
         make("bridge:./my_sim")
+
+
+USER_MODULE = '''
+import gymnasium as gym
+import numpy as np
+
+
+class Good(gym.Env):
+    observation_space = gym.spaces.Box(-1, 1, (3,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(3, np.float32), 1.0, False, False, {}
+
+
+def make_good(size=3):
+    return Good()
+
+
+def make_raises():
+    raise RuntimeError("no simulator licence found")
+
+
+def make_parallel():
+    from pettingzoo.butterfly import cooperative_pong_v6
+    return cooperative_pong_v6.parallel_env()
+'''
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch, request):
+    """A module of the user's own, importable under a name unique to the test."""
+    name = f"usermod_{request.node.name.replace('[', '_').replace(']', '_').replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(USER_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return name, tmp_path / f"{name}.py"
+
+
+def _line(path, text):
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+def test_a_factory_that_raises_is_one_message_naming_the_factory_and_its_line(user_module):
+    name, path = user_module
+    with pytest.raises(EnvError) as info:
+        make(f"{name}:make_raises")
+    message = str(info.value)
+    assert f"env '{name}:make_raises'" in message and "RuntimeError: no simulator licence found" in message
+    assert f"{path}:{_line(path, 'raise RuntimeError')} in make_raises" in message
+    assert info.value.exit_code == 2
+
+
+def test_a_factory_given_arguments_it_does_not_take_names_them_and_its_signature(user_module):
+    name, _ = user_module
+    with pytest.raises(EnvError, match=r"does not take the arguments \{'colour': 1\}.*it takes \(size=3\)\): fix "
+                                       r"env.kwargs"):
+        make(f"{name}:make_good", colour=1)
+    assert make(f"{name}:make_good", size=4).observation_space.shape == (3,)
+
+
+def test_a_pettingzoo_factory_without_its_prefix_is_told_the_prefix(user_module):
+    pytest.importorskip("pettingzoo")
+    name, _ = user_module
+    with pytest.raises(EnvError) as info:
+        make(f"{name}:make_parallel")
+    message = str(info.value)
+    assert "PettingZoo multi-agent env" in message and f"--env pettingzoo:{name}:make_parallel" in message
+    assert "env.kwargs" not in message  # (it was told to fix its kwargs)
+
+
+def test_a_module_with_a_syntax_error_names_the_file_and_line(tmp_path, monkeypatch):
+    (tmp_path / "broken_user_env.py").write_text("import gymnasium\n\ndef make_env(:\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(EnvError, match=r"env 'broken_user_env:make_env': cannot import module 'broken_user_env' "
+                                       r"\(SyntaxError: invalid syntax .*\): fix the module at "
+                                       rf"{tmp_path / 'broken_user_env.py'}:3$"):
+        make("broken_user_env:make_env")
+
+
+def test_an_env_whose_constructor_raises_is_one_message(user_module):
+    name, path = user_module
+    gym.register(f"{name}/Raises-v0", entry_point=f"{name}:make_raises")
+    with pytest.raises(EnvError, match=rf"environment '{name}/Raises-v0' failed to build: RuntimeError: no simulator "
+                                       rf"licence found \(at {path}:{_line(path, 'raise RuntimeError')} in "):
+        make(f"{name}/Raises-v0")

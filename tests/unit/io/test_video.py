@@ -56,5 +56,5 @@ def test_video_without_moviepy_exits_2_naming_the_extra_and_writes_nothing(train
     assert run_cli(["eval", str(trained_run), "--video", str(tmp_path / "videos")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--video needs the moviepy package" in err[0]
-    assert "pip install 'relayrl[video]'" in err[0] and "-e '.[video]'" in err[0]
+    assert "python -m pip install -c constraints.txt -e '.[video]'" in err[0] and "'relayrl[" not in err[0]
     assert not (tmp_path / "videos").exists() and tree(trained_run) == before
