@@ -34,3 +34,17 @@ class AgentImages(BaseParallelWrapper):
     def step(self, actions: dict[Any, Any]) -> tuple[dict, dict, dict, dict, dict]:
         obs, rewards, terminated, truncated, infos = self.env.step(actions)
         return self._shrink(obs), rewards, terminated, truncated, infos
+
+
+def wrap_agents(env: Any, wrapping: dict[str, Any] | None) -> Any:
+    """A PettingZoo ParallelEnv with the ``resize`` / ``grayscale`` options of ``wrapping`` applied (the env
+    itself when neither is set)."""
+    wrapping = wrapping or {}
+    resize, grayscale = wrapping.get("resize"), bool(wrapping.get("grayscale"))
+    if resize is None and not grayscale:
+        return env
+    try:
+        return AgentImages(env, resize, grayscale)
+    except BaseException:
+        env.close()
+        raise

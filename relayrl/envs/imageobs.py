@@ -17,7 +17,7 @@ the option to drop.
 
 Every process that makes the env applies them (they travel in ``EnvConfig.wrapping()``), and the
 options are saved in ``config.yaml`` and the checkpoints, so ``relayrl eval`` and ``relayrl.load``
-rebuild the same observations. PettingZoo ParallelEnvs get the same per agent (``wrap_agents``:
+rebuild the same observations. PettingZoo ParallelEnvs get the same per agent (``agentimages.wrap_agents``:
 ``relayrl/envs/agentimages.py``).
 """
 
@@ -31,7 +31,7 @@ import numpy as np
 from relayrl.envs.spaces import image_layout
 from relayrl.errors import EnvError
 
-__all__ = ["shrink_images", "image_transform", "wrap_agents", "wrappers_in_use"]
+__all__ = ["shrink_images", "image_transform", "wrappers_in_use"]
 
 
 def wrappers_in_use(wrapping: dict[str, Any] | None,
@@ -110,19 +110,3 @@ class _SpaceOnly(gym.Env):
 
     def __init__(self, space: gym.Space):
         self.observation_space, self.action_space = space, gym.spaces.Discrete(1)
-
-
-def wrap_agents(env: Any, wrapping: dict[str, Any] | None) -> Any:
-    """A PettingZoo ParallelEnv with the ``resize`` / ``grayscale`` options of ``wrapping`` applied (the env
-    itself when neither is set)."""
-    wrapping = wrapping or {}
-    resize, grayscale = wrapping.get("resize"), bool(wrapping.get("grayscale"))
-    if resize is None and not grayscale:
-        return env
-    from relayrl.envs.agentimages import AgentImages  # (imports PettingZoo)
-
-    try:
-        return AgentImages(env, resize, grayscale)
-    except BaseException:
-        env.close()
-        raise

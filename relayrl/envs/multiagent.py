@@ -54,7 +54,6 @@ import gymnasium as gym
 import numpy as np
 
 from relayrl.envs.agentobs import AgentObservations
-from relayrl.envs.imageobs import wrap_agents
 from relayrl.envs.agents import AgentEnv, AgentTurn
 from relayrl.envs.masks import allowed_all
 from relayrl.envs.vector import ActionSpec, check_actions
@@ -296,6 +295,8 @@ def agent_env_factory(config: Any, env_fn: Callable[..., Any] | None = None) -> 
     kwargs, wrapping = dict(config.env.kwargs), config.env.wrapping()
 
     def factory() -> Any:
+        from relayrl.envs.agentimages import wrap_agents  # (imports PettingZoo)
+
         return wrap_agents(env_fn(**kwargs), wrapping)
 
     return factory
