@@ -10,7 +10,7 @@ the relay, a simulator bridge) and hands it here. The run directory is described
 One round of ``run``: ``collect`` (a rollout, or the replay updates due) -> ``learn`` (the Learner and
 its hooks; ``log`` and the periodic checkpoint are hooks) -> ``evaluate`` every ``eval.freq`` env
 steps (which writes the last and best checkpoints) -> stop at the stop value, ``total_steps``, or
-Ctrl-C (``stop_event``).
+Ctrl-C or SIGTERM (``stop_event``; a ``StopRequest`` says which, as the summary's ``stop_reason``).
 """
 
 from __future__ import annotations
@@ -85,6 +85,22 @@ def train(config: RunConfig, *, experience: Experience | None = None, samples: S
     return Trainer(config, experience, **options).run()
 
 
+class StopRequest(threading.Event):
+    """A stop event that says why: ``request("terminated")`` (SIGTERM) or ``request("interrupted")``
+    (Ctrl-C, and what a plain ``threading.Event`` means). The summary's ``stop_reason`` is the reason."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reason = "interrupted"
+
+    def request(self, reason: str) -> None:
+        self.reason = reason
+        self.set()
+
+
+STOPPED = ("interrupted", "terminated")  # stop reasons of a run stopped from outside, with its last checkpoint
+
+
 class Trainer:
     """One run (module docstring). Everything that can fail on bad input fails in ``__init__``,
     before the run directory is written; the Trainer closes ``experience`` when the run ends."""
@@ -98,7 +114,7 @@ class Trainer:
             resume: continue the run in ``run_dir`` from its last checkpoint.
             previous: start from this checkpoint's policy weights (and normaliser) only.
             stop_event: when set (e.g. by Ctrl-C), training stops after the current round, writing the
-                last checkpoint and the summary.
+                last checkpoint and the summary (stop reason "interrupted", or a ``StopRequest``'s reason).
             hooks: extra learner hooks as ``(position, fn, options)``, e.g.
                 ``("after_iter", print_kl, {"freq": 10, "priority": 50})``; ``fn`` gets a HookContext.
         """
@@ -204,7 +220,7 @@ class Trainer:
             next_eval = _next_multiple(ctx.env_steps, config.eval.freq)
             while ctx.env_steps < config.total_steps:
                 if self.stop_event is not None and self.stop_event.is_set():
-                    stop_reason = "interrupted"
+                    stop_reason = self.stop_event.reason if isinstance(self.stop_event, StopRequest) else "interrupted"
                     break
                 work = self.collect()
                 self.learn(work)
@@ -218,7 +234,7 @@ class Trainer:
                                     state.last_eval_return)
             if stop_reason == "total_steps" and state.last_eval_steps != ctx.env_steps and self.evaluate():
                 stop_reason = "stop_value"
-            if stop_reason == "interrupted":
+            if stop_reason in STOPPED:
                 self.checkpoint("last")
             ctx.stop_reason = stop_reason
             self.learner.call_hooks("after_run")
