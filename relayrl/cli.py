@@ -180,7 +180,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from relayrl.config import build_config, default_config, diff_configs, read_yaml
     from relayrl.io.rundir import new_run_dir, write_experiment_record
     from relayrl.launch import train
-    from relayrl.training.trainer import StopRequest
+    from relayrl.training.trainer import StopRequest, stop_on_sigterm
 
     overrides = {"env.id": args.env, "seed": args.seed, "total_steps": args.total_steps,
                  "stop_value": args.stop_value, "backend": args.backend, "workers": args.workers,
@@ -222,23 +222,17 @@ def cmd_train(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         print("\nrelayrl: stopping after this iteration (Ctrl-C again to abort now)", file=sys.stderr)
 
-    def on_sigterm(signum, frame):  # a scheduler's stop (Slurm, Kubernetes, systemd): as Ctrl-C, exit 143
-        stop_event.request("terminated")
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
-        print("\nrelayrl: SIGTERM: stopping after this iteration (saving the last checkpoint and the summary)",
-              file=sys.stderr)
-
     def record(ctx) -> None:  # once the run directory exists (a refused start writes nothing)
         write_experiment_record(run_dir, ["relayrl", *sys.argv[1:]], changes, resumed=args.resume is not None)
 
-    previous_handlers = signal.signal(signal.SIGINT, on_sigint), signal.signal(signal.SIGTERM, on_sigterm)
+    previous_handler = signal.signal(signal.SIGINT, on_sigint)
     try:
-        summary = train(config, run_dir=run_dir, resume=args.resume is not None, previous=args.previous,
-                        quiet=args.quiet, tensorboard=not args.no_tensorboard, stop_event=stop_event,
-                        hooks=[("before_run", record, {})])
+        with stop_on_sigterm(stop_event):  # a scheduler's stop: as Ctrl-C, exit 143
+            summary = train(config, run_dir=run_dir, resume=args.resume is not None, previous=args.previous,
+                            quiet=args.quiet, tensorboard=not args.no_tensorboard, stop_event=stop_event,
+                            hooks=[("before_run", record, {})])
     finally:
-        signal.signal(signal.SIGINT, previous_handlers[0])
-        signal.signal(signal.SIGTERM, previous_handlers[1])
+        signal.signal(signal.SIGINT, previous_handler)
     _print_summary(summary)
     return {"interrupted": EXIT_INTERRUPTED, "terminated": EXIT_TERMINATED}.get(summary["stop_reason"], 0)
 

@@ -15,12 +15,14 @@ Ctrl-C or SIGTERM (``stop_event``; a ``StopRequest`` says which, as the summary'
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -99,6 +101,29 @@ class StopRequest(threading.Event):
 
 
 STOPPED = ("interrupted", "terminated")  # stop reasons of a run stopped from outside, with its last checkpoint
+
+
+@contextlib.contextmanager
+def stop_on_sigterm(stop: StopRequest) -> Iterator[None]:
+    """Within: a SIGTERM (a scheduler's stop: Slurm, Kubernetes, systemd) requests ``stop`` as
+    "terminated" instead of ending the process; a second one ends it at once. Installed only where
+    SIGTERM has Python's default action and only in the main thread (the one that can take signals),
+    so a program's own handler is left alone."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        stop.request("terminated")
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        log.warning("SIGTERM: stopping after this iteration (saving the last checkpoint and the summary)")
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 class Trainer:

@@ -115,20 +115,30 @@ def _descendants_of(pid: int) -> set[int]:
     return found
 
 
-@pytest.mark.parametrize("to", ["learner", "group"])
+LIBRARY_RUN = """
+import sys
+import relayrl
+relayrl.train("ppo", "CartPole-v1", {"env": {"num_envs": 2}, "eval": {"episodes": 1, "num_envs": 1}},
+              run_dir=sys.argv[1], total_steps=10_000_000, backend="mp", workers=2, tensorboard=False)
+"""
+
+
+@pytest.mark.parametrize("to", ["learner", "group", "library"])
 def test_sigterm_stops_like_ctrl_c_with_a_checkpoint_a_summary_and_exit_143(tmp_path, to):
     """Schedulers stop a job with SIGTERM, then SIGKILL after a grace of seconds: Kubernetes signals the
     container's first process (the learner), Slurm and systemd every process of the job (the group:
     rollout workers and the fork server too). Either way the run stops as on Ctrl-C, within 30 s
-    (Kubernetes' and Slurm's default grace), and leaves no process behind."""
+    (Kubernetes' and Slurm's default grace), and leaves no process behind; ``relayrl.train`` in a
+    script (library) as ``relayrl train`` does."""
     import os
     import signal
     import time
 
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "relayrl", "train", "ppo", "--env", "CartPole-v1", "--backend", "mp",
-                             "--workers", "2", "--total-steps", "10000000", "--run-dir", str(run_dir), *TINY],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    command = ([sys.executable, "-c", LIBRARY_RUN, str(run_dir)] if to == "library" else
+               [sys.executable, "-m", "relayrl", "train", "ppo", "--env", "CartPole-v1", "--backend", "mp",
+                "--workers", "2", "--total-steps", "10000000", "--run-dir", str(run_dir), *TINY])
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         metrics = run_dir / "metrics.jsonl"
         deadline = time.monotonic() + 120
@@ -136,7 +146,7 @@ def test_sigterm_stops_like_ctrl_c_with_a_checkpoint_a_summary_and_exit_143(tmp_
             time.sleep(0.1)
         children = _descendants_of(proc.pid)
         assert len(children) >= 3  # the fork server and two workers
-        if to == "group":
+        if to != "learner":
             os.killpg(proc.pid, signal.SIGTERM)
         else:
             proc.send_signal(signal.SIGTERM)
