@@ -111,14 +111,13 @@ class ChunkChannel:
         self.capacity = capacity
         self.counts = ctx.RawArray("q", 2)  # frames written whole, frames taken
         self.writer = ChunkWriter(writer_conn, self._slots, self.counts)
-        os.set_blocking(reader.fileno(), False)
+        self.fd = reader.fileno()  # (kept: still known once the channel is closed)
+        os.set_blocking(self.fd, False)
         self._head = bytearray(HEADER.size)
         self._body: bytearray | None = None
         self._got = 0  # bytes of the current header or body read so far
         self.ended = False  # the pipe reached its end: no writer is left
 
-    def fileno(self) -> int:
-        return self._reader.fileno()
 
     def started(self) -> None:
         """The worker has its copy of the writing end: close ours, so its death ends the pipe."""
@@ -128,7 +127,7 @@ class ChunkChannel:
         """Every whole message that has arrived, oldest first; never waits. Bytes of an unfinished
         frame are kept for the next call (or dropped with the channel, when their writer died)."""
         out: list[Any] = []
-        fd = self._reader.fileno()
+        fd = self.fd
         while not self.ended:
             buf = self._head if self._body is None else self._body
             try:
@@ -161,5 +160,6 @@ class ChunkChannel:
         return max(0, int(self.counts[0] - self.counts[1]))
 
     def close(self) -> None:
+        self.ended = True  # (its descriptor may be another file's from now on: never read again)
         self._reader.close()
         self._writer_conn.close()

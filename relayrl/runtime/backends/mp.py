@@ -171,6 +171,8 @@ class MpBackend:
         self._start_method = start_method
         self.capacity = capacity
         self.closed = False
+        self._poller = select.poll()  # every live channel's reading end (one poll for all: no call per worker)
+        self._watched: dict[int, _Proc] = {}  # file descriptor -> its worker
         self._procs: list[_Proc] = []
         self._board: WeightBoard | None = None
         self._kinds: dict[str, str] = {}
@@ -213,7 +215,14 @@ class MpBackend:
         process.start()
         child.close()
         channel.started()
-        return _Proc(index, process, parent, channel)
+        proc = _Proc(index, process, parent, channel)
+        self._poller.register(channel.fd, select.POLLIN)
+        self._watched[channel.fd] = proc
+        return proc
+
+    def _unwatch(self, proc: _Proc) -> None:
+        if self._watched.pop(proc.channel.fd, None) is not None:
+            self._poller.unregister(proc.channel.fd)
 
     def publish(self, params: LoadParams, env_steps: int) -> None:
         self.publish_flat(*flatten(params.weights), params.version, env_steps)
@@ -278,18 +287,21 @@ class MpBackend:
         out.append(msg)
 
     def _take(self) -> list[tuple[int, Any]]:
-        """Every whole message that has arrived, worker by worker; never waits."""
-        return [(proc.index, msg) for proc in list(self._procs) for msg in proc.channel.take()]
+        """Every whole message that has arrived, from the channels that have bytes; never waits."""
+        out = []
+        for fd, _ in self._poller.poll(0) if self._watched else ():
+            proc = self._watched.get(fd)
+            if proc is not None:
+                out += [(proc.index, msg) for msg in proc.channel.take()]
+                if proc.channel.ended:  # (its worker is gone: the end of the pipe would wake every poll)
+                    self._unwatch(proc)
+        return out
 
     def _wait(self, seconds: float) -> None:
         """Until some channel has bytes, or ``seconds`` pass."""
-        poller = select.poll()
-        for proc in self._procs:
-            if not proc.channel.ended:
-                poller.register(proc.channel.fileno(), select.POLLIN)
-        if self._procs:
-            poller.poll(max(1, int(seconds * 1000)))
-        else:  # nothing to wait on before the first publish
+        if self._watched:
+            self._poller.poll(max(1, int(seconds * 1000)))
+        else:  # nothing to wait on (before the first publish)
             time.sleep(seconds)
 
     def queue_depth(self) -> int:
@@ -325,6 +337,7 @@ class MpBackend:
                 old.process.kill()
                 old.process.join(timeout=1.0)
             old.conn.close()
+            self._unwatch(old)
             old.channel.close()
             self.failures.append(f"worker {worker_id}: {reason}")
             if self.restarts >= self.max_restarts:
@@ -353,6 +366,7 @@ class MpBackend:
                 proc.process.kill()
             proc.process.join(timeout=1.0)
             proc.conn.close()
+            self._unwatch(proc)
             proc.channel.close()
         self._procs = []
         self.closed = True
