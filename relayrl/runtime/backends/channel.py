@@ -118,7 +118,6 @@ class ChunkChannel:
         self._got = 0  # bytes of the current header or body read so far
         self.ended = False  # the pipe reached its end: no writer is left
 
-
     def started(self) -> None:
         """The worker has its copy of the writing end: close ours, so its death ends the pipe."""
         self._writer_conn.close()
