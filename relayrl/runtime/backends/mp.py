@@ -289,12 +289,13 @@ class MpBackend:
     def _take(self) -> list[tuple[int, Any]]:
         """Every whole message that has arrived, from the channels that have bytes; never waits."""
         out = []
-        for fd, _ in self._poller.poll(0) if self._watched else ():
-            proc = self._watched.get(fd)
-            if proc is not None:
-                out += [(proc.index, msg) for msg in proc.channel.take()]
-                if proc.channel.ended:  # (its worker is gone: the end of the pipe would wake every poll)
-                    self._unwatch(proc)
+        with self.lock:  # (a Ray node proxy may be closing this backend meanwhile: one reader at a time)
+            for fd, _ in self._poller.poll(0) if self._watched and not self.closed else ():
+                proc = self._watched.get(fd)
+                if proc is not None:
+                    out += [(proc.index, msg) for msg in proc.channel.take()]
+                    if proc.channel.ended:  # (its worker is gone: the end of the pipe would wake every poll)
+                        self._unwatch(proc)
         return out
 
     def _wait(self, seconds: float) -> None:
@@ -311,7 +312,7 @@ class MpBackend:
     def _check_workers(self) -> list[tuple[int, InsertTransitions]]:
         """Restart dead and hung workers; return the whole chunks a dead one sent before it died."""
         now, last = time.monotonic(), []
-        for proc in list(self._procs):
+        for proc in list(self._procs) if not self.closed else ():  # (close kills them: a Ray proxy polls meanwhile)
             if not proc.process.is_alive():
                 reason = f"exit code {proc.process.exitcode}"
                 for msg in proc.channel.take():  # what it sent whole before it died (what follows is torn)
@@ -331,6 +332,8 @@ class MpBackend:
 
     def _restart(self, index: int, reason: str) -> None:
         with self.lock:
+            if self.closed:
+                return
             worker_id, old = self.worker_ids[index], self._procs[index]
             old.process.join(timeout=1.0)
             if old.process.is_alive():
@@ -352,24 +355,25 @@ class MpBackend:
             self._procs[index] = new
 
     def close(self) -> None:
-        for proc in self._procs:
-            try:
-                proc.conn.send(("stop",))
-            except (OSError, BrokenPipeError):
-                pass
-        deadline = time.monotonic() + STOP_DEADLINE_S
-        for proc in self._procs:
-            while proc.process.is_alive() and time.monotonic() < deadline:
-                proc.channel.take()  # (read and dropped: room for a worker that waits to hand a chunk over)
-                proc.process.join(timeout=0.05)
-            if proc.process.is_alive():
-                proc.process.kill()
-            proc.process.join(timeout=1.0)
-            proc.conn.close()
-            self._unwatch(proc)
-            proc.channel.close()
-        self._procs = []
-        self.closed = True
+        with self.lock:
+            self.closed = True
+            for proc in self._procs:
+                try:
+                    proc.conn.send(("stop",))
+                except (OSError, BrokenPipeError):
+                    pass
+            deadline = time.monotonic() + STOP_DEADLINE_S
+            for proc in self._procs:
+                while proc.process.is_alive() and time.monotonic() < deadline:
+                    proc.channel.take()  # (read and dropped: room for a worker that waits to hand a chunk over)
+                    proc.process.join(timeout=0.05)
+                if proc.process.is_alive():
+                    proc.process.kill()
+                proc.process.join(timeout=1.0)
+                proc.conn.close()
+                self._unwatch(proc)
+                proc.channel.close()
+            self._procs = []
         if self.service is not None:  # after the workers, so their last inserts land; Stop, then kill
             self.service.stop(time.time() + STOP_DEADLINE_S)
             self._shards.close()
