@@ -1,7 +1,7 @@
 """The command line: ``relayrl train | eval | export | plot | config | serve | worker | keys``.
 
 Exit codes (docs/usage.md): 0 done, 1 the run failed, 2 bad input, 3 a peer died or timed out, 4 a
-protocol error, 130 interrupted.
+protocol error, 130 interrupted, 143 stopped by SIGTERM.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ from relayrl.errors import ConfigError, RelayRLError, install_hint
 
 EXIT_FAILED = 1  # the run failed while running (an env that keeps failing, a peer that closed, a non-finite loss)
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143  # 128 + SIGTERM, what a shell reports for a process SIGTERM ended
 
 DESCRIPTION = ("Reinforcement learning on a laptop, a Ray cluster, remote robots through a relay, and external "
                "simulators through shared memory. `relayrl COMMAND --help` explains each command.")
 EPILOG = ("exit codes: 0 done, 1 the run failed, 2 bad input (usage, config, env, checkpoint), 3 a peer died "
-          "or timed out, 4 a protocol error, 130 interrupted")
+          "or timed out, 4 a protocol error, 130 interrupted, 143 stopped by SIGTERM")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -185,6 +186,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from relayrl.config import build_config, default_config, diff_configs, read_yaml
     from relayrl.io.rundir import check_fresh_run_dir, new_run_dir, write_experiment_record
     from relayrl.launch import train
+    from relayrl.training.trainer import StopRequest, stop_on_sigterm
 
     overrides = {"env.id": args.env, "seed": args.seed, "total_steps": args.total_steps,
                  "stop_value": args.stop_value, "backend": args.backend, "workers": args.workers,
@@ -221,10 +223,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     if config.net.remote_env and config.net.server is None:
         raise ConfigError("--remote-env (net.remote_env) takes the env's spaces from remote workers: it needs "
                           "--server HOST:PORT")
-    stop_event = threading.Event()
+    stop_event = StopRequest()
 
     def on_sigint(signum, frame):  # first Ctrl-C: end the round (learning stops between minibatches), save, exit 130
-        stop_event.set()
+        stop_event.request("interrupted")
         signal.signal(signal.SIGINT, signal.default_int_handler)
         print("\nrelayrl: stopping: saving the last checkpoint (Ctrl-C again to abort now)", file=sys.stderr)
 
@@ -233,13 +235,14 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     previous_handler = signal.signal(signal.SIGINT, on_sigint)
     try:
-        summary = train(config, run_dir=run_dir, resume=args.resume is not None, previous=args.previous,
-                        quiet=args.quiet, tensorboard=not args.no_tensorboard, stop_event=stop_event,
-                        hooks=[("before_run", record, {})])
+        with stop_on_sigterm(stop_event):  # a scheduler's stop: as Ctrl-C, exit 143
+            summary = train(config, run_dir=run_dir, resume=args.resume is not None, previous=args.previous,
+                            quiet=args.quiet, tensorboard=not args.no_tensorboard, stop_event=stop_event,
+                            hooks=[("before_run", record, {})])
     finally:
         signal.signal(signal.SIGINT, previous_handler)
     _print_summary(summary)
-    return EXIT_INTERRUPTED if summary["stop_reason"] == "interrupted" else 0
+    return {"interrupted": EXIT_INTERRUPTED, "terminated": EXIT_TERMINATED}.get(summary["stop_reason"], 0)
 
 
 def _resumed_run(run_dir: Path, algo: str | None) -> tuple[str, dict]:

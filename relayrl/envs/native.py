@@ -342,7 +342,7 @@ class NativeVectorEnv(VectorEnv):
 
     def reset(self, seed: int | None = None) -> np.ndarray:
         self._actions = None
-        return self.backend.reset(seed)
+        return np.ascontiguousarray(self.backend.reset(seed))
 
     def send(self, actions: np.ndarray) -> None:
         self._actions = self._check_actions(actions, self.num_envs)
@@ -352,6 +352,12 @@ class NativeVectorEnv(VectorEnv):
             raise EnvError("recv() called without a pending send(actions)")
         actions, self._actions = self._actions, None
         obs, reward, terminated, truncated, final_obs = self.backend.step(actions)
+        # row-major, as every other manager returns them: CartPoleVectorEnv's observations are a transposed
+        # (column-major) view, and a matrix product reads those through another kernel, whose float32 sums
+        # may differ in the last bit, so a run on native would not be a run on sync
+        same = final_obs is obs
+        obs = np.ascontiguousarray(obs)
+        final_obs = obs if same else np.ascontiguousarray(final_obs)
         return StepResult(obs=obs, reward=reward, terminated=terminated, truncated=truncated, final_obs=final_obs,
                           env_ids=self._env_ids, info=[NO_INFO] * self.num_envs)
 

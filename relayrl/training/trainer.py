@@ -10,17 +10,19 @@ the relay, a simulator bridge) and hands it here. The run directory is described
 One round of ``run``: ``collect`` (a rollout, or the replay updates due) -> ``learn`` (the Learner and
 its hooks; ``log`` and the periodic checkpoint are hooks) -> ``evaluate`` every ``eval.freq`` env
 steps (which writes the last and best checkpoints) -> stop at the stop value, ``total_steps``, or
-Ctrl-C (``stop_event``).
+Ctrl-C or SIGTERM (``stop_event``; a ``StopRequest`` says which, as the summary's ``stop_reason``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -87,6 +89,45 @@ def train(config: RunConfig, *, experience: Experience | None = None, samples: S
     return Trainer(config, experience, **options).run()
 
 
+class StopRequest(threading.Event):
+    """A stop event that says why: ``request("terminated")`` (SIGTERM) or ``request("interrupted")``
+    (Ctrl-C, and what a plain ``threading.Event`` means). The summary's ``stop_reason`` is the reason."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reason = "interrupted"
+
+    def request(self, reason: str) -> None:
+        self.reason = reason
+        self.set()
+
+
+STOPPED = ("interrupted", "terminated")  # stop reasons of a run stopped from outside, with its last checkpoint
+
+
+@contextlib.contextmanager
+def stop_on_sigterm(stop: StopRequest) -> Iterator[None]:
+    """Within: a SIGTERM (a scheduler's stop: Slurm, Kubernetes, systemd) requests ``stop`` as
+    "terminated" instead of ending the process; a second one ends it at once. Installed only where
+    SIGTERM has Python's default action and only in the main thread (the one that can take signals),
+    so a program's own handler is left alone."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        stop.request("terminated")
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        log.warning("SIGTERM: stopping after this iteration (saving the last checkpoint and the summary)")
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 class Trainer:
     """One run (module docstring). Everything that can fail on bad input fails in ``__init__``,
     before the run directory is written (a new run that fails to open, e.g. W&B refusing to start, takes
@@ -103,7 +144,7 @@ class Trainer:
             previous: start from this checkpoint's policy weights (and normaliser) only.
             stop_event: when set (e.g. by Ctrl-C), training stops within the current round (the algorithm
                 ends a long learning iteration early: ``Algorithm.stop_on``), writing the last checkpoint and
-                the summary.
+                the summary (stop reason "interrupted", or a ``StopRequest``'s reason).
             hooks: extra learner hooks as ``(position, fn, options)``, e.g.
                 ``("after_iter", print_kl, {"freq": 10, "priority": 50})``; ``fn`` gets a HookContext.
         """
@@ -230,13 +271,13 @@ class Trainer:
                 ctx.env_steps += self.rounds.warmup(self.cfg.prenormalize_steps)
             next_eval = _next_multiple(ctx.env_steps, config.eval.freq)
             while ctx.env_steps < config.total_steps:
-                if self.stop_event is not None and self.stop_event.is_set():
-                    stop_reason = "interrupted"
+                if self._stop_reason() is not None:
+                    stop_reason = self._stop_reason()
                     break
                 work = self.collect()
                 self.learn(work)
-                if self.stop_event is not None and self.stop_event.is_set():  # no evaluation on the way out
-                    stop_reason = "interrupted"
+                if self._stop_reason() is not None:  # no evaluation on the way out
+                    stop_reason = self._stop_reason()
                     break
                 if config.eval.freq and ctx.env_steps >= next_eval:
                     next_eval = _next_multiple(ctx.env_steps, config.eval.freq)
@@ -248,7 +289,7 @@ class Trainer:
                                     state.last_eval_return)
             if stop_reason == "total_steps" and state.last_eval_steps != ctx.env_steps and self.evaluate():
                 stop_reason = "stop_value"
-            if stop_reason == "interrupted":
+            if stop_reason in STOPPED:
                 self.checkpoint("last")
             ctx.stop_reason = stop_reason
             self.learner.call_hooks("after_run")
@@ -362,6 +403,12 @@ class Trainer:
                 write_summary(self.run_dir, summary)
         summary["run_dir"] = str(self.run_dir)
         return summary
+
+    def _stop_reason(self) -> str | None:
+        """Why the run was asked to stop from outside ("interrupted", "terminated"), or None."""
+        if self.stop_event is None or not self.stop_event.is_set():
+            return None
+        return self.stop_event.reason if isinstance(self.stop_event, StopRequest) else "interrupted"
 
     def _finish(self, stop_reason: str) -> dict[str, Any]:
         state, ctx = self.state, self.learner.ctx

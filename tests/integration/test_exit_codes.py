@@ -199,3 +199,80 @@ def test_a_user_env_factory_that_raises_is_one_message_at_its_line(project, tmp_
     assert_one_error_line(run, 2, "RuntimeError: no simulator licence found (at "
                                   f"{project / 'mymod.py'}:{_line(project / 'mymod.py', 'raise RuntimeError')} in "
                                   "make_raises)")
+
+
+def _live_parents() -> dict[int, int]:
+    """pid -> parent pid of every live (not zombie) process, from /proc (no psutil)."""
+    from pathlib import Path
+
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                parents[int(entry.name)] = int(fields[1])
+    return parents
+
+
+def _descendants_of(pid: int) -> set[int]:
+    parents = _live_parents()
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, pp in parents.items() if pp in frontier} - found
+        found |= frontier
+    return found
+
+
+LIBRARY_RUN = """
+import sys
+import relayrl
+relayrl.train("ppo", "CartPole-v1", {"env": {"num_envs": 2}, "eval": {"episodes": 1, "num_envs": 1}},
+              run_dir=sys.argv[1], total_steps=10_000_000, backend="mp", workers=2, tensorboard=False)
+"""
+
+
+@pytest.mark.parametrize("to", ["learner", "group", "library"])
+def test_sigterm_stops_like_ctrl_c_with_a_checkpoint_a_summary_and_exit_143(tmp_path, to):
+    """Schedulers stop a job with SIGTERM, then SIGKILL after a grace of seconds: Kubernetes signals the
+    container's first process (the learner), Slurm and systemd every process of the job (the group:
+    rollout workers and the fork server too). Either way the run stops as on Ctrl-C, within 30 s
+    (Kubernetes' and Slurm's default grace), and leaves no process behind; ``relayrl.train`` in a
+    script (library) as ``relayrl train`` does."""
+    import os
+    import signal
+    import time
+
+    run_dir = tmp_path / "run"
+    command = ([sys.executable, "-c", LIBRARY_RUN, str(run_dir)] if to == "library" else
+               [sys.executable, "-m", "relayrl", "train", "ppo", "--env", "CartPole-v1", "--backend", "mp",
+                "--workers", "2", "--total-steps", "10000000", "--run-dir", str(run_dir), *TINY])
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        metrics = run_dir / "metrics.jsonl"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 3):
+            time.sleep(0.1)
+        children = _descendants_of(proc.pid)
+        assert len(children) >= 3  # the fork server and two workers
+        if to != "learner":
+            os.killpg(proc.pid, signal.SIGTERM)
+        else:
+            proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 143, err[-2000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stop_reason"] == "terminated" and summary["env_steps"] > 0
+    last = json.loads((run_dir / "checkpoints" / "last.json").read_text())
+    assert last["run"]["env_steps"] == summary["env_steps"]
+    assert "Traceback" not in err and "SIGTERM" in err
+    deadline = time.monotonic() + 10
+    while children & set(_live_parents()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not children & set(_live_parents()), "processes outlived the run"

@@ -139,6 +139,59 @@ def test_a_killed_worker_is_restarted_and_the_run_still_solves(tmp_path):
     assert max(r.get("runtime/restarts", 0) for r in read_metrics(tmp_path / "run")) >= 1
 
 
+def _writing(pid: int) -> bool:
+    """Some thread of ``pid`` waits inside a write to a full pipe (from /proc: no psutil)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tids:
+        try:
+            wchan = Path(f"/proc/{pid}/task/{tid}/wchan").read_text()
+        except OSError:
+            continue
+        if "pipe_write" in wchan or "pipe_wait" in wchan:
+            return True
+    return False
+
+
+@pytest.mark.timeout(240)  # (a learner blocked on a torn chunk would wait here for ever)
+def test_workers_killed_while_sending_a_chunk_are_restarted_and_the_run_goes_on(tmp_path):
+    """Chunks of 1 MB (16 steps x 2 envs of 32 KB observations) cannot wait in a 64 KB pipe: while the
+    learner learns (here, in its after_iter hook) a worker that has one to hand over waits inside a
+    write, half of it sent. Five times, such a worker is killed there (SIGKILL: what the OOM killer or a
+    segfault does); each is restarted and the run goes on for five more iterations."""
+    import signal
+    import threading
+
+    config = build_config("appo", None, ["env.id=relayrl.testing.envs:relayrl-test/DtypeObs-v0",
+                                         "env.kwargs={dtype: float32, shape: [8192], actions: discrete}",
+                                         "env.num_envs=2", "appo.num_steps=16", "appo.hidden_sizes=[16]",
+                                         "backend=mp", "workers=2", "eval.freq=0"], {"total_steps": 10_000_000})
+    pool = make_pool(config)
+    killed, after, stop = [], [], threading.Event()
+
+    def kill_one_mid_send(ctx):
+        if len(killed) == 5:
+            after.append(ctx.iteration)
+            if len(after) >= 5:
+                stop.set()
+            return
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            for proc in pool.backend._procs:
+                if _writing(proc.process.pid):
+                    os.kill(proc.process.pid, signal.SIGKILL)
+                    killed.append(proc.process.pid)
+                    return
+            time.sleep(0.002)
+
+    summary = _train_on(pool, config, tmp_path, kill_one_mid_send, stop)
+    assert len(killed) == 5 and summary["stop_reason"] == "interrupted", (killed, summary)
+    assert pool.backend.restarts == 5 and all("exit code -9" in f for f in pool.backend.failures)
+    assert len(after) >= 5 and _gone(set(killed))
+
+
 def test_workers_that_keep_failing_end_the_run_with_a_clear_message(tmp_path):
     config = build_config("dqn", None, ["workers=2", "env.id=relayrl.testing.envs:relayrl-test/Faulty-v0",
                                         "env.kwargs={exit_at: 5}", "env.num_envs=1", "eval.freq=0"],
@@ -231,7 +284,8 @@ def test_a_hung_worker_is_killed_and_replaced(tmp_path):
     import threading
 
     config = build_config("ppo", None, PPO_FAST + ["backend=mp", "workers=2", "worker_timeout=5"],
-                          {"total_steps": 100_000, "seed": 4})
+                          {"total_steps": 100_000, "seed": 4, "stop_value": 10_000})  # (stopped by the hook only:
+    # which chunk the frozen worker had sent depends on timing, and one run solved before its stop)
     pool = make_pool(config)
     frozen, after_restart, stop = [], [], threading.Event()
 
@@ -345,7 +399,7 @@ def test_a_collect_that_comes_while_a_worker_waits_for_queue_room_is_kept():
     config = build_config("ppo", None, ["env.num_envs=1", "ppo.num_steps=16"])
     env = gym.make("CartPole-v1")
     weights = get_algo("ppo").algo_cls(config.ppo, env.observation_space, env.action_space, 1).policy.get_weights()
-    backend = MpBackend(config, 1, queue_size=1)
+    backend = MpBackend(config, 1, capacity=1)
 
     def wait_for(condition, what):
         deadline = time.monotonic() + 120

@@ -230,9 +230,13 @@ def _alive(pid):
         return f.read().split(") ")[-1][0] != "Z"
 
 
-def test_ctrl_c_stops_a_run_with_replay_shards_and_every_process_goes(tmp_path):
-    """`relayrl train` on a local Ray with shards: Ctrl-C ends it with 130, the last checkpoint (and the
-    shards' snapshots) written, and no process it started (Ray's included) left behind. (Run after the
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_stops_a_run_with_replay_shards_and_every_process_goes(tmp_path, sig, code):
+    """`relayrl train` on a local Ray with shards: Ctrl-C ends it with 130, and SIGTERM to the learner
+    (Kubernetes' stop) with 143 (ray.init's own SIGTERM handler, sys.exit, is replaced by the run's), the
+    last checkpoint (and the shards' snapshots) written, no traceback from any process, and no process it
+    started (Ray's included) left behind. (A SIGTERM to the whole group also reaches Ray's raylet, which
+    exits on it: docs/usage.md.) (Run after the
     tests on the two-node cluster, it also shows that a Ray already running on the machine does not stop
     a run without --ray-address from starting its own.)"""
     import subprocess
@@ -250,12 +254,15 @@ def test_ctrl_c_stops_a_run_with_replay_shards_and_every_process_goes(tmp_path):
         _wait_for(run_dir / "checkpoints" / "last.json", seconds=120)
         started = _descendants_of(proc.pid)
         assert len(started) >= 6  # Ray's own processes, the shards, the node proxy and its workers
-        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
+        if sig == signal.SIGINT:
+            os.killpg(proc.pid, sig)  # what a terminal's Ctrl-C does: the whole process group
+        else:
+            proc.send_signal(sig)  # what Kubernetes does: the container's first process
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130, err[-2000:]
-    assert _gone(started, seconds=20), "processes outlived Ctrl-C"
+    assert proc.returncode == code, err[-2000:]
+    assert _gone(started, seconds=20), "processes outlived the stop"
     assert (run_dir / "checkpoints" / "replay_shard0.safetensors").is_file()
     assert "Traceback" not in err

@@ -1,16 +1,20 @@
 """Rollout workers as local processes.
 
 Weights go through one shared-memory ``WeightBoard`` per machine (one write per broadcast, however
-many workers); chunks come back through one bounded ``multiprocessing.Queue`` (workers block when
-the learner falls behind: backpressure, nothing dropped); commands (collect, stop) go down a pipe
-per worker. The queue pickles, which is acceptable only because both ends are processes of this
-run on this machine; nothing here listens on a network. Workers fork from a fork server that has
-already imported what they need (``_forkserver.py``), so they start in milliseconds, not seconds.
+many workers); chunks come back through a bounded ``ChunkChannel`` per worker (backends/channel.py:
+``capacity`` chunks on their way, then the worker waits: backpressure, nothing dropped); commands
+(collect, stop) go down a pipe per worker. The channels pickle, which is acceptable only because
+both ends are processes of this run on this machine; nothing here listens on a network. Workers fork
+from a fork server that has already imported what they need (``_forkserver.py``), so they start in
+milliseconds, not seconds.
 
-A worker that dies (killed, crashed, or raised) or hangs (no progress for ``worker_timeout``
-seconds while it owes a chunk: it stamps a shared clock when it starts a chunk and while it waits
-to hand one over) is restarted with backoff, up to ``max_restarts`` times in total; an on-policy
-worker that died with a chunk outstanding is asked again.
+A worker that dies (killed, crashed, or raised, at any point of sending a chunk: its channel is its
+own, and the learner never blocks reading it) or hangs (no progress for ``worker_timeout`` seconds
+while it owes a chunk: it stamps a shared clock when it starts a chunk and while it waits to hand
+one over) is restarted with backoff and a new channel, up to ``max_restarts`` times in total; the
+whole chunks it sent before it died are kept, and an on-policy worker that died with a chunk
+outstanding is asked again. Workers ignore SIGINT and SIGTERM: stopping is the learner's (a signal
+to the whole process group reaches them too), and they die with it if it is killed.
 
 With a replay service (``replay_shards: N`` > 0, runtime/service.py) the shards are processes too
 (backends/mp_shards.py), started before the workers: each worker puts its chunk's transitions on
@@ -23,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing as mp
-import queue
+import select
 import signal
 import threading
 import time
@@ -39,6 +43,7 @@ from relayrl.envs.shm import AttachedArrays, SharedArrays
 from relayrl.envs.subproc import _die_with_parent
 from relayrl.errors import RelayRLError
 from relayrl.runtime.backends import WORKER_SEED_STRIDE
+from relayrl.runtime.backends.channel import ChunkChannel, ChunkWriter
 from relayrl.runtime.backends.mp_shards import InsertChannel, MpShards
 from relayrl.runtime.messages import InsertTransitions, LoadParams, WorkerFailed
 from relayrl.runtime.service import ReplayService
@@ -47,14 +52,7 @@ from relayrl.runtime.weights import WeightBoard, board_layout, flatten, unflatte
 
 PUT_POLL_S = 0.2  # a blocked worker checks for stop this often
 STOP_DEADLINE_S = 5.0
-
-
-def _put(out: Any, msg: Any) -> bool:
-    try:
-        out.put(msg, timeout=PUT_POLL_S)
-        return True
-    except queue.Full:
-        return False
+CHUNKS_PER_WORKER = 4  # on their way to the learner before a worker waits
 
 
 def _hand_over(put: Callable[[], bool], beat: np.ndarray, conn: Any, kept: Any) -> tuple[bool, Any]:
@@ -70,10 +68,11 @@ def _hand_over(put: Callable[[], bool], beat: np.ndarray, conn: Any, kept: Any) 
 
 
 def _worker_main(worker_id: int, beat_index: int, config_data: dict, seed: int, board_name: str, layout: list,
-                 kinds: dict[str, str], out: Any, conn: Any, on_request: bool, beats: tuple[str, list],
+                 kinds: dict[str, str], out: ChunkWriter, conn: Any, on_request: bool, beats: tuple[str, list],
                  insert: InsertChannel | None = None) -> None:
     _die_with_parent()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C and SIGTERM are the learner's to handle (a
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # signal to the process group reaches every worker too)
     import torch
 
     from relayrl.runtime.worker import RolloutWorker
@@ -111,7 +110,7 @@ def _worker_main(worker_id: int, beat_index: int, config_data: dict, seed: int, 
                 if stopped:
                     return
                 msg = dataclasses.replace(msg, batch={}, stored_rows=len(next(iter(msg.batch.values()))))
-            stopped, kept = _hand_over(lambda: _put(out, msg), beat, conn, kept)
+            stopped, kept = _hand_over(lambda: out.put(msg, PUT_POLL_S), beat, conn, kept)
             if stopped:
                 return
     except (EOFError, OSError, KeyboardInterrupt):
@@ -120,7 +119,8 @@ def _worker_main(worker_id: int, beat_index: int, config_data: dict, seed: int, 
         last = traceback.format_exception_only(type(exc), exc)[-1].strip()
         mistake = exc if isinstance(exc, RelayRLError) and exc.exit_code == 2 else None  # no restart fixes it
         try:
-            out.put(WorkerFailed(worker_id, last, mistake), timeout=1.0)
+            if out.put(WorkerFailed(worker_id, last, mistake), 1.0):
+                out.flush(1.0)
         except Exception:
             pass
     finally:
@@ -151,15 +151,16 @@ class _Proc:
     index: int  # position on this machine; ``worker_ids[index]`` is the run-wide worker id
     process: Any
     conn: Any
+    channel: ChunkChannel
     pending: int | None = None  # on-policy: the version this worker was asked to collect with
 
 
 class MpBackend:
     """``worker_ids``: the run-wide ids of the workers this machine hosts (default 0..num_workers-1;
-    a Ray node proxy hosts a share of a larger run)."""
+    a Ray node proxy hosts a share of a larger run). ``capacity``: chunks on their way from one worker."""
 
     def __init__(self, config: RunConfig, num_workers: int, *, worker_ids: list[int] | None = None,
-                 queue_size: int | None = None, max_restarts: int = 10, start_method: str = "forkserver"):
+                 capacity: int = CHUNKS_PER_WORKER, max_restarts: int = 10, start_method: str = "forkserver"):
         self.worker_ids = list(worker_ids) if worker_ids is not None else list(range(num_workers))
         self._index = {w: k for k, w in enumerate(self.worker_ids)}
         num_workers = len(self.worker_ids)
@@ -169,7 +170,10 @@ class MpBackend:
         self._beats: SharedArrays | None = None
         self._ctx = process_context(start_method)
         self._start_method = start_method
-        self._queue: Any = self._ctx.Queue(maxsize=queue_size or 4 * num_workers)
+        self.capacity = capacity
+        self.closed = False
+        self._poller = select.poll()  # every live channel's reading end (one poll for all: no call per worker)
+        self._watched: dict[int, _Proc] = {}  # file descriptor -> its worker
         self._procs: list[_Proc] = []
         self._board: WeightBoard | None = None
         self._kinds: dict[str, str] = {}
@@ -199,18 +203,27 @@ class MpBackend:
 
     def _spawn(self, index: int, restart: int = 0) -> _Proc:
         parent, child = self._ctx.Pipe(duplex=True)
+        channel = ChunkChannel(self._ctx, self.capacity)  # a new one per process: a dead writer's stays with it
         worker_id = self.worker_ids[index]
         seed = self._seed + WORKER_SEED_STRIDE * worker_id + 7919 * restart
         self._beats.arrays["beat"][index] = time.monotonic()  # starting up counts as progress
         process = self._ctx.Process(
             target=_worker_main, name=f"relayrl-worker-{worker_id}", daemon=True,
             args=(worker_id, index, self.config.model_dump(mode="json"), seed, self._board.name, self._layout,
-                  self._kinds, self._queue, child, self._on_request,
+                  self._kinds, channel.writer, child, self._on_request,
                   (self._beats.name, _beats_layout(self.num_workers)),
                   None if self._shards is None else self._shards.channel_of(worker_id)))
         process.start()
         child.close()
-        return _Proc(index, process, parent)
+        channel.started()
+        proc = _Proc(index, process, parent, channel)
+        self._poller.register(channel.fd, select.POLLIN)
+        self._watched[channel.fd] = proc
+        return proc
+
+    def _unwatch(self, proc: _Proc) -> None:
+        if self._watched.pop(proc.channel.fd, None) is not None:
+            self._poller.unregister(proc.channel.fd)
 
     def publish(self, params: LoadParams, env_steps: int) -> None:
         self.publish_flat(*flatten(params.weights), params.version, env_steps)
@@ -252,52 +265,86 @@ class MpBackend:
     def receive(self, timeout: float = 0.0) -> list[InsertTransitions]:
         out: list[InsertTransitions] = []
         deadline = time.monotonic() + timeout
-        while self._queue is not None:  # None once closed (a Ray proxy closed while a poll was in flight)
-            try:
-                msg = self._queue.get(timeout=max(0.0, min(0.2, deadline - time.monotonic()))) \
-                    if not out and timeout > 0 else self._queue.get_nowait()
-            except queue.Empty:
-                self._check_workers()
-                if out or time.monotonic() >= deadline:
-                    return out
-                continue
-            if isinstance(msg, WorkerFailed):
-                if msg.mistake is not None:
-                    raise msg.mistake
-                self._restart(self._index[msg.worker_id], msg.reason)
-                continue
-            proc = self._procs[self._index[msg.worker_id]]
-            if proc.pending is not None and proc.pending == msg.version:
-                proc.pending = None
-            out.append(msg)
+        while not self.closed:  # (a Ray proxy closed while a poll was in flight)
+            before = len(out)
+            for index, msg in self._take():
+                if isinstance(msg, WorkerFailed):
+                    if msg.mistake is not None:  # the user's mistake: no restart fixes it
+                        raise msg.mistake
+                    self._restart(index, msg.reason)
+                else:
+                    self._arrived(index, msg, out)
+            for index, msg in self._check_workers():  # a dead worker's last whole chunks, if any
+                self._arrived(index, msg, out)
+            left = deadline - time.monotonic()
+            if out or left <= 0:
+                return out
+            if len(out) == before:
+                self._wait(min(0.2, left))
         return out
 
-    def queue_depth(self) -> int:
-        """Chunks waiting for the learner (approximate, as multiprocessing reports it)."""
-        try:
-            return self._queue.qsize() if self._queue is not None else 0
-        except NotImplementedError:  # macOS
-            return -1
+    def _arrived(self, index: int, msg: InsertTransitions, out: list[InsertTransitions]) -> None:
+        proc = self._procs[index]
+        if proc.pending is not None and proc.pending == msg.version:
+            proc.pending = None
+        out.append(msg)
 
-    def _check_workers(self) -> None:
-        now = time.monotonic()
-        for proc in list(self._procs):
+    def _take(self) -> list[tuple[int, Any]]:
+        """Every whole message that has arrived, from the channels that have bytes; never waits."""
+        out = []
+        with self.lock:  # (a Ray node proxy may be closing this backend meanwhile: one reader at a time)
+            for fd, _ in self._poller.poll(0) if self._watched and not self.closed else ():
+                proc = self._watched.get(fd)
+                if proc is not None:
+                    out += [(proc.index, msg) for msg in proc.channel.take()]
+                    if proc.channel.ended:  # (its worker is gone: the end of the pipe would wake every poll)
+                        self._unwatch(proc)
+        return out
+
+    def _wait(self, seconds: float) -> None:
+        """Until some channel has bytes, or ``seconds`` pass."""
+        if self._watched:
+            self._poller.poll(max(1, int(seconds * 1000)))
+        else:  # nothing to wait on (before the first publish)
+            time.sleep(seconds)
+
+    def queue_depth(self) -> int:
+        """Chunks sent whole and not yet taken by the learner."""
+        return sum(proc.channel.depth() for proc in self._procs)
+
+    def _check_workers(self) -> list[tuple[int, InsertTransitions]]:
+        """Restart dead and hung workers; return the whole chunks a dead one sent before it died."""
+        now, last = time.monotonic(), []
+        for proc in list(self._procs) if not self.closed else ():  # (close kills them: a Ray proxy polls meanwhile)
             if not proc.process.is_alive():
-                self._restart(proc.index, f"exit code {proc.process.exitcode}")
+                reason = f"exit code {proc.process.exitcode}"
+                for msg in proc.channel.take():  # what it sent whole before it died (what follows is torn)
+                    if isinstance(msg, WorkerFailed):
+                        reason = msg.reason
+                        continue
+                    if proc.pending is not None and proc.pending == msg.version:
+                        proc.pending = None  # (delivered: its replacement is not asked again)
+                    last.append((proc.index, msg))
+                self._restart(proc.index, reason)
             elif (proc.pending is not None or not self._on_request) and \
                     now - self._beats.arrays["beat"][proc.index] > self.worker_timeout:
                 proc.process.kill()
                 self._restart(proc.index, f"no progress for {self.worker_timeout:g} s (a hung env step?); "
                                               "raise worker_timeout if a chunk legitimately takes longer")
+        return last
 
     def _restart(self, index: int, reason: str) -> None:
         with self.lock:
+            if self.closed:
+                return
             worker_id, old = self.worker_ids[index], self._procs[index]
             old.process.join(timeout=1.0)
             if old.process.is_alive():
                 old.process.kill()
                 old.process.join(timeout=1.0)
             old.conn.close()
+            self._unwatch(old)
+            old.channel.close()
             self.failures.append(f"worker {worker_id}: {reason}")
             if self.restarts >= self.max_restarts:
                 raise RelayRLError(f"rollout workers failed {self.restarts + 1} times (last: worker {worker_id}, "
@@ -311,31 +358,29 @@ class MpBackend:
             self._procs[index] = new
 
     def close(self) -> None:
-        for proc in self._procs:
-            try:
-                proc.conn.send(("stop",))
-            except (OSError, BrokenPipeError):
-                pass
-        deadline = time.monotonic() + STOP_DEADLINE_S
-        for proc in self._procs:
-            while proc.process.is_alive() and time.monotonic() < deadline:
-                try:  # unblock a worker stuck on a full queue
-                    self._queue.get(timeout=0.05)
-                except (queue.Empty, OSError, EOFError):
+        with self.lock:
+            self.closed = True
+            for proc in self._procs:
+                try:
+                    proc.conn.send(("stop",))
+                except (OSError, BrokenPipeError):
                     pass
-            if proc.process.is_alive():
-                proc.process.kill()
-            proc.process.join(timeout=1.0)
-            proc.conn.close()
-        self._procs = []
+            deadline = time.monotonic() + STOP_DEADLINE_S
+            for proc in self._procs:
+                while proc.process.is_alive() and time.monotonic() < deadline:
+                    proc.channel.take()  # (read and dropped: room for a worker that waits to hand a chunk over)
+                    proc.process.join(timeout=0.05)
+                if proc.process.is_alive():
+                    proc.process.kill()
+                proc.process.join(timeout=1.0)
+                proc.conn.close()
+                self._unwatch(proc)
+                proc.channel.close()
+            self._procs = []
         if self.service is not None:  # after the workers, so their last inserts land; Stop, then kill
             self.service.stop(time.time() + STOP_DEADLINE_S)
             self._shards.close()
             self.service = None
-        if self._queue is not None:  # dropping the queue unlinks its named semaphores
-            self._queue.close()
-            self._queue.cancel_join_thread()
-            self._queue = None
         if self._board is not None:
             self._board.close()
             self._board = None

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
+import threading
 import time
 from typing import Any
 
@@ -176,6 +178,10 @@ class RayBackend:
         self.worker_timeout = config.worker_timeout
         self._owns_ray = False
         if not ray.is_initialized():
+            # ray.init replaces the SIGTERM handler with sys.exit; the run's own (relayrl train: stop as on
+            # Ctrl-C, with a checkpoint and the summary) is put back
+            on_sigterm = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() \
+                else None
             try:
                 if address:
                     ray.init(address=address, include_dashboard=False, log_to_driver=False)
@@ -187,6 +193,9 @@ class RayBackend:
             except ConnectionError as exc:
                 raise ConfigError(f"cannot reach the Ray cluster at {address!r} ({exc}); start it with "
                                   "`ray start --head` or drop --ray-address to run a local Ray") from None
+            finally:
+                if on_sigterm is not None:
+                    signal.signal(signal.SIGTERM, on_sigterm)
         self._proxy_cls = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=2)(_NodeProxy)
         self._on_request = get_algo(config.algo).collect_on_request
         self._proxies: list[Any] = []
