@@ -11,6 +11,7 @@ from relayrl.errors import RelayRLError
 from relayrl.io.metrics import read_metrics
 from relayrl.launch import train
 from relayrl.runtime import make_pool
+from relayrl.testing.faults import writing
 from relayrl.training.trainer import train as train_local
 from runtime_checks import SameWeights  # same folder
 
@@ -139,22 +140,6 @@ def test_a_killed_worker_is_restarted_and_the_run_still_solves(tmp_path):
     assert max(r.get("runtime/restarts", 0) for r in read_metrics(tmp_path / "run")) >= 1
 
 
-def _writing(pid: int) -> bool:
-    """Some thread of ``pid`` waits inside a write to a full pipe (from /proc: no psutil)."""
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return False
-    for tid in tids:
-        try:
-            wchan = Path(f"/proc/{pid}/task/{tid}/wchan").read_text()
-        except OSError:
-            continue
-        if "pipe_write" in wchan or "pipe_wait" in wchan:
-            return True
-    return False
-
-
 @pytest.mark.timeout(240)  # (a learner blocked on a torn chunk would wait here for ever)
 def test_workers_killed_while_sending_a_chunk_are_restarted_and_the_run_goes_on(tmp_path):
     """Chunks of 1 MB (16 steps x 2 envs of 32 KB observations) cannot wait in a 64 KB pipe: while the
@@ -180,7 +165,7 @@ def test_workers_killed_while_sending_a_chunk_are_restarted_and_the_run_goes_on(
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
             for proc in pool.backend._procs:
-                if _writing(proc.process.pid):
+                if writing(proc.process.pid):
                     os.kill(proc.process.pid, signal.SIGKILL)
                     killed.append(proc.process.pid)
                     return

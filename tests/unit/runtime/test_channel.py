@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from relayrl.runtime.backends.channel import ChunkChannel
+from relayrl.testing.faults import writing
 
 
 def _chunk(seq: int, salt: int = 0) -> dict:
@@ -32,18 +33,6 @@ def _whole(msgs: list, first: int, salt: int = 0) -> None:
         assert msg["seq"] == expected["seq"] and np.array_equal(msg["data"], expected["data"])
 
 
-def _writing(pid: int) -> bool:
-    """Some thread of ``pid`` waits inside a write to a full pipe."""
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            wchan = open(f"/proc/{pid}/task/{tid}/wchan").read()
-        except OSError:
-            continue
-        if "pipe_write" in wchan or "pipe_wait" in wchan:
-            return True
-    return False
-
-
 @pytest.mark.timeout(120)  # a reader that blocked on a torn message would hang here
 def test_a_writer_killed_mid_send_costs_only_its_unfinished_chunk():
     ctx = mp.get_context("fork")
@@ -57,10 +46,10 @@ def test_a_writer_killed_mid_send_costs_only_its_unfinished_chunk():
         try:
             got: list = []
             deadline = time.monotonic() + 10
-            while not _writing(writer.pid):  # until its feeder blocks inside a write: the pipe is full
+            while not writing(writer.pid):  # until its feeder blocks inside a write: the pipe is full
                 assert time.monotonic() < deadline, "the writer never filled the pipe"
                 time.sleep(0.001)
-                if not _writing(writer.pid):  # (or it waits for room: chunks small enough to fit in the pipe)
+                if not writing(writer.pid):  # (or it waits for room: chunks small enough to fit in the pipe)
                     got += channel.take()
             for _ in range(int(rng.integers(0, 4))):  # the reader makes room, and the writer goes on
                 got += channel.take()
