@@ -2,7 +2,9 @@
 
 TMRL's model, made safe: samples are consumables (each worker chunk reaches the trainer once, in
 order per worker), weights are broadcasts (latest wins; a worker that joins gets them at once), one
-trainer at a time, up to ``max_workers`` workers. It holds no RL logic and never unpickles: every
+trainer at a time, up to ``max_workers`` workers. Workers learn from ``welcome`` and ``pong`` which
+trainer process is connected (``meta.trainer``, its incarnation: its run) and collect only for it;
+the relay forgets the weights of a trainer process when one of another incarnation says hello. It holds no RL logic and never unpickles: every
 message's header and array descriptors are checked by ``wire.decode`` (``arrays=False``: the relay
 builds no array, and the body frame need only have the bytes the descriptors say) and forwarded as
 the frames it arrived as, uncopied. What is in the arrays is the trainer's to check: its own full

@@ -6,13 +6,20 @@ It is the runtime's RolloutWorker (the same policy and collector code as every o
 the relay as transport: chunks go out stamped (worker name, seq, policy version) and stay in the
 client's backlog until the trainer acknowledges them; the newest weights are taken between chunks
 and saved to ``net.weights_dir`` (``latest.safetensors``, plus a copy every ``net.model_history``
-versions), and loaded again at start, so a restarted worker acts with the last policy it had.
+versions), and loaded again at start (for ``--standalone`` and ``--expert`` runs).
+
+It collects only what the trainer takes (``_waiting_for``): nothing while the relay is unreachable
+or has no trainer, nor while it holds no weights of the connected trainer's run (weights carry the
+publishing trainer's incarnation; saved ones and an earlier run's are not enough), and at most
+min(``net.window``, ``net.backlog``) chunks not yet acknowledged (credit-based flow control). While
+it waits it sleeps on the client's socket thread (no stepping, no busy loop), holds real-time envs,
+and says what it waits for after a second (again every 30 s).
 
 On-policy algorithms (PPO, APPO) send each rollout as one chunk, [T, n] arrays as a RolloutStore
 holds them, with the moments of the observations acted on (``meta.obs_moments``, for ``obs_norm``).
-Such a worker never collects before it holds weights from the trainer (or saved ones): a rollout of
-a fresh local initialisation would carry version 0, which the trainer could take for its own
-(until then it sends one announcement, a chunk with no arrays that describes its env's spaces).
+While a worker waits for a trainer run's weights it sends that run one announcement, a chunk with no
+arrays that describes its env's spaces (a trainer with ``net.remote_env`` needs them before it can
+publish).
 PPO collects exactly one rollout per weights version: after sending it waits for new weights, and
 collects again with the same version after ``net.pace_timeout_s`` (a lost broadcast cannot
 deadlock it; the trainer drops the repeat). APPO collects continuously, with at most
