@@ -437,12 +437,14 @@ class RemoteWorker:
                 if self._pending:
                     self._send_if_ready(force=True)
                 deadline = time.monotonic() + flush_timeout
-                while self.client.unacknowledged() and time.monotonic() < deadline and self.client.refused is None:
+                # (no waiting on a relay that has no trainer: nobody would acknowledge them)
+                while (self.client.unacknowledged() and time.monotonic() < deadline and self.client.refused is None
+                       and (self.client.trainer_present() or not self.client.connected.is_set())):
                     time.sleep(0.02)
                 left = self.client.unacknowledged()
                 if left and flush_timeout > 0:
-                    print(f"relayrl worker: {left} chunks were not acknowledged by the trainer within "
-                          f"{flush_timeout:.0f} s and are lost", file=sys.stderr)
+                    print(f"relayrl worker: {left} chunks were not acknowledged by a trainer (those the relay "
+                          "received stay queued there for the next one; the others are lost)", file=sys.stderr)
                 self.client.close()
         finally:
             self.worker.close()
