@@ -368,8 +368,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
             worker.run(max_steps=args.max_steps, stop=stop)
     except KeyboardInterrupt:
         interrupted = True
-    finally:  # stopped by a signal: a short wait for acknowledgements; a finished run waits longer
-        worker.close(flush_timeout=5.0 if interrupted or stop.is_set() else 30.0)
+    finally:  # stopped by a signal: a short wait for acknowledgements (Ctrl-C: none without a trainer to give
+        # them); a finished run waits longer
+        if interrupted:
+            flush = 1.0 if worker.client is not None and worker.client.trainer_present() else 0.0
+        else:
+            flush = 5.0 if stop.is_set() else 30.0
+        worker.close(flush_timeout=flush)
     stats = worker.stats()
     print(f"worker done: {stats['env_steps']} env steps, {stats.get('sent', 0)} chunks sent, "
           f"{stats.get('acked', 0)} acknowledged, {stats.get('chunks_refused', 0)} refused by the trainer, "

@@ -169,12 +169,15 @@ class NetConfig(Section):
     timeout_s: float = Field(10.0, gt=0)
     """Seconds of silence from the relay before reconnecting (with exponential backoff)."""
     connect_timeout_s: float = Field(120.0, gt=0)
-    """Trainer: seconds to wait for the relay at start before giving up with an error."""
+    """Trainer: seconds to wait for the relay at start before giving up with an error (it says it
+    waits after a second; Ctrl-C stops it)."""
     backlog: int = Field(256, ge=1)
     """Worker: chunks kept until the trainer acknowledges them (resent after a reconnect); when full,
-    the oldest is dropped and counted."""
+    the oldest is dropped and counted (flow control keeps it from filling while the worker collects)."""
     window: int = Field(64, ge=1)
-    """Worker: chunks sent and not yet acknowledged at any time."""
+    """Worker: chunks sent and not yet acknowledged at any time. Flow control: at min(window,
+    backlog) unacknowledged chunks the worker stops collecting until the trainer takes some, so it
+    collects what the trainer takes."""
     max_message_mb: float = Field(64.0, gt=0)
     """Largest message accepted (samples chunk or weights)."""
     max_steps_per_update: int | None = Field(None, ge=1)

@@ -43,7 +43,7 @@ def train(config: RunConfig, **options: Any) -> dict[str, Any]:
     if config.net.server is not None:
         from relayrl.net.trainer import make_relay_source
 
-        source, spaces = make_relay_source(config)
+        source, spaces = make_relay_source(config, stop=options.get("stop_event"))
         return _train_from(config, source, options, spaces=spaces, on_policy=on_policy)
     if config.resolved_backend == "inline" and config.workers == 1:
         return Trainer(config, GymExperience(config, on_policy), **options).run()

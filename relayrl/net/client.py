@@ -12,7 +12,13 @@ restarted relay does not know it) it reconnects with exponential backoff and say
 A worker keeps every chunk in a bounded backlog until the trainer's ACK comes back, and resends the
 unacknowledged ones after each reconnect (at-least-once; the relay and trainer drop repeats by
 (worker, incarnation, seq)). A full backlog drops its oldest chunk, counted in
-``stats["backlog_drops"]``. The incarnation is the client's creation time in nanoseconds: a worker
+``stats["backlog_drops"]``; an ACK that comes later for a chunk so dropped (the relay had it) still
+counts in ``stats["acked"]``.
+
+The relay tells a worker which trainer process is connected (``trainer_run``: its incarnation, None
+while there is none; a relay of an earlier revision does not say, ``reports_trainer`` False), and
+weights carry the incarnation of the trainer that published them (``weights_run`` of the newest
+taken): the worker collects only for a trainer that is there, with weights of its run. The incarnation is the client's creation time in nanoseconds: a worker
 process restarted under the same ``name`` numbers its chunks from 0 again, and only its larger
 incarnation keeps them from being taken for the old process's chunks.
 
@@ -39,6 +45,8 @@ from relayrl.errors import ConfigError, RelayRLError
 from relayrl.net import wire
 from relayrl.net.seen import WINDOW
 from relayrl.net.transport import client_socket
+
+EVICTED_MEMORY = WINDOW  # seqs of chunks dropped from the backlog, remembered to count their late acks
 
 
 _incarnation_lock = threading.Lock()
@@ -78,6 +86,10 @@ class RelayClient:
         self._seq = 0
         self._weights_in: wire.Message | None = None  # worker: newest weights not yet taken
         self.version = -1  # worker: version of the weights it acts with (set by the caller)
+        self.weights_run: int | None = None  # worker: the publishing trainer's incarnation, of the weights taken last
+        self.trainer_run: int | None = None  # the incarnation of the trainer the relay has (None: none)
+        self.reports_trainer = False  # the relay says which trainer it has (wire protocol 3.1)
+        self._evicted: OrderedDict[int, None] = OrderedDict()  # worker: seqs dropped from a full backlog
         self._inbox: deque[wire.Message] = deque()  # trainer: chunks received
         self._acks: list[list] = []  # trainer: [worker, incarnation, seq] to acknowledge
         self._refusals: list[list] = []  # trainer: [worker, incarnation, seq, cause, detail] of chunks not used
@@ -125,12 +137,26 @@ class RelayClient:
                 old, _ = self._backlog.popitem(last=False)
                 self._sent.discard(old)
                 self.stats["backlog_drops"] += 1
+                self._evicted[old] = None  # (the relay may have it: its ack still counts)
+                if len(self._evicted) > EVICTED_MEMORY:
+                    self._evicted.popitem(last=False)
         self._wake()
         return seq
 
     def unacknowledged(self) -> int:
         with self._lock:
             return len(self._backlog)
+
+    def trainer_present(self) -> bool:
+        """Connected to the relay, and the relay has a trainer (or, of an earlier revision, does not say)."""
+        return self.connected.is_set() and (self.trainer_run is not None or not self.reports_trainer)
+
+    def wait_change(self, timeout: float) -> None:
+        """Sleep up to ``timeout`` or until something arrives: an ack, weights, a trainer, the relay."""
+        with self._lock:
+            self._check_refused()
+            if not self._stop.is_set():
+                self._lock.wait(timeout)
 
     def wait_weights(self, timeout: float) -> bool:
         """Worker: wait up to ``timeout`` for weights not yet taken; True once there are some."""
@@ -168,6 +194,7 @@ class RelayClient:
             msg, self._weights_in = self._weights_in, None
             if msg is not None:
                 self.version = max(self.version, msg.version)
+                self.weights_run = msg.incarnation
         return msg
 
     def receive(self, timeout: float) -> list[wire.Message]:
@@ -201,7 +228,8 @@ class RelayClient:
         self._wake()
 
     def publish_weights(self, version: int, blob: bytes) -> None:
-        frames = wire.encode(wire.WEIGHTS, sender=self.name, version=version, blob=blob)
+        # (the incarnation names this trainer's run: workers act only with weights of the trainer that is there)
+        frames = wire.encode(wire.WEIGHTS, sender=self.name, incarnation=self.incarnation, version=version, blob=blob)
         with self._lock:
             self._weights_out, self._weights_pending = frames, True
         self._wake()
@@ -251,8 +279,7 @@ class RelayClient:
                 sock.close(linger=100)
             self.connected.clear()
             self._wake_rx.close(linger=0)
-            with self._lock:
-                self._lock.notify_all()
+            self._changed()
 
     def _session(self, sock: zmq.Socket) -> None:
         """One connection: hello until welcomed, then traffic until the relay is lost or we stop."""
@@ -283,6 +310,7 @@ class RelayClient:
                     last_heard = time.monotonic()
                     if not self._on_message(sock, frames):
                         self.connected.clear()  # relay restarted: hello again on this socket
+                        self._changed()
                         next_hello, backoff = time.monotonic(), self.backoff_s[0]
                         with self._lock:
                             self._sent.clear()
@@ -302,6 +330,7 @@ class RelayClient:
                 last_ping = now
             if now - last_heard > self.timeout_s:  # relay silent: gone or unreachable
                 self.connected.clear()
+                self._changed()
                 self.stats["reconnects"] += 1
                 return
 
@@ -372,11 +401,14 @@ class RelayClient:
                 self._sent.clear()  # resend everything unacknowledged on this connection
                 if self._weights_out is not None:
                     self._weights_pending = True  # a restarted relay needs the current weights
+            self._note_trainer(msg.meta)
             self.connected.set()  # (no weights request here: the relay pushes its weights after a welcome)
+            self._changed()
         elif msg.type == wire.PONG:
             if msg.meta.get("session") != self.session:
                 return False
             self.relay_version = msg.version
+            self._note_trainer(msg.meta)
             self._want_weights(sock)
         elif msg.type == wire.ACK:
             self._acked(msg)
@@ -399,8 +431,13 @@ class RelayClient:
         refusals = msg.meta.get("refusals", [])
         with self._lock:
             for seq in seqs if isinstance(seqs, list) else []:
-                if isinstance(seq, int) and self._backlog.pop(seq, None) is not None:
+                if not isinstance(seq, int):
+                    continue
+                if self._backlog.pop(seq, None) is not None:
                     self._sent.discard(seq)
+                    self.stats["acked"] += 1
+                elif seq in self._evicted:  # dropped from the backlog, yet it got through
+                    del self._evicted[seq]
                     self.stats["acked"] += 1
             self.stats["relay_drops"] += len(dropped) if isinstance(dropped, list) else 0
             self._lock.notify_all()
@@ -418,13 +455,33 @@ class RelayClient:
                 print(f"relayrl worker {self.name}: chunk {seq} was refused ({cause}), its samples are not used: "
                       f"{detail} (later refusals of this kind are only counted)", file=sys.stderr, flush=True)
 
+    def _note_trainer(self, meta: dict) -> None:
+        """The relay's word on its trainer (``meta.trainer``: its incarnation, or nil for none)."""
+        if "trainer" not in meta:  # a relay of an earlier revision
+            return
+        run = meta["trainer"]
+        run = run if isinstance(run, int) and not isinstance(run, bool) else None
+        with self._lock:
+            changed = run != self.trainer_run or not self.reports_trainer
+            self.trainer_run, self.reports_trainer = run, True
+            if changed:
+                self._lock.notify_all()
+
+    def _changed(self) -> None:
+        """Wake the caller's waits (wait_change): the connection or the relay's trainer changed."""
+        with self._lock:
+            self._lock.notify_all()
+
     def _want_weights(self, sock: zmq.Socket) -> None:
-        """A worker behind the relay's version (a missed broadcast) asks for the current weights."""
+        """A worker behind the relay's version (a missed broadcast), or holding weights of another run
+        than the trainer's, asks for the current weights (the relay keeps only its trainer's)."""
         if self.role != "worker" or self.relay_version < 0:
             return
         with self._lock:
             pending = self._weights_in.version if self._weights_in is not None else -1
-        if self.relay_version > max(self.version, pending):
+            other_run = (self._weights_in is None and self.trainer_run is not None
+                         and self.weights_run not in (self.trainer_run, 0))
+        if self.relay_version > max(self.version, pending) or other_run:
             self._try_send(sock, wire.encode(wire.GET_WEIGHTS, sender=self.name, version=self.version))
 
 

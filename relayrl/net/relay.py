@@ -2,7 +2,9 @@
 
 TMRL's model, made safe: samples are consumables (each worker chunk reaches the trainer once, in
 order per worker), weights are broadcasts (latest wins; a worker that joins gets them at once), one
-trainer at a time, up to ``max_workers`` workers. It holds no RL logic and never unpickles: every
+trainer at a time, up to ``max_workers`` workers. Workers learn from ``welcome`` and ``pong`` which
+trainer process is connected (``meta.trainer``, its incarnation: its run) and collect only for it;
+the relay forgets the weights of a trainer process when one of another incarnation says hello. It holds no RL logic and never unpickles: every
 message's header and array descriptors are checked by ``wire.decode`` (``arrays=False``: the relay
 builds no array, and the body frame need only have the bytes the descriptors say) and forwarded as
 the frames it arrived as, uncopied. What is in the arrays is the trainer's to check: its own full
@@ -124,6 +126,7 @@ class Relay:
         self.inflight: dict[tuple[str, int, int], tuple[list, int]] = {}
         self._acks: dict[tuple[str, int], dict[str, list]] = {}  # (worker, incarnation) -> ack meta to send
         self.weights: tuple[int, list] | None = None  # (version, frames) of the latest broadcast
+        self.weights_run = 0  # the incarnation of the trainer process that published them
         self.counters = {"chunks_in": 0, "chunks_out": 0, "duplicates": 0, "drops": 0,
                          "dropped_bytes": 0, "rejects": 0, "refused": 0, "chunks_refused": 0, "bytes_in": 0, "bytes_out": 0, "weights_in": 0}
         self.causes: dict[str, int] = {}  # "rejects/<cause>" and "chunks_refused/<cause>" -> count
@@ -256,10 +259,14 @@ class Relay:
         done = self.done.get(name, msg.incarnation) if role == WORKER else None  # (fresh for a newer process)
         peer = Peer(ident, role, name, time.monotonic(), SeenSet() if done is None else done, msg.incarnation)
         self.peers[ident] = peer
-        version = self.weights[0] if self.weights else -1
-        self._send(ident, wire.encode(wire.WELCOME, version=version, meta={"session": self.session}))
         if role == TRAINER:
             self.trainer = peer
+            if self.weights is not None and self.weights_run != peer.incarnation:
+                self.weights = None  # another trainer process's (an earlier run): workers wait for this one's
+        version = self.weights[0] if self.weights else -1
+        self._send(ident, wire.encode(wire.WELCOME, version=version, meta={"session": self.session,
+                                                                         "trainer": self._trainer_run()}))
+        if role == TRAINER:
             self._dispatch()
         elif self.weights is not None:
             self._send(ident, self.weights[1])
@@ -397,7 +404,7 @@ class Relay:
 
     def _weights(self, peer: Peer, msg: wire.Message, payload: list, nbytes: int = 0) -> None:
         self.counters["weights_in"] += 1
-        self.weights = (msg.version, payload)
+        self.weights, self.weights_run = (msg.version, payload), peer.incarnation
         for p in list(self.peers.values()):
             if p.role == WORKER:
                 self._send(p.ident, payload)
@@ -408,8 +415,12 @@ class Relay:
 
     def _ping(self, peer: Peer, msg: wire.Message, payload: list, nbytes: int = 0) -> None:
         version = self.weights[0] if self.weights else -1
-        self._send(peer.ident, wire.encode(wire.PONG, version=version,
-                                           meta={"session": self.session, "queue": len(self.queue)}))
+        self._send(peer.ident, wire.encode(wire.PONG, version=version, meta={
+            "session": self.session, "queue": len(self.queue), "trainer": self._trainer_run()}))
+
+    def _trainer_run(self) -> int | None:
+        """The connected trainer's incarnation (its run, for the workers), None while there is none."""
+        return self.trainer.incarnation if self.trainer is not None else None
 
     def _bye(self, peer: Peer, msg: wire.Message, payload: list, nbytes: int = 0) -> None:
         self._drop(peer)

@@ -38,6 +38,7 @@ or episode returns. Training goes on with the other workers. The causes are ``CA
 from __future__ import annotations
 
 import sys
+import threading
 import time
 import zlib
 from typing import Any, Callable
@@ -61,6 +62,8 @@ from relayrl.types import Batch
 
 PULL_WAIT_S = 1.0  # off-policy pull() returns empty after this, so the loop can notice Ctrl-C and stop values
 WAITING_NOTICE_S = 30.0
+NOTICE_S = 1.0  # a wait for the relay, or for the first chunk, is said after this long
+STOP_CHECK_S = 0.2  # waits look at the stop event this often
 
 # The arrays of an off-policy chunk (docs/wire-protocol.md, "Samples chunks"), after net.decompressor.
 FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "discount")
@@ -90,12 +93,13 @@ class Refusal(Exception):
 
 class RelaySource(SampleSource):
     """``observation_space``/``action_space``: the env's (None with ``net.remote_env`` until
-    ``await_spaces()`` has them from a worker)."""
+    ``await_spaces()`` has them from a worker). ``stop``: set by the first Ctrl-C (``relayrl
+    train``); a wait on the relay or the workers then ends within STOP_CHECK_S with KeyboardInterrupt."""
 
     can_poll = True
 
     def __init__(self, config: RunConfig, observation_space: gym.Space | None = None,
-                 action_space: gym.Space | None = None):
+                 action_space: gym.Space | None = None, stop: threading.Event | None = None):
         net = config.net
         if net.server is None:
             raise RelayRLError("RelaySource needs net.server (relayrl train --server HOST:PORT)")
@@ -111,6 +115,9 @@ class RelaySource(SampleSource):
         self.num_envs = config.env.num_envs
         self.num_steps = config.algo_config.num_steps if self.on_policy else 0
         self.server, self.connect_timeout = net.server, net.connect_timeout_s
+        self.stop = stop
+        self._chunks_seen = False  # any chunk has come (the first wait for one is said sooner)
+        self._lost_told = False  # the lost connection to the relay was said
         self.client = RelayClient(net.server, "trainer", keys=net.keys, heartbeat_s=net.heartbeat_s,
                                   timeout_s=net.timeout_s, max_message_mb=net.max_message_mb)
         self.decompress: Callable[[Batch], Batch] | None = load_hook(net.decompressor, "net.decompressor")
@@ -191,13 +198,31 @@ class RelaySource(SampleSource):
     # ---------------------------------------------------------------- loop interface
 
     def connect(self) -> None:
-        """Wait for the relay (``net.connect_timeout_s``); a RelayRLError naming the fix if it does not answer."""
-        if not self.client.wait_connected(self.connect_timeout):
-            self.client.close(timeout=0)
-            raise RelayRLError(f"no answer from the relay at {self.server} within {self.connect_timeout:.0f} s: is "
-                               f"`relayrl serve --bind {self.server}` running there, of this relayrl release (wire "
-                               f"protocol {wire.PROTOCOL}; a relay of protocol 2 does not answer newer clients), and "
-                               "does --keys hold the keys it accepts? (net.connect_timeout_s waits longer)")
+        """Wait for the relay (``net.connect_timeout_s``), saying so after NOTICE_S; a RelayRLError naming
+        the fix if it does not answer."""
+        started = time.monotonic()
+        told = False
+        while not self.client.wait_connected(STOP_CHECK_S):
+            self._check_stop()
+            waited = time.monotonic() - started
+            if waited >= self.connect_timeout:
+                self.client.close(timeout=0)
+                raise RelayRLError(f"no answer from the relay at {self.server} within {self.connect_timeout:.0f} s: "
+                                   f"is `relayrl serve --bind {self.server}` running there, of this relayrl release "
+                                   f"(wire protocol {wire.PROTOCOL}; a relay of protocol 2 does not answer newer "
+                                   "clients), and does --keys hold the keys it accepts? (net.connect_timeout_s waits "
+                                   "longer)")
+            if not told and waited >= NOTICE_S:
+                print(f"relayrl: waiting for the relay at {self.server} (up to {self.connect_timeout:.0f} s, "
+                      "net.connect_timeout_s)", file=sys.stderr, flush=True)
+                told = True
+        if told:
+            print(f"relayrl: connected to the relay at {self.server}", file=sys.stderr, flush=True)
+
+    def _check_stop(self) -> None:
+        """Ctrl-C (the stop event) ends a wait on a peer at once: no round to finish while nothing comes."""
+        if self.stop is not None and self.stop.is_set():
+            raise KeyboardInterrupt
 
     def await_spaces(self, timeout: float | None = None) -> tuple[gym.Space, gym.Space]:
         """The env's spaces, from the first chunk that describes them (net.remote_env). Every chunk
@@ -206,11 +231,17 @@ class RelaySource(SampleSource):
             return self.observation_space, self.action_space
         self.connect()
         timeout = self.connect_timeout if timeout is None else timeout
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            msgs = self.client.receive(min(PULL_WAIT_S, max(0.0, deadline - time.monotonic())))
+        started = time.monotonic()
+        told = False
+        while time.monotonic() < started + timeout:
+            msgs = self.client.receive(min(STOP_CHECK_S, max(0.0, started + timeout - time.monotonic())))
             if not msgs and self.client.closed:
                 break
+            self._check_stop()
+            if not msgs and not told and time.monotonic() - started >= NOTICE_S:
+                print(f"relayrl: waiting for a worker to describe its env's spaces through the relay at {self.server} "
+                      f"(net.remote_env; up to {timeout:.0f} s)", file=sys.stderr, flush=True)
+                told = True
             self._stash.extend(msgs)
             for msg in msgs:
                 spaces = _decode_spaces(msg.meta.get("spaces"))
@@ -291,10 +322,23 @@ class RelaySource(SampleSource):
         return self.client.receive(timeout)
 
     def _notice(self, received: bool, what: str) -> None:
-        """Every WAITING_NOTICE_S without a chunk: say so on stderr (``what`` the trainer waits for)."""
+        """Say on stderr what the trainer waits for: the relay, once its connection is lost (and when it
+        is back); the workers' first chunk after NOTICE_S; then ``what`` every WAITING_NOTICE_S
+        without a chunk."""
         now = time.monotonic()
+        connected = self.client.connected.is_set()
+        if connected == self._lost_told:
+            self._lost_told = not connected
+            print(f"relayrl: lost the relay at {self.server}; waiting for the relay at {self.server} (reconnecting)"
+                  if not connected else f"relayrl: connected to the relay at {self.server} again",
+                  file=sys.stderr, flush=True)
         if received:
-            self._last_sample = now
+            self._last_sample, self._chunks_seen = now, True
+        elif not self._chunks_seen and connected and now - self._last_sample > NOTICE_S:
+            print(f"relayrl: waiting for workers: none has sent anything through the relay at {self.server} yet "
+                  f"(`relayrl worker --server {self.server} --env {self.config.env.id} --algo {self.config.algo}`)",
+                  file=sys.stderr, flush=True)
+            self._last_sample, self._chunks_seen = now, True  # (then every WAITING_NOTICE_S)
         elif now - self._last_sample > WAITING_NOTICE_S:
             print(f"relayrl: {what} from the relay at {self.server} for {now - self._last_sample:.0f} s: are workers "
                   f"running (`relayrl worker --server {self.server} --algo {self.config.algo} ...`)?",
@@ -347,7 +391,7 @@ class RelaySource(SampleSource):
         batches, steps, refusals = [], 0, []
         for msg in msgs:
             batch = self._admit(msg, refusals)
-            if batch is None:
+            if batch is None or (not batch and msg.version < 0):  # (a worker's announcement: only its spaces)
                 continue
             steps += self._accept(msg)
             if self.max_lag is not None and self.version - msg.version > self.max_lag:
@@ -368,10 +412,11 @@ class RelaySource(SampleSource):
             rollout = self._rollout_ready()
             if rollout is not None:
                 return rollout
-            msgs = self._receive(PULL_WAIT_S)
+            msgs = self._receive(STOP_CHECK_S)
             if not msgs and self.client.closed:
                 raise RelayRLError(f"the connection to the relay at {self.server} was closed while the trainer "
                                    "waited for rollouts")
+            self._check_stop()
             self._take(msgs)
             self._notice(bool(msgs), self._waiting_for())
 
@@ -676,13 +721,14 @@ def _numbers(value: Any) -> list:
     return [v for v in value if isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)]
 
 
-def make_relay_source(config: RunConfig) -> tuple[RelaySource, tuple[gym.Space, gym.Space] | None]:
+def make_relay_source(config: RunConfig, stop: threading.Event | None = None
+                      ) -> tuple[RelaySource, tuple[gym.Space, gym.Space] | None]:
     """The trainer's end of a relay (``--server``): remote workers instead of local ones. Returns the
     source and, with ``net.remote_env``, the spaces the workers reported (the trainer builds no env and
     evaluates from their test episodes); otherwise None: the trainer's own evaluation envs give them.
 
     On-policy, ``config.workers`` is how many remote workers' rollouts make one learner rollout
-    (PPO) or how many column slots their rollouts fill (APPO)."""
+    (PPO) or how many column slots their rollouts fill (APPO). ``stop``: the Ctrl-C event (RelaySource)."""
     entry = get_algo(config.algo)
     if config.backend not in ("auto", "inline"):
         raise ConfigError(f"--server learns from the workers connected to the relay, not from --backend "
@@ -695,7 +741,7 @@ def make_relay_source(config: RunConfig) -> tuple[RelaySource, tuple[gym.Space, 
                           f"workers replace: set {config.algo}.prenorm=false (workers report the moments of what "
                           "they see, and the trainer merges them)")
     if config.net.remote_env:
-        source = RelaySource(config)
+        source = RelaySource(config, stop=stop)
         try:
             return source, source.await_spaces()
         except BaseException:
@@ -705,6 +751,6 @@ def make_relay_source(config: RunConfig) -> tuple[RelaySource, tuple[gym.Space, 
 
     env = make(config.env.id, **config.env.wrapping(), **config.env.kwargs)
     try:
-        return RelaySource(config, env.observation_space, env.action_space), None
+        return RelaySource(config, env.observation_space, env.action_space, stop), None
     finally:
         env.close()

@@ -6,13 +6,20 @@ It is the runtime's RolloutWorker (the same policy and collector code as every o
 the relay as transport: chunks go out stamped (worker name, seq, policy version) and stay in the
 client's backlog until the trainer acknowledges them; the newest weights are taken between chunks
 and saved to ``net.weights_dir`` (``latest.safetensors``, plus a copy every ``net.model_history``
-versions), and loaded again at start, so a restarted worker acts with the last policy it had.
+versions), and loaded again at start (for ``--standalone`` and ``--expert`` runs).
+
+It collects only what the trainer takes (``_waiting_for``): nothing while the relay is unreachable
+or has no trainer, nor while it holds no weights of the connected trainer's run (weights carry the
+publishing trainer's incarnation; saved ones and an earlier run's are not enough), and at most
+min(``net.window``, ``net.backlog``) chunks not yet acknowledged (credit-based flow control). While
+it waits it sleeps on the client's socket thread (no stepping, no busy loop), holds real-time envs,
+and says what it waits for after a second (again every 30 s).
 
 On-policy algorithms (PPO, APPO) send each rollout as one chunk, [T, n] arrays as a RolloutStore
 holds them, with the moments of the observations acted on (``meta.obs_moments``, for ``obs_norm``).
-Such a worker never collects before it holds weights from the trainer (or saved ones): a rollout of
-a fresh local initialisation would carry version 0, which the trainer could take for its own
-(until then it sends one announcement, a chunk with no arrays that describes its env's spaces).
+While a worker waits for a trainer run's weights it sends that run one announcement, a chunk with no
+arrays that describes its env's spaces (a trainer with ``net.remote_env`` needs them before it can
+publish).
 PPO collects exactly one rollout per weights version: after sending it waits for new weights, and
 collects again with the same version after ``net.pace_timeout_s`` (a lost broadcast cannot
 deadlock it; the trainer drops the repeat). APPO collects continuously, with at most
@@ -57,6 +64,10 @@ from relayrl.types import Batch
 
 LATEST = "latest.safetensors"
 LOG_EVERY_S = 10.0
+NOTICE_S = 1.0  # a wait on a peer (relay, trainer, weights) is said after this long
+REMIND_S = 30.0  # and again every this long while it lasts
+WAIT_SLICE_S = 0.25  # the longest sleep between looks at the stop event
+_NEVER = object()
 MAX_SPACES_BYTES = 16 * 1024  # of a chunk's header (at most 64 KiB): meta.spaces must leave room for the rest
 
 
@@ -77,10 +88,12 @@ class RemoteWorker:
                               "use --expert with sac or dqn")
         self.config, self.expert, self.standalone = config, expert, standalone
         self.on_policy, self.synchronous = entry.on_policy, entry.collect_on_request
-        self.has_weights = False  # on-policy: collect only with the trainer's (or saved) weights
+        self.has_weights = False  # holds weights of a known version (the trainer's, or saved with it)
+        self._weights_run: int | None = None  # the trainer run (incarnation) of the weights held; None: saved ones
         self._sent_version: int | None = None  # PPO: the version of the last rollout sent
         self._waiting_since: float | None = None
-        self._announced = False
+        self._announced: object = _NEVER  # the trainer run told this worker's spaces
+        self._wait: tuple[str, float, float | None] | None = None  # (what, since, last said) while waiting
         self.weights_dir = Path(net.weights_dir) if net.weights_dir else default_weights_dir(config)
         self._pending: list[InsertTransitions] = []
         self._test_returns: list[float] = []
@@ -163,6 +176,7 @@ class RemoteWorker:
             print(f"relayrl worker: ignored weights version {msg.version}: {exc}", file=sys.stderr)
             return
         self._apply(tree, msg.version, f"the trainer (version {msg.version})")
+        self._weights_run = msg.incarnation
         self.client.version = msg.version
         self._steps_this_version = 0
         self.versions_received += 1
@@ -188,6 +202,11 @@ class RemoteWorker:
         started = time.monotonic()
         while not stop.is_set() and (max_steps is None or self.env_steps < max_steps):
             self._take_weights()
+            waiting = self._waiting_for()
+            if waiting is not None:
+                self._idle(*waiting, log)
+                continue
+            self._end_wait(log)
             if not (self._ready_on_policy(stop) if self.on_policy else self._paced(stop)):
                 continue
             msg = self.worker.collect()
@@ -214,18 +233,75 @@ class RemoteWorker:
                       flush=True)
         return self.stats()
 
+    # ---------------------------------------------------------------- waiting for peers (flow control)
+
+    def _waiting_for(self) -> tuple[str, str, float] | None:
+        """What the worker must wait for before it collects (None: nothing): (what, the words for it,
+        seconds before saying so). It collects only while the relay is connected and has a trainer,
+        with weights of that trainer's run (not an earlier run's, saved or kept by the relay; an
+        expert needs none), and while fewer than min(net.window, net.backlog) of its chunks wait
+        for the trainer's acknowledgement: flow control by credits, so it collects what the trainer
+        takes and its backlog drops nothing while the trainer is there."""
+        client, net = self.client, self.config.net
+        server = net.server
+        if not client.connected.is_set():
+            return ("relay", f"the relay at {server} (is `relayrl serve --bind {server}` running there, and does "
+                             "--keys hold keys it accepts?)", NOTICE_S)
+        if not client.trainer_present():
+            return ("trainer", f"a trainer at the relay {server} (`relayrl train {self.config.algo} --env "
+                               f"{self.config.env.id} --server {server}`); collecting nothing meanwhile", NOTICE_S)
+        if not self.expert and not self._weights_of_this_run():
+            self._announce()
+            return "weights", f"the weights of the trainer's run (from the relay at {server})", NOTICE_S
+        credit = min(net.window, net.backlog)
+        if client.unacknowledged() >= credit:
+            return ("acks", f"the trainer to take this worker's chunks ({client.unacknowledged()} not yet "
+                            f"acknowledged, at most min(net.window, net.backlog) = {credit})", LOG_EVERY_S)
+        return None
+
+    def _weights_of_this_run(self) -> bool:
+        """Holds weights from the trainer the relay has now (with a relay or trainer of an earlier
+        revision, which do not name the run: weights received from the relay)."""
+        run = self._weights_run
+        if run is None:
+            return False
+        return not self.client.reports_trainer or run in (self.client.trainer_run, 0)
+
+    def _announce(self) -> None:
+        """Tell each trainer run this worker's spaces while it waits for its weights (with net.remote_env
+        the trainer needs them before it can publish any): a chunk with no arrays, version -1."""
+        if self._announced == self.client.trainer_run:
+            return
+        self.client.send_samples({}, -1, {"env_steps": 0, "returns": [], "lengths": [], "test_returns": [],
+                                          "spaces": self.spaces})
+        self._announced = self.client.trainer_run
+
+    def _idle(self, what: str, text: str, notice_s: float, log) -> None:
+        """Wait a little for ``what`` without stepping (sleeping until the relay says something), and say
+        so once it has lasted ``notice_s`` (again every REMIND_S)."""
+        now = time.monotonic()
+        if self._wait is None or self._wait[0] != what:
+            if self._wait is None:
+                self._hold_envs()
+            self._wait = (what, now, None)
+        _, since, said = self._wait
+        if log is not None and now - since >= notice_s and (said is None or now - said >= REMIND_S):
+            so_far = f" ({now - since:.0f} s so far)" if said is not None else ""
+            print(f"relayrl worker {self.client.name}: waiting for {text}{so_far}", file=log, flush=True)
+            self._wait = (what, since, now)
+        self.client.wait_change(WAIT_SLICE_S)
+
+    def _end_wait(self, log) -> None:
+        if self._wait is not None and self._wait[2] is not None and log is not None:
+            print(f"relayrl worker {self.client.name}: collecting again (waited {time.monotonic() - self._wait[1]:.0f} "
+                  f"s for the {self._wait[0]})", file=log, flush=True)
+        self._wait = None
+
     def _ready_on_policy(self, stop: threading.Event) -> bool:
         """On-policy: whether to collect a rollout now (else it has waited a little, never spinning).
-        Not before holding weights; PPO: once per new version (again after pace_timeout_s); APPO:
-        while fewer than net.rollouts_in_flight rollouts wait for the trainer."""
+        PPO: once per new version (again after pace_timeout_s); APPO: while fewer than
+        net.rollouts_in_flight rollouts wait for the trainer."""
         net = self.config.net
-        if not self.has_weights:
-            if not self._announced:  # the trainer may need the spaces (net.remote_env) before it publishes
-                self.client.send_samples({}, -1, {"env_steps": 0, "returns": [], "lengths": [], "test_returns": [],
-                                                  "spaces": self.spaces})
-                self._announced = True
-            self.client.wait_weights(0.5)
-            return False
         if not self.synchronous:
             return self.client.wait_unacknowledged(net.rollouts_in_flight, 0.5)
         if self._sent_version is None or self.worker.version != self._sent_version:
@@ -361,12 +437,14 @@ class RemoteWorker:
                 if self._pending:
                     self._send_if_ready(force=True)
                 deadline = time.monotonic() + flush_timeout
-                while self.client.unacknowledged() and time.monotonic() < deadline and self.client.refused is None:
+                # (no waiting on a relay that has no trainer: nobody would acknowledge them)
+                while (self.client.unacknowledged() and time.monotonic() < deadline and self.client.refused is None
+                       and (self.client.trainer_present() or not self.client.connected.is_set())):
                     time.sleep(0.02)
                 left = self.client.unacknowledged()
                 if left and flush_timeout > 0:
-                    print(f"relayrl worker: {left} chunks were not acknowledged by the trainer within "
-                          f"{flush_timeout:.0f} s and are lost", file=sys.stderr)
+                    print(f"relayrl worker: {left} chunks were not acknowledged by a trainer (those the relay "
+                          "received stay queued there for the next one; the others are lost)", file=sys.stderr)
                 self.client.close()
         finally:
             self.worker.close()

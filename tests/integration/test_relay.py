@@ -43,6 +43,7 @@ def test_nothing_lost_or_duplicated_across_a_relay_restart(tmp_path):
         wait_listening(relay)
         source = RelaySource(config, *_spaces())
         source.reset(0)
+        source.publish(_sac_weights(config), 0)  # (workers collect only with the weights of the trainer's run)
         for k in range(2):
             sets = [f"--set={s}" for s in [*net, "env.num_envs=1", "sac.steps_per_iteration=4",
                                              "env.kwargs={sleep_us: 1000, busy_us: 0}",
@@ -58,7 +59,7 @@ def test_nothing_lost_or_duplicated_across_a_relay_restart(tmp_path):
             if not restarted and received > steps // 2:
                 os.killpg(relay.pid, signal.SIGKILL)  # mid-stream, chunks queued and in flight are lost
                 relay.wait()
-                time.sleep(1.5)  # workers keep collecting into their backlogs
+                time.sleep(1.5)  # workers hold what they collected in their backlogs (up to net.window chunks)
                 relay = relayrl("serve", "--bind", address, "--heartbeat", "0.1")
                 wait_listening(relay)
                 restarted = True
@@ -77,6 +78,12 @@ def test_nothing_lost_or_duplicated_across_a_relay_restart(tmp_path):
         if source is not None:
             source.close()
         stop(relay, *workers)
+
+
+def _sac_weights(config):
+    from relayrl.algos import get_algo
+
+    return get_algo("sac").build_policy(config.algo_config, *_spaces()).get_weights()
 
 
 def _spaces():

@@ -54,14 +54,23 @@ def pull_steps(source: RelaySource, steps: int, timeout: float = 20.0) -> list[d
     return batches
 
 
-def trainer_weights(*sets: str, seed: int = 1) -> dict:
+def trainer_weights(*sets: str, seed: int = 1, env: str = "Pendulum-v1") -> dict:
     """The weights a trainer with these options would publish."""
     torch.manual_seed(seed)
-    config = build_config("sac", None, list(sets), {"env.id": "Pendulum-v1"})
-    env = make("Pendulum-v1")
-    algo = get_algo("sac").algo_cls(config.sac, env.observation_space, env.action_space, 1)
-    env.close()
+    config = build_config("sac", None, list(sets), {"env.id": env})
+    probe = make(env)
+    algo = get_algo("sac").algo_cls(config.sac, probe.observation_space, probe.action_space, 1)
+    probe.close()
     return algo.policy.get_weights()
+
+
+def publish(trainer: RelayClient | RelaySource, env: str = "Pendulum-v1") -> None:
+    """What a trainer's run does first: publish its weights (a worker collects only with weights of the
+    run of the trainer that is there)."""
+    if isinstance(trainer, RelaySource):
+        trainer.publish(trainer_weights(env=env), 0)
+    else:
+        trainer.publish_weights(0, wire.weights_to_bytes(trainer_weights(env=env)))
 
 
 def actor_params(worker: RemoteWorker) -> list[np.ndarray]:
@@ -158,12 +167,29 @@ def test_standalone_needs_saved_weights_then_runs_episodes(tmp_path):
         worker.close()
 
 
-def _run_for(worker: RemoteWorker, seconds: float) -> None:
+def _run_for(worker: RemoteWorker, seconds: float, env: str = "Pendulum-v1") -> None:
+    """The worker's loop for ``seconds``, with a trainer that publishes weights once and takes every chunk."""
+    trainer = RelayClient(worker.config.net.server, "trainer", heartbeat_s=0.1, timeout_s=2)
     stop = threading.Event()
-    assert worker.client.wait_connected(5)
-    timer = threading.Timer(seconds, stop.set)
-    timer.start()
-    worker.run(stop=stop, log=None)
+
+    def take() -> None:
+        while not stop.is_set():
+            trainer.ack(trainer.receive(0.1))
+
+    taker = threading.Thread(target=take, daemon=True)
+    try:
+        assert trainer.wait_connected(5) and worker.client.wait_connected(5)
+        publish(trainer, env)
+        taker.start()
+        assert wait_for(lambda: worker.client._weights_in is not None and worker.client.trainer_present())
+        timer = threading.Timer(seconds, stop.set)
+        timer.start()
+        worker.run(stop=stop, log=None)
+    finally:
+        stop.set()
+        if taker.is_alive():
+            taker.join(timeout=10)
+        trainer.close(timeout=0)
 
 
 def test_pacing_waits_for_new_weights_after_max_steps_per_update(relay, tmp_path):
@@ -208,11 +234,13 @@ def test_truncated_episodes_and_test_episodes(relay, tmp_path):
                                         "net.test_episode_interval=2"))
     try:
         assert trainer.wait_connected(5) and worker.client.wait_connected(5)
+        publish(trainer)
         worker.run(max_steps=40, log=None)
         worker._send_if_ready(force=True)
         received = []
         assert wait_for(lambda: received.extend(trainer.receive(0.1)) or
                         sum(m.meta["env_steps"] for m in received) >= 40)
+        received = [m for m in received if m.version >= 0]  # (not the announcement of its spaces, if it made one)
         lengths = [n for m in received for n in m.meta["lengths"]]
         assert lengths == [10, 10, 10, 10]
         assert not any(m.arrays["terminated"].any() for m in received)  # a time limit is not a termination
@@ -237,6 +265,7 @@ def test_a_real_time_env_reports_its_clock_to_the_trainer(relay, tmp_path):
     worker.worker.policy.act = slow_once
     try:
         source.reset(0)
+        publish(source, DRONE)
         assert worker.client.wait_connected(5)
         with pytest.warns(RealTimeWarning):
             worker.run(max_steps=16, log=None)
@@ -264,9 +293,11 @@ def test_a_paced_real_time_worker_holds_its_env_with_the_default_action(relay, t
 
     drone.wait = wait
     try:
-        _run_for(worker, 2.5)
+        _run_for(worker, 2.5, env=DRONE)
         assert worker.pace_timeouts >= 1
-        assert 1 <= len(holds) <= worker.pace_timeouts + 1  # once per pause, not once per poll
+        # once per pause (ended by the timeout, or by weights: a loaded machine's trainer may reconnect and
+        # send them again), not once per poll
+        assert 1 <= len(holds) <= worker.pace_timeouts + worker.versions_received + 1
         default = float(drone.get_default_action()[0])
         assert all(after == default for _, after in holds)
         assert any(before != default for before, _ in holds)  # it was the policy's action before
@@ -279,6 +310,7 @@ def test_a_restarted_worker_process_with_the_same_name_loses_nothing(relay, tmp_
     reach the trainer, none taken for repeats of the first's."""
     source = trainer_source(relay.address)
     source.reset(0)
+    publish(source)
     batches, stop = [], threading.Event()
 
     def trainer():
@@ -334,6 +366,7 @@ def test_a_worker_side_compressor_round_trips_and_crc_debug_catches_a_wrong_deco
                             env=DRONE)
     try:
         source.reset(0)
+        publish(source, DRONE)
         assert worker.client.wait_connected(5)
         worker.run(max_steps=16, log=None)
         got = pull_steps(source, 16)
@@ -345,6 +378,7 @@ def test_a_worker_side_compressor_round_trips_and_crc_debug_catches_a_wrong_deco
         source = trainer_source(relay.address, f"net.decompressor={hooks.__name__}:corrupt", "net.crc_debug=true",
                                 env=DRONE)
         source.reset(0)
+        publish(source, DRONE)
         worker.run(max_steps=24, log=None)
         with pytest.raises(RelayRLError, match=r"crc_debug: chunk \d+ of worker .*'next_obs'"):
             pull_steps(source, 8)
@@ -369,6 +403,8 @@ def test_no_packet_is_smaller_than_min_samples_per_worker_packet_until_the_worke
 
     try:
         assert trainer.wait_connected(5) and worker.client.wait_connected(5)
+        publish(trainer)
+        assert wait_for(lambda: worker.client._weights_in is not None)  # (so it announces nothing while it waits)
         worker.run(max_steps=40, log=None)  # 5 collections of 8, and 3 episode ends
         assert wait_for(lambda: take(1))
         assert not take(2)  # (waited 0.1 s more)
@@ -402,7 +438,9 @@ def test_a_worker_on_another_env_hears_why_its_samples_are_not_used(relay, tmp_p
 
     thread = threading.Thread(target=trainer, daemon=True)
     thread.start()
-    worker = RemoteWorker(worker_config(relay.address, tmp_path, env="MountainCarContinuous-v0"), name="lost")
+    # (an expert: the trainer's weights would not fit its policy; a worker of one's own could send such chunks)
+    worker = RemoteWorker(worker_config(relay.address, tmp_path, env="MountainCarContinuous-v0"), name="lost",
+                          expert=True)
     log = types.SimpleNamespace(lines=[])
     log.write = lambda text: log.lines.append(text)
     log.flush = lambda: None

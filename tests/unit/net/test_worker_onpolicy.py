@@ -1,5 +1,5 @@
 """On-policy learning through the relay, the workers' side: a RemoteWorker for PPO collects nothing
-before it holds the trainer's weights, then exactly one rollout per version (again after
+before it holds the weights of the trainer's run (not ones it saved in an earlier run), then exactly one rollout per version (again after
 net.pace_timeout_s without new weights); for APPO it collects continuously with at most
 net.rollouts_in_flight rollouts unacknowledged. Every chunk describes the env's spaces and, with
 obs_norm, the moments of the observations acted on. Real sockets: a relay in a thread, the trainer
@@ -123,7 +123,9 @@ def take(trainer: RelayClient, count: int, timeout: float = 10.0) -> list[wire.M
     return got
 
 
-def test_saved_weights_of_a_known_version_let_an_on_policy_worker_start(relay, trainer, tmp_path):
+def test_saved_weights_of_an_earlier_run_do_not_let_an_on_policy_worker_start(relay, trainer, tmp_path):
+    """Weights it saved (of a known version) are an earlier run's: the worker announces its spaces and
+    waits for the trainer's before it collects (its rollouts then carry the trainer's version)."""
     folder = tmp_path / "weights"
     folder.mkdir()
     (folder / LATEST).write_bytes(weights())
@@ -134,9 +136,14 @@ def test_saved_weights_of_a_known_version_let_an_on_policy_worker_start(relay, t
         worker.close(flush_timeout=0)
     (folder / "latest.json").write_text(json.dumps({"version": 4}))
     worker = RemoteWorker(worker_config("ppo", relay.address, tmp_path, "net.pace_timeout_s=30"), name="w")
+    assert worker.has_weights and worker.worker.version == 4
     with running_worker(worker):
-        [msg] = receive(trainer, 1)  # a rollout at once, no announcement
-        assert msg.version == 4 and msg.arrays["reward"].shape == (T, N)
+        [msg] = receive(trainer, 1)
+        assert msg.version == -1 and not msg.arrays  # the announcement, no rollout of the saved weights
+        assert receive(trainer, 1, timeout=0.5) == [] and worker.env_steps == 0
+        trainer.publish_weights(5, weights())
+        [msg] = receive(trainer, 1)
+        assert msg.version == 5 and msg.arrays["reward"].shape == (T, N)
 
 
 def test_with_obs_norm_each_rollout_reports_the_moments_of_its_observations(relay, trainer, tmp_path):
