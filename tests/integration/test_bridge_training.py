@@ -86,7 +86,7 @@ def test_a_run_that_pauses_longer_than_both_timeouts_keeps_both_simulators(tmp_p
 def test_a_bridge_command_that_fails_is_one_clear_message(tmp_path):
     run = subprocess.run([sys.executable, "-m", "relayrl", "train", "ppo", "--env", "bridge:/no/such/simulator",
                           "--run-dir", str(tmp_path / "run"), "--quiet"], capture_output=True, text=True, timeout=120)
-    assert run.returncode != 0 and "cannot start the simulator '/no/such/simulator'" in run.stderr
+    assert run.returncode == 2 and "the simulator command '/no/such/simulator' was not found" in run.stderr
     assert "Traceback" not in run.stderr
 
 

@@ -260,7 +260,7 @@ def test_a_reset_handler_and_side_channels_from_the_simulator(tmp_path):
 
 
 def test_a_missing_simulator_executable_is_named():
-    with pytest.raises(BridgeError, match="cannot start the simulator '/no/such/sim'"):
+    with pytest.raises(BridgeError, match="the simulator command '/no/such/sim' was not found"):
         BridgeEnv("/no/such/sim --flag")
 
 
