@@ -16,6 +16,7 @@ A policy acts; an algorithm owns a policy and learns::
         policy.reset_hidden("collect", result.done)         # (a no-op for feed-forward policies)
         ...                                                 # store out.obs, out.action, result.reward, ...
         metrics = algo.learn(batch, progress=steps / total)  # on-policy: a [T, N] rollout; off-policy: a minibatch
+        priorities = algo.pop_priorities()                  # off-policy: the minibatch's new priorities (or None)
         publish(policy.get_weights(), policy.version)       # workers: policy.set_weights(weights, version)
 
 A sample source is where the loop's experience comes from: local envs, a pool of rollout workers,

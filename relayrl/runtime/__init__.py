@@ -11,7 +11,6 @@ from typing import Any
 
 from relayrl.algos import get_algo
 from relayrl.config import RunConfig
-from relayrl.errors import ConfigError
 
 
 def make_backend(config: RunConfig) -> Any:

@@ -30,7 +30,7 @@ import torch
 from relayrl.algos import get_algo
 from relayrl.config import RunConfig, save_config
 from relayrl.core import SampleSource
-from relayrl.errors import CheckpointError, ConfigError, NonFiniteError
+from relayrl.errors import CheckpointError, NonFiniteError
 from relayrl.io.checkpoint import (copy_checkpoint, explain_load_error, load_checkpoint, load_newest,
                                    save_checkpoint, write_json_copy)
 from relayrl.io.metrics import MetricsLogger, check_tracking
