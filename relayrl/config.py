@@ -28,12 +28,36 @@ class Section(BaseModel):
     aliases: ClassVar[dict[str, str]] = {}
 
 
+Placement = Literal["envs", "agents", "workers", "relay"]  # where the experience comes from (check_placement)
+
+
 class AlgoConfig(Section):
     """Base of an algorithm's section (``ppo:``, ``sac:``); ``check`` refuses combinations of options that would
     silently do nothing, before a run starts."""
 
     def check(self, name: str) -> None:
         """Raise a ConfigError naming the options and the fix (default: every combination is fine)."""
+
+    # What generic code asks of an algorithm's options (training/, runtime/, net/ never read them by name).
+    def check_placement(self, name: str, placement: Placement) -> None:
+        """Refuse options that cannot work where the experience comes from: "envs" (the learner's own vector envs),
+        "agents" (agent envs: a simulator bridge, PettingZoo), "workers" (a worker pool, runtime/pool.py) or
+        "relay" (remote workers). A ConfigError naming the option and the fix; default: every option works anywhere."""
+
+    def prenorm_steps(self) -> int:
+        """Vector steps the loop runs before learning to fill the policy's observation statistics (PPO's prenorm);
+        default 0: none."""
+        return 0
+
+    def transitions_before_learning(self) -> int:
+        """Env steps the learner collects before its first update (a paced remote worker does not wait before
+        then); default 0."""
+        return 0
+
+    def timing_sizes(self) -> tuple[list[int], int]:
+        """(hidden layer sizes, batch size) of the MLP that ``threads: -1`` times for an algorithm without a
+        ``timing_step``; default ([256, 256], 256)."""
+        return [256, 256], 256
 
 
 class ReplayLoopConfig(AlgoConfig):
@@ -86,6 +110,9 @@ class ReplayLoopConfig(AlgoConfig):
     actors (backend ray) or local processes (backend mp), which the workers (or their node proxies) insert
     into directly and the learner samples from, prefetched. buffer_size is split evenly over them
     (docs/distributed.md)."""
+    def transitions_before_learning(self) -> int:
+        return max(self.start_training, self.batch_size)  # (a first minibatch needs batch_size transitions)
+
     def check(self, name: str) -> None:
         if self.replay_shards and self.max_staleness is not None:
             raise ConfigError(f"{name}.max_staleness is not supported with {name}.replay_shards > 0 (shards do not "

@@ -16,6 +16,7 @@ A policy acts; an algorithm owns a policy and learns::
         policy.reset_hidden("collect", result.done)         # (a no-op for feed-forward policies)
         ...                                                 # store out.obs, out.action, result.reward, ...
         metrics = algo.learn(batch, progress=steps / total)  # on-policy: a [T, N] rollout; off-policy: a minibatch
+        priorities = algo.pop_priorities()                  # off-policy: the minibatch's new priorities (or None)
         publish(policy.get_weights(), policy.version)       # workers: policy.set_weights(weights, version)
 
 A sample source is where the loop's experience comes from: local envs, a pool of rollout workers,
@@ -201,14 +202,16 @@ class Algorithm(ABC):
     """Owns a policy, its optimisers and targets; ``learn`` is one iteration's learning.
 
     ``on_policy`` algorithms learn from [T, N] rollouts the policy just collected (``learn`` gets the
-    rollout); off-policy ones from replay minibatches (``learn`` gets one sampled batch). Everything a
-    resume needs is in ``state_dict``.
+    rollout); off-policy ones from replay minibatches (``learn`` gets one sampled batch, and may give each
+    row a new replay priority: ``report_priorities``, read by the loop with ``pop_priorities``). ``learn``
+    reads its batch and never writes into it. Everything a resume needs is in ``state_dict``.
     """
 
     policy: Policy
     devices: ClassVar[tuple[str, ...]] = ("cpu",)  # device types ``to`` accepts (policy/device.py)
     device: torch.device = torch.device("cpu")
     _stop_event: threading.Event | None = None  # stop_on's
+    _priorities: np.ndarray | None = None  # report_priorities'
 
     @abstractmethod
     def learn(self, batch: Batch, progress: float = 0.0) -> dict[str, float]:
@@ -235,6 +238,17 @@ class Algorithm(ABC):
     def set_progress(self, env_steps: int, total_steps: int) -> None:
         """Where the run is; the default hands it to the policy's exploration schedule."""
         self.policy.set_progress(env_steps, total_steps)
+
+    def report_priorities(self, priorities: np.ndarray) -> None:
+        """Called by an off-policy ``learn``: the new priority ([n] float, e.g. |TD error|) of each row of the
+        minibatch it learned from, for prioritized replay (DQN, SAC)."""
+        self._priorities = priorities
+
+    def pop_priorities(self) -> np.ndarray | None:
+        """The priorities the last ``learn`` reported, once (the loop hands them to the replay with the batch's
+        ``index``); None when it reported none, the default: the replay keeps the rows' priorities."""
+        priorities, self._priorities = self._priorities, None
+        return priorities
 
     def timing_step(self) -> Callable[[], None] | None:
         """One representative gradient step on synthetic data (``threads=-1`` times it), or None."""

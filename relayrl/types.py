@@ -13,6 +13,11 @@ from typing import Any, Literal
 import numpy as np
 
 Batch = dict[str, np.ndarray]
+COLUMN = "column"
+"""Key of an on-policy rollout joined from several collectors' chunks (worker pools, the relay): a [T, N] int
+array, the learner's env column each rollout column belongs to. A column may appear twice (one worker's two
+chunks, in the order it collected them); a rollout without it holds each env column once, in order. Algorithms
+that keep a running state per env (PPO's return for reward scaling) index it by this."""
 Mode = Literal["collect", "eval"]
 
 

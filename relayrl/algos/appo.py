@@ -17,7 +17,7 @@ from pydantic import Field
 from relayrl.algos import register
 from relayrl.algos.ppo import PPO, PPOConfig, PPOPolicy
 from relayrl.data.vtrace import compute_vtrace
-from relayrl.types import Batch
+from relayrl.types import COLUMN, Batch
 
 
 class APPOConfig(PPOConfig):
@@ -43,11 +43,11 @@ class APPO(PPO):
     def scale_rewards(self, rollout: Batch) -> np.ndarray:
         """PPO's reward scaling, each env's chunks one after the other. A rollout of chunks that
         arrived together holds an env column twice when its worker delivered two chunks (in the
-        order it collected them, see runtime/pool.py); taken together, both would start from the
+        order it collected them: relayrl.types.COLUMN); taken together, both would start from the
         same running return and only the last would be kept."""
-        if "column" not in rollout:
+        if COLUMN not in rollout:
             return super().scale_rewards(rollout)
-        repeats = column_repeats(rollout["column"][0])
+        repeats = column_repeats(rollout[COLUMN][0])
         if not repeats.any():
             return super().scale_rewards(rollout)
         shape = rollout["reward"].shape

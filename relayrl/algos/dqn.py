@@ -80,6 +80,10 @@ class DQNConfig(ReplayLoopConfig):
     hidden_sizes: list[int] = Field(default_factory=lambda: [64, 64])
     """Hidden layer sizes (64x64: an update costs half of 256x256's on a CPU, and with gamma 0.98 and
     n_step 3 it solved CartPole in fewer env steps than RL Zoo's 256x256 settings; docs/benchmarks.md)."""
+
+    def timing_sizes(self) -> tuple[list[int], int]:
+        return list(self.hidden_sizes), self.batch_size
+
     activation: Literal["tanh", "relu", "elu", "silu"] = "relu"
     """Hidden activation."""
     encoder: EncoderRef = None
@@ -212,7 +216,7 @@ def branch_argmax(q: torch.Tensor, branches: tuple[int, ...], mask: torch.Tensor
 
 class DQN(Algorithm):
     """``learn(batch)`` takes a replay minibatch (obs, action, reward, next_obs, terminated, discount,
-    weight) and writes ``batch["priority"]`` (|TD error|) for prioritized replay."""
+    weight) and reports each row's |TD error| as its priority for prioritized replay (``pop_priorities``)."""
 
     def __init__(self, cfg: DQNConfig, obs_space: gym.Space, act_space: gym.Space, num_envs: int):
         self.cfg = cfg
@@ -284,7 +288,7 @@ class DQN(Algorithm):
                     p_t.lerp_(p, cfg.tau)
         elif self.updates % cfg.target_update_period == 0:
             self.target.load_state_dict(model.state_dict())
-        batch["priority"] = (q.detach() - target).abs().mean(-1).cpu().numpy()  # |TD error| (branches: mean)
+        self.report_priorities((q.detach() - target).abs().mean(-1).cpu().numpy())  # |TD error| (branches: mean)
         self.policy.version += 1
         return {"loss/td": loss.item(), "q_mean": q.mean().item(), "epsilon": self.policy.epsilon, "updates": 1.0}
 

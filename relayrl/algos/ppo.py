@@ -21,7 +21,7 @@ from pydantic import Field
 from torch import nn
 
 from relayrl.algos import register
-from relayrl.config import AlgoConfig
+from relayrl.config import AlgoConfig, Placement
 from relayrl.core import Algorithm, Policy
 from relayrl.data.dtypes import stored_dtype, to_stored, to_tensor
 from relayrl.data.gae import compute_gae
@@ -36,7 +36,7 @@ from relayrl.policy.encoder import EncoderRef
 from relayrl.policy.encoders import check_space, make_encoder
 from relayrl.policy.mirror import MirrorSpec, NormalizedMirror, TorchMirror, mirror_terms
 from relayrl.policy.normalizer import RunningMeanStd
-from relayrl.types import Batch, Mode, PolicyOutput
+from relayrl.types import COLUMN, Batch, Mode, PolicyOutput
 
 
 class PPOConfig(AlgoConfig):
@@ -140,6 +140,28 @@ class PPOConfig(AlgoConfig):
             raise ConfigError(f"{name}.update_norm={str(self.update_norm).lower()} has no effect with "
                               f"{name}.obs_norm=false (there are no statistics to update): set "
                               f"{name}.obs_norm=true, or leave {name}.update_norm at null")
+
+    _PRENORM_ELSEWHERE: ClassVar[dict[str, str]] = {
+        "agents": "{name}.prenorm does not apply to agent envs (a simulator bridge, PettingZoo envs): set it to false",
+        "workers": "{name}.prenorm warms the statistics up on the learner's own envs, which rollout workers replace: "
+                   "set {name}.prenorm=false (workers report what they see, and the learner merges it), or use one "
+                   "inline worker",
+        "relay": "{name}.prenorm warms the statistics up on the trainer's own envs, which remote workers replace: set "
+                 "{name}.prenorm=false (workers report the moments of what they see, and the trainer merges them)"}
+
+    def check_placement(self, name: str, placement: Placement) -> None:
+        """prenorm needs the learner's own envs; a recurrent policy does not run on agent envs yet."""
+        if self.prenorm and placement in self._PRENORM_ELSEWHERE:
+            raise ConfigError(self._PRENORM_ELSEWHERE[placement].format(name=name))
+        if self.recurrent and placement == "agents":
+            raise ConfigError(f"{name}.recurrent: agent envs (a simulator bridge, PettingZoo envs) do not carry a "
+                              f"hidden state per agent yet: set {name}.recurrent=null")
+
+    def prenorm_steps(self) -> int:
+        return self.prenormalize_steps if self.prenorm else 0
+
+    def timing_sizes(self) -> tuple[list[int], int]:
+        return list(self.hidden_sizes), self.batch_size
 
 
 # ---------------------------------------------------------------- policy
@@ -407,7 +429,7 @@ class PPO(Algorithm):
         if self.ret_rms is None:
             return rewards
         done = rollout["terminated"] | rollout["truncated"]
-        columns = rollout["column"][0] if "column" in rollout else np.arange(len(self._ret))  # see runtime/pool.py
+        columns = rollout[COLUMN][0] if COLUMN in rollout else np.arange(len(self._ret))  # (types.COLUMN)
         running = self._ret[columns]
         for t in range(len(rewards)):
             running = running * self.cfg.gamma + rewards[t]

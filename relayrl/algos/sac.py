@@ -57,6 +57,10 @@ class SACConfig(ReplayLoopConfig):
     hidden_sizes: list[int] = Field(default_factory=lambda: [64, 64])
     """Hidden layer sizes of the actor and of each critic (64x64: per-op overhead, not FLOPs, bounds
     an update of this size on a CPU, and it learns Pendulum as fast as 256x256)."""
+
+    def timing_sizes(self) -> tuple[list[int], int]:
+        return list(self.hidden_sizes), self.batch_size
+
     encoder: EncoderRef = None
     """Your own network: "package.module:function", a function (observation_space, action_space) returning a
     torch.nn.Module that maps observations [n, *obs_shape] (float32) to features [n, F]; the actor gets one, the
@@ -276,7 +280,7 @@ class SAC(Algorithm):
             torch._foreach_lerp_(list(self.target.parameters()), list(self.critic.parameters()), cfg.tau)
         self.updates += 1
         self.policy.version += 1
-        batch["priority"] = (q - y).detach().abs().mean(0).cpu().numpy()
+        self.report_priorities((q - y).detach().abs().mean(0).cpu().numpy())  # |TD error| (twin critics: mean)
         return {"loss/critic": critic_loss.item(), "loss/actor": actor_loss.item(), "alpha": alpha.item(),
                 "entropy": -logp.mean().item(), "q_mean": q.mean().item(), "updates": 1.0}
 

@@ -58,7 +58,7 @@ from relayrl.net.hooks import load_hook
 from relayrl.net.seen import Senders
 from relayrl.net.spaces import SpaceDataError, space_from_data
 from relayrl.policy.normalizer import RunningMeanStd
-from relayrl.types import Batch
+from relayrl.types import COLUMN, Batch
 
 PULL_WAIT_S = 1.0  # off-policy pull() returns empty after this, so the loop can notice Ctrl-C and stop values
 WAITING_NOTICE_S = 30.0
@@ -477,7 +477,7 @@ class RelaySource(SampleSource):
         for slot, batch in parts:
             steps, width = batch["reward"].shape
             column = np.broadcast_to(slot * width + np.arange(width), (steps, width))
-            tagged.append({**batch, "column": column})
+            tagged.append({**batch, COLUMN: column})
         return {k: np.concatenate([p[k] for p in tagged], axis=1) for k in tagged[0]}
 
     # ---------------------------------------------------------------- checks
@@ -736,10 +736,7 @@ def make_relay_source(config: RunConfig, stop: threading.Event | None = None
     if config.workers != 1 and not entry.on_policy:
         raise ConfigError(f"--server with {config.algo} learns from whatever workers are connected to the relay: drop "
                           "--workers (it counts the remote workers whose rollouts make one rollout of ppo or appo)")
-    if getattr(config.algo_config, "prenorm", False):
-        raise ConfigError(f"{config.algo}.prenorm warms the statistics up on the trainer's own envs, which remote "
-                          f"workers replace: set {config.algo}.prenorm=false (workers report the moments of what "
-                          "they see, and the trainer merges them)")
+    config.algo_config.check_placement(config.algo, "relay")  # e.g. PPO's prenorm needs the trainer's own envs
     if config.net.remote_env:
         source = RelaySource(config, stop=stop)
         try:

@@ -325,8 +325,7 @@ class RemoteWorker:
     def _paced(self, stop: threading.Event) -> bool:
         """False while this version has had its ``max_steps_per_update`` env steps (waits a little)."""
         limit = self.config.net.max_steps_per_update
-        algo_cfg = self.config.algo_config
-        warmup = max(getattr(algo_cfg, "start_training", 0), getattr(algo_cfg, "batch_size", 0))
+        warmup = self.config.algo_config.transitions_before_learning()
         if limit is None or self.expert or self._steps_this_version < limit or self.env_steps < warmup:
             self._paced_since = None
             return True  # (no pacing before the trainer's warm-up: it publishes nothing new till then)

@@ -11,7 +11,6 @@ from typing import Any
 
 from relayrl.algos import get_algo
 from relayrl.config import RunConfig
-from relayrl.errors import ConfigError
 
 
 def make_backend(config: RunConfig) -> Any:
@@ -32,11 +31,7 @@ def make_backend(config: RunConfig) -> Any:
 def make_pool(config: RunConfig) -> Any:
     from relayrl.runtime.pool import AsyncOnPolicyPool, OffPolicyPool, OnPolicyPool
 
-    algo_cfg = config.algo_config
-    if getattr(algo_cfg, "prenorm", False):
-        raise ConfigError(f"{config.algo}.prenorm warms the statistics up on the learner's own envs, which "
-                          f"rollout workers replace: set {config.algo}.prenorm=false (workers report what they "
-                          "see, and the learner merges it), or use one inline worker")
+    config.algo_config.check_placement(config.algo, "workers")  # e.g. PPO's prenorm needs the learner's own envs
     entry = get_algo(config.algo)
     if not entry.on_policy:
         pool_cls: Any = OffPolicyPool

@@ -34,7 +34,7 @@ from relayrl.policy.normalizer import RunningMeanStd
 from relayrl.runtime.messages import InsertTransitions, LoadParams
 from relayrl.runtime.service import ReplayService
 from relayrl.runtime.shard import ShardOptions
-from relayrl.types import Batch
+from relayrl.types import COLUMN, Batch
 
 RECEIVE_TIMEOUT_S = 120.0  # no chunk at all for this long: the workers are stuck
 
@@ -160,7 +160,7 @@ def _join_rollouts(msgs: list[InsertTransitions]) -> Batch:
     for msg in msgs:
         steps, width = msg.batch["reward"].shape[:2]
         column = np.broadcast_to(msg.worker_id * width + np.arange(width), (steps, width))
-        parts.append({**msg.batch, "column": column})
+        parts.append({**msg.batch, COLUMN: column})
     return {k: np.concatenate([p[k] for p in parts], axis=1) for k in parts[0]}
 
 

@@ -210,8 +210,9 @@ class ReplayLearning:
             if batch is None:  # everything was evicted (max_use, max_staleness): wait for new transitions
                 break
             metrics = self.algo.learn(batch, progress=progress)
-            if "priority" in batch:
-                self.buffer.update_priorities(batch["index"], batch["priority"])
+            priorities = self.algo.pop_priorities()  # (algorithms that report none leave them as they are)
+            if priorities is not None:
+                self.buffer.update_priorities(batch["index"], priorities)
             for key, value in metrics.items():
                 sums[key] = sums.get(key, 0.0) + value
             self.updates += 1

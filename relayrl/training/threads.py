@@ -88,9 +88,7 @@ def resolve_threads(config: RunConfig, algo: Any) -> RunConfig:
         if step is not None:
             best, timings = time_threads(step)
         else:
-            algo_cfg = config.algo_config
-            best, timings = pick_threads(list(getattr(algo_cfg, "hidden_sizes", [256, 256])),
-                                         int(getattr(algo_cfg, "batch_size", 256)))
+            best, timings = pick_threads(*config.algo_config.timing_sizes())
     finally:
         torch.set_rng_state(rng)
     shown = ", ".join(f"{k}: {t * 1e3:.2f} ms" for k, t in timings.items())

@@ -30,7 +30,7 @@ import torch
 from relayrl.algos import get_algo
 from relayrl.config import RunConfig, save_config
 from relayrl.core import SampleSource
-from relayrl.errors import CheckpointError, ConfigError, NonFiniteError
+from relayrl.errors import CheckpointError, NonFiniteError
 from relayrl.io.checkpoint import (copy_checkpoint, explain_load_error, load_checkpoint, load_newest,
                                    save_checkpoint, write_json_copy)
 from relayrl.io.metrics import MetricsLogger, check_tracking
@@ -195,13 +195,8 @@ class Trainer:
             torch.set_num_threads(config.threads)
         torch.manual_seed(config.seed)
         np.random.seed(config.seed)
-        if experience.agents:
-            if getattr(cfg, "prenorm", False):
-                raise ConfigError(f"{config.algo}.prenorm does not apply to agent envs (a simulator bridge, PettingZoo envs): "
-                                  "set it to false")
-            if getattr(cfg, "recurrent", None):
-                raise ConfigError(f"{config.algo}.recurrent: agent envs (a simulator bridge, PettingZoo envs) do not carry a hidden "
-                                  f"state per agent yet: set {config.algo}.recurrent=null")
+        if experience.agents:  # (pools and the relay check their own placement where they are made)
+            cfg.check_placement(config.algo, "agents")  # e.g. PPO's prenorm and recurrent policies
         cfg.check(config.algo)  # combinations of options that would silently do nothing, e.g. PPO's prenorm
         self.algo = entry.algo_cls(cfg, experience.observation_space, experience.action_space, experience.columns)
         self.algo.bind_env(config.env.id)  # what depends on the env itself, e.g. PPO's built-in mirror specs
@@ -267,8 +262,9 @@ class Trainer:
             if self.publish is not None and not self.on_policy:  # remote collectors start from the learner's weights
                 self.publish(self.algo.policy.get_weights(), self.algo.policy.version)
             self.learner.call_hooks("before_run")
-            if getattr(self.cfg, "prenorm", False) and not self.resume and self.algo.policy.obs_rms is not None:
-                ctx.env_steps += self.rounds.warmup(self.cfg.prenormalize_steps)
+            warmup = self.cfg.prenorm_steps()  # (PPO's prenorm)
+            if warmup and not self.resume and self.algo.policy.obs_rms is not None:
+                ctx.env_steps += self.rounds.warmup(warmup)
             next_eval = _next_multiple(ctx.env_steps, config.eval.freq)
             while ctx.env_steps < config.total_steps:
                 if self._stop_reason() is not None:

@@ -39,6 +39,40 @@ def test_the_probe_pattern_catches_the_probes_it_forbids():  # (so the test abov
     assert caught == ["algo", "policy", "samples"]
 
 
+CONFIG_PROBE = re.compile(r"\b(?:has|get)attr\(\s*([\w.]+)")
+CONFIG_NAME = re.compile(r"^(?:\w*_)?(?:cfg|config)$")  # cfg, config, algo_cfg, algo_config, default_config(...)
+
+
+def config_probes(line: str) -> list[str]:
+    """The objects of ``line``'s getattr/hasattr calls that are configs (any part of a dotted name)."""
+    return [obj for obj in CONFIG_PROBE.findall(line) if any(CONFIG_NAME.match(part) for part in obj.split("."))]
+
+
+def test_nothing_outside_the_algorithms_and_config_reads_an_option_by_name():
+    """An algorithm's options are asked through AlgoConfig's methods (check_placement, prenorm_steps, ...),
+    which the algorithms' configs override; only algos/ and config.py know the fields."""
+    probes = []
+    for path in sorted(ROOT.rglob("*.py")):
+        relative = path.relative_to(ROOT)
+        if relative.parts[0] == "algos" or relative == Path("config.py"):
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if config_probes(line):
+                probes.append(f"{relative}:{number}: {line.strip()}")
+    assert probes == []
+
+
+def test_the_config_probe_pattern_catches_config_probes_only():  # (so the test above can fail)
+    caught = ['getattr(cfg, "prenorm", False)', 'getattr(self.cfg, "prenorm", False)',
+              'if getattr(config.algo_config, "prenorm", False):', 'hasattr(algo_cfg, "recurrent")',
+              'getattr(config, config.algo)', 'x = getattr(default_config("sac"), "sac")']
+    passed = ['getattr(module, name, None)', 'getattr(self.actors[k], method).remote(*args)',
+              'hold = getattr(env.unwrapped, "wait", None)', 'value = getattr(self, name)',
+              'hasattr(frame, "buffer")', 'getattr(configure, "x")']
+    assert [line for line in caught if config_probes(line)] == caught
+    assert [line for line in passed if config_probes(line)] == []
+
+
 @pytest.mark.parametrize("name", ["ppo", "appo", "dqn", "sac"])
 def test_each_builtin_algorithm_builds_its_policy_apart(name):
     entry = get_algo(name)

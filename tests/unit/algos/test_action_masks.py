@@ -98,7 +98,7 @@ def test_dqn_targets_max_over_the_next_allowed_actions_only():
         q = agent.policy.model(torch.zeros(n, 3))[:, 0].numpy()
     unmasked = dict(batch)
     agent.learn(unmasked)
-    np.testing.assert_allclose(unmasked["priority"], np.abs(q - 100.0), rtol=1e-4)
+    np.testing.assert_allclose(agent.pop_priorities(), np.abs(q - 100.0), rtol=1e-4)
     agent = build("dqn", gym.spaces.Discrete(2), "dqn.double=false", "dqn.hidden_sizes=[8]")
     with torch.no_grad():
         agent.target.q[-1].weight.zero_()
@@ -106,7 +106,7 @@ def test_dqn_targets_max_over_the_next_allowed_actions_only():
         q = agent.policy.model(torch.zeros(n, 3))[:, 0].numpy()
     masked = {**batch, "next_action_mask": np.tile([True, False], (n, 1))}
     agent.learn(masked)
-    np.testing.assert_allclose(masked["priority"], np.abs(q), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(agent.pop_priorities(), np.abs(q), rtol=1e-4, atol=1e-6)
 
 
 def test_a_policy_that_cannot_mask_refuses_a_masking_env():

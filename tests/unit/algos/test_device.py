@@ -104,7 +104,7 @@ def test_published_weights_are_cpu_tensors_wherever_the_learner_is(algo):
                  "reward": np.ones(n, np.float32), "terminated": np.zeros(n, bool),
                  "discount": np.full(n, 0.99, np.float32)}
         learner.learn(batch)
-        assert batch["priority"].shape == (n,)  # back on the CPU as numpy
+        assert learner.pop_priorities().shape == (n,)  # back on the CPU as numpy
     weights = learner.policy.get_weights()
     tensors = [v for part in weights.values() if isinstance(part, dict) for v in part.values()]
     assert tensors and all(t.device.type == "cpu" for t in tensors)
