@@ -467,7 +467,6 @@ def format_validation_error(exc: ValidationError, model: type[BaseModel]) -> str
         if err["type"] == "extra_forbidden":
             section = _section(model, loc[:-1])
             allowed = list(section.model_fields) if section else []
-            aliases = section.aliases if section else {}
             prefix = "".join(f"{part}." for part in loc[:-1])
             targets = _close_keys(loc[-1], section, prefix) if section else []
             if not targets and section:  # e.g. a top-level learning_rate that belongs in ppo:
