@@ -67,8 +67,8 @@ def register(name: str, config_cls: type, algo_cls: type, policy_cls: type, *, o
 
 
 def _check(key: str, name: str, config_cls: type, algo_cls: type, policy_cls: type, on_policy: bool) -> None:
-    from relayrl.config import AlgoConfig, ReplayLoopConfig, RunConfig
     from relayrl.core import Algorithm, Policy
+    from relayrl.options import AlgoConfig, ReplayLoopConfig, RunConfig
 
     where = f"algorithm {key!r}: register({name!r}, ...)"
     if not name.isidentifier() or name.startswith(("_", "model_")) or name in RunConfig.model_fields \
