@@ -20,7 +20,7 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from relayrl.algos import register
+from relayrl.algos.registry import register
 from relayrl.core import Algorithm, Policy
 from relayrl.data.dtypes import stored_dtype, to_stored, to_tensor
 from relayrl.data.gae import compute_gae

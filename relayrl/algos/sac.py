@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
-from relayrl.algos import register
+from relayrl.algos.registry import register
 from relayrl.core import Algorithm, Policy
 from relayrl.data.dtypes import stored_dtype, to_tensor
 from relayrl.errors import EnvError, NonFiniteError
