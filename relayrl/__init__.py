@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from relayrl.version import __version__
 __all__ = ["train", "load", "Run", "__version__"]
 
 

@@ -20,10 +20,11 @@ from typing import Any, Callable
 
 import gymnasium as gym
 
-from relayrl.config import RunConfig, build_config, read_yaml
+from relayrl.config import build_config, read_yaml
 from relayrl.core import Policy
 from relayrl.errors import ConfigError
 from relayrl.io.rundir import check_fresh_run_dir
+from relayrl.options import RunConfig
 
 EnvLike = str | Callable[[], gym.Env]
 

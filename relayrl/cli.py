@@ -26,7 +26,7 @@ EPILOG = ("exit codes: 0 done, 1 the run failed, 2 bad input (usage, config, env
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from relayrl import __version__
+    from relayrl.version import __version__
     from relayrl.algos import BUILTIN
 
     parser = argparse.ArgumentParser(prog="relayrl", description=DESCRIPTION, epilog=EPILOG)

@@ -199,7 +199,7 @@ def export_policy(policy: Policy, path: str | Path, fmt: Format = "onnx",
 def export_run(run: str | Path, fmt: Format = "onnx", out: str | Path | None = None) -> Exported:
     """``relayrl export``: the policy of a run directory (its best checkpoint, else the last) or of a
     checkpoint file, to ``out`` (default: ``RUN/policy.onnx`` or ``.pt``; beside a checkpoint file, its name)."""
-    from relayrl import __version__
+    from relayrl.version import __version__
     from relayrl.io.checkpoint import load_checkpoint
     from relayrl.training.evaluate import load_policy
 
@@ -296,7 +296,7 @@ def _check(policy: Policy, path: Path, fmt: str) -> None:
 
 def _describe(policy: Policy, fmt: str, path: Path, inputs: dict[str, torch.Tensor], outputs: list[str],
               info: dict[str, Any]) -> dict[str, Any]:
-    from relayrl import __version__
+    from relayrl.version import __version__
     from relayrl.net.spaces import space_to_data
 
     obs_space = policy.observation_space

@@ -14,10 +14,10 @@ from __future__ import annotations
 from typing import Any
 
 from relayrl.algos import get_algo
-from relayrl.config import RunConfig
 from relayrl.envs.multiagent import is_pettingzoo, multiagent_envs
 from relayrl.errors import ConfigError
 from relayrl.io.metrics import check_tracking
+from relayrl.options import RunConfig
 from relayrl.training.evaluator import ReportedEvaluator
 from relayrl.training.experience import AgentExperience, GymExperience, SourceExperience
 from relayrl.training.trainer import Trainer

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from relayrl.algos import register
+from relayrl.algos.registry import register
 from relayrl.algos.ppo import PPO, PPOConfig, PPOPolicy
 from relayrl.data.vtrace import compute_vtrace
 from relayrl.types import COLUMN, Batch

@@ -23,12 +23,12 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
-from relayrl.algos import register
-from relayrl.config import ReplayLoopConfig
+from relayrl.algos.registry import register
 from relayrl.core import Algorithm, Policy
 from relayrl.data.dtypes import stored_dtype, to_tensor
 from relayrl.envs.masks import branch_sizes
 from relayrl.errors import EnvError, NonFiniteError
+from relayrl.options import ReplayLoopConfig
 from relayrl.policy import distributions as D
 from relayrl.policy.device import cpu_state, cpu_tree
 from relayrl.policy.encoder import EncoderRef

@@ -20,8 +20,7 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from relayrl.algos import register
-from relayrl.config import AlgoConfig, Placement
+from relayrl.algos.registry import register
 from relayrl.core import Algorithm, Policy
 from relayrl.data.dtypes import stored_dtype, to_stored, to_tensor
 from relayrl.data.gae import compute_gae
@@ -29,6 +28,7 @@ from relayrl.data.minibatches import Epoch, sequence_minibatches, step_minibatch
 from relayrl.envs.masks import branch_sizes
 from relayrl.envs.packed import PackedDict
 from relayrl.errors import ConfigError, EnvError, NonFiniteError
+from relayrl.options import AlgoConfig, Placement
 from relayrl.policy import distributions as D
 from relayrl.policy.actor_critic import build_model, logp_entropy, sample_actions
 from relayrl.policy.device import cpu_state, cpu_tree

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from relayrl.errors import ConfigError, install_hint
 
 if TYPE_CHECKING:
-    from relayrl.config import WandbConfig
+    from relayrl.options import WandbConfig
 
 WANDB_ID_FILE = "wandb_run_id"  # in the run directory: a resume continues the same W&B run
 

@@ -106,7 +106,7 @@ def write_experiment_record(run_dir: Path, argv: list[str], changes: list[str], 
 
     import torch
 
-    from relayrl import __version__
+    from relayrl.version import __version__
 
     path = Path(run_dir) / EXPERIMENT_FILE
     lines = [f"{'resumed' if resumed else 'started'} {time.strftime('%Y-%m-%d %H:%M:%S %Z')} on "

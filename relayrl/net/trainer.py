@@ -47,7 +47,6 @@ import gymnasium as gym
 import numpy as np
 
 from relayrl.algos import get_algo
-from relayrl.config import RunConfig
 from relayrl.core import SampleSource
 from relayrl.data.dtypes import stored_dtype
 from relayrl.envs.masks import mask_width
@@ -57,6 +56,7 @@ from relayrl.net.client import RelayClient
 from relayrl.net.hooks import load_hook
 from relayrl.net.seen import Senders
 from relayrl.net.spaces import SpaceDataError, space_from_data
+from relayrl.options import RunConfig
 from relayrl.policy.normalizer import RunningMeanStd
 from relayrl.types import COLUMN, Batch
 

@@ -46,7 +46,6 @@ from typing import Any
 import numpy as np
 
 from relayrl.algos import get_algo
-from relayrl.config import RunConfig
 from relayrl.envs.masks import info_mask
 from relayrl.envs.registry import make
 from relayrl.errors import CheckpointError, ConfigError, RelayRLError
@@ -57,6 +56,7 @@ from relayrl.net.client import RelayClient
 from relayrl.net.hooks import load_hook
 from relayrl.net.spaces import space_to_data
 from relayrl.net.trainer import crc_of
+from relayrl.options import RunConfig
 from relayrl.policy.normalizer import RunningMeanStd
 from relayrl.runtime.messages import InsertTransitions, LoadParams
 from relayrl.runtime.worker import RolloutWorker

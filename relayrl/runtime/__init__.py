@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from relayrl.algos import get_algo
-from relayrl.config import RunConfig
+from relayrl.options import RunConfig
 
 
 def make_backend(config: RunConfig) -> Any:

@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from relayrl.algos import get_algo
-from relayrl.config import RunConfig
+from relayrl.envs.managers import make_vec
 from relayrl.envs.native import in_process_manager
-from relayrl.envs.vector import make_vec
+from relayrl.options import RunConfig
 from relayrl.runtime.messages import InsertTransitions, LoadParams
 from relayrl.training.collector import OnPolicyCollector
 from relayrl.training.offpolicy import OffPolicyCollector

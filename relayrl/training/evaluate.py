@@ -11,11 +11,11 @@ import numpy as np
 
 from relayrl.algos import get_algo
 from relayrl.config import validate
+from relayrl.envs.managers import make_vec
 from relayrl.envs.masks import info_mask
 from relayrl.envs.multiagent import MultiAgentVectorEnv, agent_env_factory, is_pettingzoo, pettingzoo_factory
 from relayrl.envs.native import in_process_manager
 from relayrl.envs.registry import make
-from relayrl.envs.vector import make_vec
 from relayrl.errors import CheckpointError, ConfigError, EnvError, install_hint
 from relayrl.io.checkpoint import Checkpoint, explain_load_error, load_checkpoint
 from relayrl.io.video import VisibleFrames, write_gif

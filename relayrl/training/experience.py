@@ -30,14 +30,15 @@ from typing import Any
 
 import gymnasium as gym
 
-from relayrl.config import RunConfig
 from relayrl.core import Policy, SampleSource
 from relayrl.envs.agents import AgentEnv
 from relayrl.envs.auto import choose_manager
+from relayrl.envs.managers import make_vec
 from relayrl.envs.native import native_stop_value, picks_native
 from relayrl.envs.registry import spec_stop_value
-from relayrl.envs.vector import VectorEnv, make_vec
+from relayrl.envs.vector import VectorEnv
 from relayrl.errors import ConfigError
+from relayrl.options import RunConfig
 from relayrl.training.agents import AgentEvaluator, AgentRolloutCollector, AgentTransitionCollector
 from relayrl.training.collector import OnPolicyCollector
 from relayrl.training.evaluator import Evaluation, Evaluator

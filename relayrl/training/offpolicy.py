@@ -21,15 +21,15 @@ import gymnasium as gym
 import numpy as np
 
 
-from relayrl.config import ReplayLoopConfig
 from relayrl.core import Algorithm, Policy, SampleSource
-from relayrl.training.rounds import Rounds
 from relayrl.data.dtypes import store_transitions, stored_dtype
 from relayrl.data.nstep import NStepAccumulator
 from relayrl.data.replay import Replay, ReplayBuffer, ReplaySpec, choose_layout
-from relayrl.errors import ConfigError
 from relayrl.envs.vector import VectorEnv
+from relayrl.errors import ConfigError
+from relayrl.options import ReplayLoopConfig
 from relayrl.training.collector import EpisodeStats
+from relayrl.training.rounds import Rounds
 from relayrl.types import Batch
 
 REPLAY_FILE = "replay.safetensors"

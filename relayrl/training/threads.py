@@ -20,8 +20,8 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from relayrl.config import RunConfig
 from relayrl.envs.packed import PackedDict
+from relayrl.options import RunConfig
 from relayrl.policy.encoders import is_image
 from relayrl.policy.networks import mlp
 

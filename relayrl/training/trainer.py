@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from relayrl.algos import get_algo
-from relayrl.config import RunConfig, save_config
+from relayrl.config import save_config
 from relayrl.core import SampleSource
 from relayrl.errors import CheckpointError, NonFiniteError
 from relayrl.io.checkpoint import (copy_checkpoint, explain_load_error, load_checkpoint, load_newest,
@@ -36,6 +36,7 @@ from relayrl.io.checkpoint import (copy_checkpoint, explain_load_error, load_che
 from relayrl.io.metrics import MetricsLogger, check_tracking
 from relayrl.io.rundir import (RunLock, check_fresh_run_dir, discard_new_run, new_run_dir, read_summary,
                                 write_summary)
+from relayrl.options import RunConfig
 from relayrl.policy.device import resolve_device
 from relayrl.training.experience import Experience, GymExperience, SourceExperience
 from relayrl.training.learner import HookContext, Learner

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from relayrl.algos import get_algo
-from relayrl.config import RunConfig
+from relayrl.options import RunConfig
 from relayrl.runtime.backends import WORKER_SEED_STRIDE
 from relayrl.runtime.messages import InsertTransitions, LoadParams
 from relayrl.runtime.weights import flatten, unflatten

@@ -38,10 +38,11 @@ from typing import Any, Callable
 import numpy as np
 
 from relayrl.algos import get_algo
-from relayrl.config import RunConfig, config_model
+from relayrl.config import config_model
 from relayrl.envs.shm import AttachedArrays, SharedArrays
 from relayrl.envs.subproc import _die_with_parent
 from relayrl.errors import RelayRLError
+from relayrl.options import RunConfig
 from relayrl.runtime.backends import WORKER_SEED_STRIDE
 from relayrl.runtime.backends.channel import ChunkChannel, ChunkWriter
 from relayrl.runtime.backends.mp_shards import InsertChannel, MpShards

@@ -31,8 +31,9 @@ import time
 from typing import Any
 
 from relayrl.algos import get_algo
-from relayrl.config import RunConfig, config_model
+from relayrl.config import config_model
 from relayrl.errors import ConfigError, RelayRLError, install_hint
+from relayrl.options import RunConfig
 from relayrl.runtime.messages import Heartbeat, InsertTransitions, LoadParams, Stop
 from relayrl.runtime.service import ReplayService, Shards, ShardLost
 from relayrl.runtime.shard import ReplayShard, ShardOptions

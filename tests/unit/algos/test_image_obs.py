@@ -12,7 +12,7 @@ import torch
 import relayrl
 from relayrl.algos import get_algo
 from relayrl.config import build_config
-from relayrl.envs.vector import make_vec
+from relayrl.envs.managers import make_vec
 from relayrl.errors import ConfigError
 from relayrl.policy.encoders import NatureCNN, OneHot, SmallCNN
 from relayrl.training.collector import OnPolicyCollector

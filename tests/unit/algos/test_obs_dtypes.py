@@ -16,7 +16,7 @@ import pytest
 from relayrl.algos.ppo import PPO, PPOPolicy
 from relayrl.config import build_config
 from relayrl.data.replay import ReplayBuffer, choose_layout
-from relayrl.envs.vector import make_vec
+from relayrl.envs.managers import make_vec
 from relayrl.io.metrics import read_metrics
 from relayrl.launch import train
 from relayrl.training.collector import OnPolicyCollector

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 import relayrl.algos as algos
-from relayrl.algos import get_algo
+from relayrl.algos import get_algo, registry
 from relayrl.config import build_config, default_config, to_yaml, validate
 from relayrl.errors import ConfigError
 
@@ -33,7 +33,7 @@ USER_MODULE = textwrap.dedent("""
 def isolated_registry(monkeypatch, tmp_path):
     """The registrations and imports of a test stay in it (test_core checks the built-ins are all there is)."""
     algos.available()  # the built-ins register once per process: into the real registry, before the copy
-    monkeypatch.setattr(algos, "_REGISTRY", dict(algos._REGISTRY))
+    monkeypatch.setattr(registry, "REGISTERED", dict(registry.REGISTERED))
     monkeypatch.syspath_prepend(str(ROOT))
     monkeypatch.syspath_prepend(str(tmp_path))
     before = set(sys.modules)

@@ -8,8 +8,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from relayrl.envs.managers import make_vec
 from relayrl.envs.masks import ActionMaskError, check_mask, sample_allowed
-from relayrl.envs.vector import make_vec
 from relayrl.testing.masked import MaskedChoiceEnv
 
 ENV = "relayrl.testing.masked:relayrl-test/MaskedChoice-v0"

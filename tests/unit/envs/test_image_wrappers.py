@@ -10,7 +10,7 @@ import pytest
 
 from relayrl.config import build_config, read_yaml
 from relayrl.envs import make
-from relayrl.envs.vector import make_vec
+from relayrl.envs.managers import make_vec
 from relayrl.errors import ConfigError, EnvError
 
 PONG = "pettingzoo:pettingzoo.butterfly.cooperative_pong_v6:parallel_env"  # 280x480 RGB per agent (the docs' example)

@@ -12,7 +12,7 @@ import pytest
 
 from relayrl.config import build_config
 from relayrl.envs import make
-from relayrl.envs.vector import make_vec
+from relayrl.envs.managers import make_vec
 from relayrl.errors import EnvError
 
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from relayrl.config import WandbConfig
 from relayrl.errors import ConfigError
 from relayrl.io.metrics import WANDB_ID_FILE, MetricsLogger, read_metrics
+from relayrl.options import WandbConfig
 
 TINY = ["--set", "env.num_envs=2", "--set", "ppo.num_steps=16", "--set", "ppo.batch_size=16",
         "--set", "ppo.epochs=1", "--set", "eval.episodes=2", "--set", "eval.freq=64", "--quiet"]

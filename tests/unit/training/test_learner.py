@@ -205,7 +205,7 @@ class TrickleSource(SampleSource):
 def test_max_training_steps_per_env_step_keeps_the_learner_behind_collection(cap):
     """Like the loop: gather (updates due, env steps), then learn; with a cap, updates never exceed
     cap x env steps delivered, even though updates_per_step asks for 4 per step."""
-    from relayrl.config import ReplayLoopConfig
+    from relayrl.options import ReplayLoopConfig
     from relayrl.training.offpolicy import ReplayRounds
 
     cfg = ReplayLoopConfig(buffer_size=1000, batch_size=4, start_training=8, updates_per_step=4.0,
@@ -248,7 +248,7 @@ def test_the_replay_eviction_options_of_the_config_reach_the_buffer(option):
     """max_use=1: no item is learned from in two updates; max_staleness=1: every update learns only from
     transitions stored under the policy version it updates. Either way the buffer counts evictions, and
     updates that find nothing left wait for new transitions instead of failing."""
-    from relayrl.config import ReplayLoopConfig
+    from relayrl.options import ReplayLoopConfig
     from relayrl.training.offpolicy import ReplayRounds
 
     cfg = ReplayLoopConfig(buffer_size=1000, batch_size=4, start_training=8, updates_per_step=1.0, **{option: 1})
