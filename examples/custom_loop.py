@@ -25,7 +25,7 @@ def main() -> None:
     torch.manual_seed(0)  # the networks' initial weights (and epsilon's draws: they follow torch's seed)
     cfg = build_config("dqn").dqn  # DQN's defaults; build_config("dqn", {"dqn": {...}}) changes them
     venv = make_vec("CartPole-v1", num_envs=4)
-    algo = get_algo("dqn").algo_cls(cfg, venv.single_observation_space, venv.single_action_space, venv.num_envs)
+    algo = get_algo("dqn").build_algorithm(cfg, venv.single_observation_space, venv.single_action_space, venv.num_envs)
     collector = OffPolicyCollector(venv, algo.policy, cfg.n_step_for(agents=False), cfg.gamma, steps_per_pull=cfg.steps_per_iteration)
     buffer = ReplayBuffer(cfg.buffer_size, seed=0)
     evaluator = Evaluator(make_vec("CartPole-v1", num_envs=5), episodes=10, seed=10_000)

@@ -205,6 +205,11 @@ class Algorithm(ABC):
     rollout); off-policy ones from replay minibatches (``learn`` gets one sampled batch, and may give each
     row a new replay priority: ``report_priorities``, read by the loop with ``pop_priorities``). ``learn``
     reads its batch and never writes into it. Everything a resume needs is in ``state_dict``.
+
+    Every algorithm is built as ``AlgoClass(cfg, obs_space, act_space, num_envs)`` (``__init__`` below; the
+    registry's ``AlgoEntry.build_algorithm`` is the one caller, and ``register`` refuses a class whose
+    constructor does not take these). Its policy class is built as ``PolicyClass(obs_space, act_space, cfg)``
+    (``AlgoEntry.build_policy``: rollout workers, evaluation and ``relayrl.load`` build the policy alone).
     """
 
     policy: Policy
@@ -212,6 +217,12 @@ class Algorithm(ABC):
     device: torch.device = torch.device("cpu")
     _stop_event: threading.Event | None = None  # stop_on's
     _priorities: np.ndarray | None = None  # report_priorities'
+
+    def __init__(self, cfg: Any, obs_space: gym.Space, act_space: gym.Space, num_envs: int) -> None:
+        """Build the policy (``self.policy``), its optimisers and targets from ``cfg`` (the algorithm's config
+        section: its ``AlgoConfig``) for envs of these spaces; ``num_envs``: the env columns of the rollouts
+        ``learn`` will get (per-env learner state, e.g. PPO's running return). Positional or by keyword, in
+        this order; subclasses take the same parameters (the base keeps nothing)."""
 
     @abstractmethod
     def learn(self, batch: Batch, progress: float = 0.0) -> dict[str, float]:

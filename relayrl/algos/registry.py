@@ -7,6 +7,7 @@ algorithms import it without a circle.
 
 from __future__ import annotations
 
+import inspect
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,9 +25,13 @@ class AlgoEntry:
     defaults: dict = field(default_factory=dict)  # overrides of the common options, e.g. {"env": {"num_envs": 1}}
     asynchronous: bool = False  # on-policy learning from chunks of older versions (APPO): workers never wait
 
+    def build_algorithm(self, cfg: Any, obs_space: Any, act_space: Any, num_envs: int) -> Any:
+        """The algorithm (and its policy) for envs of these spaces: ``relayrl.core.Algorithm.__init__``."""
+        return self.algo_cls(cfg=cfg, obs_space=obs_space, act_space=act_space, num_envs=num_envs)
+
     def build_policy(self, cfg: Any, obs_space: Any, act_space: Any) -> Any:
         """The policy alone, as the algorithm would build it from ``cfg`` and the env's spaces."""
-        return self.policy_cls(obs_space, act_space, cfg)
+        return self.policy_cls(obs_space=obs_space, act_space=act_space, cfg=cfg)
 
     @property
     def collect_on_request(self) -> bool:
@@ -84,9 +89,24 @@ def _check(key: str, name: str, config_cls: type, algo_cls: type, policy_cls: ty
             raise ConfigError(f"{where}: the {kind} class {_qualname(cls)} does not define "
                               f"{', '.join(missing)} (abstract in relayrl.core.{base.__name__}): define "
                               f"{'it' if len(missing) == 1 else 'them'} (relayrl/core.py documents each)")
+    for cls, kind, params in ((algo_cls, "algorithm", ALGORITHM_PARAMETERS), (policy_cls, "policy", POLICY_PARAMETERS)):
+        try:
+            inspect.signature(cls).bind(**dict.fromkeys(params))
+        except TypeError:
+            raise ConfigError(f"{where}: the {kind} class {_qualname(cls)} is built as {cls.__name__}("
+                              f"{', '.join(params)}), but its constructor takes ({_parameters(cls)}): give its "
+                              f"__init__ these parameters (relayrl/core.py, Algorithm.__init__)") from None
     if on_policy and policy_cls.value is Policy.value:
         raise ConfigError(f"{where}: the policy class {_qualname(policy_cls)} does not define value(obs), which "
                           "on-policy collection bootstraps from: define it (the critic's V(obs))")
+
+
+ALGORITHM_PARAMETERS = ("cfg", "obs_space", "act_space", "num_envs")  # relayrl.core.Algorithm.__init__
+POLICY_PARAMETERS = ("obs_space", "act_space", "cfg")  # how build_policy builds the policy class
+
+
+def _parameters(cls: type) -> str:
+    return ", ".join(name for name in inspect.signature(cls).parameters)
 
 
 def _qualname(obj: Any) -> str:

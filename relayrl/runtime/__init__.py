@@ -11,9 +11,10 @@ from typing import Any
 
 from relayrl.algos import get_algo
 from relayrl.options import RunConfig
+from relayrl.runtime.backends import Backend
 
 
-def make_backend(config: RunConfig) -> Any:
+def make_backend(config: RunConfig) -> Backend:
     name = config.resolved_backend
     if name == "inline":
         from relayrl.runtime.backends.inline import InlineBackend
@@ -37,4 +38,4 @@ def make_pool(config: RunConfig) -> Any:
         pool_cls: Any = OffPolicyPool
     else:
         pool_cls = OnPolicyPool if entry.collect_on_request else AsyncOnPolicyPool
-    return pool_cls(make_backend(config), config.resolved_backend, max_lag=config.max_policy_lag)
+    return pool_cls(make_backend(config), max_lag=config.max_policy_lag)

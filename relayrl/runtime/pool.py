@@ -31,6 +31,7 @@ from relayrl.core import SampleSource
 from relayrl.data.replay import ReplaySpec
 from relayrl.errors import RelayRLError
 from relayrl.policy.normalizer import RunningMeanStd
+from relayrl.runtime.backends import Backend
 from relayrl.runtime.messages import InsertTransitions, LoadParams
 from relayrl.runtime.service import ReplayService
 from relayrl.runtime.shard import ShardOptions
@@ -43,8 +44,8 @@ class WorkerPool(SampleSource):
     """``max_lag``: drop (and count in ``rejected``) chunks collected more than this many versions
     behind the learner (null: keep all); their env steps still count, their data is not learned from."""
 
-    def __init__(self, backend: Any, backend_name: str, max_lag: int | None = None):
-        self.backend, self.backend_name, self.max_lag = backend, backend_name, max_lag
+    def __init__(self, backend: Backend, max_lag: int | None = None):
+        self.backend, self.max_lag = backend, max_lag
         self.version = -1
         self.env_steps = 0
         self.returns: list[float] = []
@@ -128,8 +129,8 @@ class OffPolicyPool(WorkerPool):
     service: ReplayService | None = None  # the shards the workers insert into, when the learner asked for them
 
     def replay_service(self, spec: ReplaySpec) -> ReplayService | None:
-        if self.backend_name not in ("ray", "mp"):  # shards are Ray actors or local processes; inline workers
-            return None                                # feed the learner's replay
+        if not self.backend.serves_replay:  # (inline workers feed the learner's replay through pull)
+            return None
         options = ShardOptions(capacity=-(-spec.capacity // spec.shards), sampler="prioritized" if spec.prioritized
                                else "uniform", alpha=spec.alpha, layout=spec.layout, max_use=spec.max_use, seed=spec.seed,
                                columns=spec.columns)

@@ -127,3 +127,23 @@ def test_a_recurrent_policy_takes_and_returns_its_state_explicitly():
     again, same = policy.predict(obs, state)
     np.testing.assert_array_equal(same, later)  # and is the caller's to carry: nothing kept inside
     assert policy.predict(np.stack([obs, obs]))[1].shape == (2, policy.state_size)
+
+
+def test_an_algorithm_is_built_by_keyword_in_the_order_its_contract_declares():
+    """Algorithm.__init__ declares (cfg, obs_space, act_space, num_envs); the registry builds every algorithm
+    that way, and its policy as (obs_space, act_space, cfg), with keywords."""
+    import inspect
+
+    import gymnasium as gym
+
+    from relayrl.algos import get_algo
+    from relayrl.config import build_config
+    from relayrl.core import Algorithm
+
+    assert list(inspect.signature(Algorithm.__init__).parameters) == ["self", "cfg", "obs_space", "act_space",
+                                                                      "num_envs"]
+    obs_space, act_space = gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Discrete(2)
+    for name in ("ppo", "appo", "dqn"):
+        entry = get_algo(name)
+        algo = entry.build_algorithm(getattr(build_config(name), name), obs_space, act_space, 2)
+        assert isinstance(algo, entry.algo_cls) and algo.policy.observation_space == obs_space

@@ -125,6 +125,17 @@ BROKEN = {
         register("novalue", ReinforceConfig, Reinforce, NoValue, on_policy=True)
         """, "novalue", "the policy class {module}.NoValue does not define value(obs), which on-policy collection "
                         "bootstraps from"),
+    "an algorithm built in another order": ("""
+        class Backwards(Reinforce):
+            def __init__(self, obs_space, act_space, config, n): ...
+        register("backwards", ReinforceConfig, Backwards, ReinforcePolicy, on_policy=True)
+        """, "backwards", "the algorithm class {module}.Backwards is built as Backwards(cfg, obs_space, act_space, "
+                          "num_envs), but its constructor takes (obs_space, act_space, config, n)"),
+    "a policy built in the algorithm's order": ("""
+        class Sideways(ReinforcePolicy):
+            def __init__(self, cfg, obs_space, act_space, num_envs): ...
+        register("sideways", ReinforceConfig, Reinforce, Sideways, on_policy=True)
+        """, "sideways", "the policy class {module}.Sideways is built as Sideways(obs_space, act_space, cfg)"),
     "not an Algorithm": ("""
         class Plain:
             def learn(self, batch, progress=0.0): return {}

@@ -1,10 +1,11 @@
 import numpy as np
 
+from relayrl.runtime.backends import Backend
 from relayrl.runtime.messages import InsertTransitions
 from relayrl.runtime.pool import AsyncOnPolicyPool, OffPolicyPool, OnPolicyPool
 
 
-class ScriptedBackend:
+class ScriptedBackend(Backend):
     """Delivers prepared chunks in a fixed order, like workers finishing at different times."""
 
     def __init__(self, script, num_workers=2):
@@ -26,6 +27,9 @@ class ScriptedBackend:
     def queue_depth(self):
         return len(self.script)
 
+    def close(self):
+        pass
+
 
 def chunk(worker, version, value, steps=3):
     batch = {"reward": np.full((steps, 1), value, np.float32)}
@@ -34,7 +38,7 @@ def chunk(worker, version, value, steps=3):
 
 def test_on_policy_pool_rejects_other_versions_and_joins_chunks_in_worker_order():
     backend = ScriptedBackend([chunk(1, 5, 1.0), chunk(0, 4, 9.0), chunk(0, 5, 0.0)])
-    pool = OnPolicyPool(backend, "test")
+    pool = OnPolicyPool(backend)
     pool.publish({"w": np.zeros(1)}, 5)
     rollout, steps = pool.pull()
     assert backend.requests == [5] and steps == 6
@@ -48,7 +52,7 @@ def test_on_policy_pool_rejects_other_versions_and_joins_chunks_in_worker_order(
 
 def test_off_policy_pool_counts_env_steps_and_policy_lag():
     backend = ScriptedBackend([chunk(0, 0, 1.0), chunk(1, 2, 2.0)])
-    pool = OffPolicyPool(backend, "test")
+    pool = OffPolicyPool(backend)
     pool.publish({"w": np.zeros(1)}, 3)
     batch, steps = pool.pull()
     assert steps == 3 and len(batch["reward"]) == 3
@@ -62,13 +66,13 @@ def test_off_policy_pool_counts_env_steps_and_policy_lag():
 
 def test_chunks_beyond_max_lag_are_dropped_but_their_steps_count():
     backend = ScriptedBackend([chunk(0, 1, 1.0), chunk(1, 4, 2.0), chunk(0, 5, 3.0)])
-    pool = AsyncOnPolicyPool(backend, "test", max_lag=1)
+    pool = AsyncOnPolicyPool(backend, max_lag=1)
     pool.publish({"w": np.zeros(1)}, 5)
     rollout, steps = pool.pull()  # the version-1 chunk is 4 behind: dropped, and pull waits for more
     assert steps == 6 and pool.rejected == 1
     np.testing.assert_array_equal(rollout["reward"][0], [2.0])
     np.testing.assert_array_equal(rollout["column"][0], [1])  # worker 1's env column
-    off = OffPolicyPool(ScriptedBackend([chunk(0, 0, 1.0)]), "test", max_lag=2)
+    off = OffPolicyPool(ScriptedBackend([chunk(0, 0, 1.0)]), max_lag=2)
     off.publish({"w": np.zeros(1)}, 3)
     assert off.pull() == ({}, 3) and off.rejected == 1
     assert off.stats()["runtime/queue_depth"] == 0.0
@@ -90,7 +94,7 @@ def segment(worker, seq, version, steps=3, reward=1.0):
 
 def test_async_pool_joins_one_workers_chunks_in_the_order_they_came():
     backend = BurstBackend([[segment(0, 0, 1), segment(0, 1, 1), segment(1, 0, 1), segment(0, 2, 1)]])
-    pool = AsyncOnPolicyPool(backend, "test")
+    pool = AsyncOnPolicyPool(backend)
     pool.publish({"w": np.zeros(1)}, 2)
     rollout, steps = pool.pull()
     assert rollout["column"][0].tolist() == [0, 0, 1, 0] and rollout["seq"][0].tolist() == [0, 1, 0, 2]
@@ -110,13 +114,44 @@ def test_appo_reward_scaling_follows_an_env_through_two_chunks_delivered_togethe
 
     one_at_a_time, scaled = algo(), []
     for seq in (0, 1):
-        pool = AsyncOnPolicyPool(BurstBackend([[segment(0, seq, 0, reward=seq + 1.0)]]), "test")
+        pool = AsyncOnPolicyPool(BurstBackend([[segment(0, seq, 0, reward=seq + 1.0)]]))
         scaled.append(one_at_a_time.scale_rewards(pool.pull()[0]))
     together = algo()
-    pool = AsyncOnPolicyPool(BurstBackend([[segment(0, 0, 0, reward=1.0), segment(0, 1, 0, reward=2.0)]]), "test")
+    pool = AsyncOnPolicyPool(BurstBackend([[segment(0, 0, 0, reward=1.0), segment(0, 1, 0, reward=2.0)]]))
     rollout, _ = pool.pull()
     assert rollout["column"][0].tolist() == [0, 0]  # one env's two chunks side by side
     np.testing.assert_array_equal(together.scale_rewards(rollout), np.concatenate(scaled, axis=1))
     expected = sum(0.5 ** t for t in range(6)) + sum(0.5 ** t for t in range(3))  # 3 steps of 1, 3 of 2
     assert one_at_a_time._ret[0] == together._ret[0] == expected
     assert together._ret[1] == 0.0  # worker 1's column untouched
+
+
+def test_replay_shards_are_asked_of_a_backend_by_its_capability_not_its_name():
+    """OffPolicyPool.replay_service asks the backend for shards exactly when its type says it serves them."""
+    from relayrl.data.replay import ReplaySpec
+
+    class ShardBackend(ScriptedBackend):
+        serves_replay = True
+
+        def replay_service(self, options, num_shards, **service_options):
+            self.asked = (options.capacity, num_shards, service_options["batch_size"])
+            return "the service"
+
+    spec = ReplaySpec(capacity=100, shards=2, batch_size=8, prioritized=False, seed=0)
+    serving = ShardBackend([])
+    assert OffPolicyPool(serving).replay_service(spec) == "the service" and serving.asked == (50, 2, 8)
+    assert OffPolicyPool(ScriptedBackend([])).replay_service(spec) is None  # inline-like: the learner's replay
+
+
+def test_every_backend_is_a_backend_with_its_capabilities():
+    from relayrl.config import build_config
+    from relayrl.runtime import make_backend
+    from relayrl.runtime.backends.inline import InlineBackend
+    from relayrl.runtime.backends.mp import MpBackend
+    from relayrl.runtime.backends.ray import RayBackend
+
+    backend = make_backend(build_config("dqn", None, ["workers=2", "backend=inline"]))
+    assert isinstance(backend, InlineBackend) and isinstance(backend, Backend) and not backend.serves_replay
+    assert issubclass(MpBackend, Backend) and MpBackend.serves_replay
+    assert issubclass(RayBackend, Backend) and RayBackend.serves_replay
+    backend.close()

@@ -38,10 +38,10 @@ class NoTimingStep(Algorithm):
 
 def test_threads_minus_one_resolves_to_a_count_and_others_stay(capsys):
     config = build_config("ppo", None, ["threads=-1", "ppo.hidden_sizes=[16]"])
-    resolved = resolve_threads(config, NoTimingStep())
+    resolved = resolve_threads(config, NoTimingStep(config.ppo, None, None, 1))
     assert resolved.threads >= 1 and "threads=-1 picked" in capsys.readouterr().err
     same = build_config("ppo", None, ["threads=2"])
-    assert resolve_threads(same, NoTimingStep()) is same
+    assert resolve_threads(same, NoTimingStep(config.ppo, None, None, 1)) is same
 
 
 def test_threads_null_gives_a_cnn_learner_a_thread_per_core_and_an_mlp_one():
