@@ -14,7 +14,7 @@ from relayrl.config import build_config
 from relayrl.data.replay import ReplayBuffer
 from relayrl.envs import make_vec
 from relayrl.training.evaluator import Evaluator
-from relayrl.training.offpolicy import OffPolicyCollector
+from relayrl.training.collector import OffPolicyCollector
 
 
 def main() -> None:

@@ -1,10 +1,14 @@
-"""Collects on-policy rollouts from a VectorEnv into a RolloutStore and tracks finished episodes."""
+"""The local collectors: ``OnPolicyCollector`` ([T, N] rollouts into a RolloutStore) and
+``OffPolicyCollector`` ((n-step) transitions for replay), both stepping a VectorEnv and tracking the
+episodes that finish."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from relayrl.core import Policy, SampleSource
+from relayrl.data.dtypes import store_transitions
+from relayrl.data.nstep import NStepAccumulator
 from relayrl.data.rollout import RolloutStore
 from relayrl.envs.vector import VectorEnv
 from relayrl.types import Batch
@@ -105,6 +109,51 @@ class OnPolicyCollector(SampleSource):
         if self.recurrent and result.done.any():
             self.policy.reset_hidden("collect", result.done)  # after bootstrapping from the old state
         return result.obs
+
+    def pop_episodes(self) -> tuple[list[float], list[int]]:
+        return self.episodes.pop()
+
+
+class OffPolicyCollector(SampleSource):
+    """Steps a VectorEnv with ``policy.act(obs, "collect")`` and emits (n-step) transitions.
+
+    It is the local sample source (relayrl/core.py); any other ``SampleSource`` can take its place
+    (worker pools, the relay). A source with ``can_poll`` returns at once from ``poll()`` with
+    whatever has arrived: the learner then drains it mid-round (``update_buffer_interval``).
+    """
+
+    def __init__(self, venv: VectorEnv, policy: Policy, n_step: int, gamma: float, steps_per_pull: int = 1):
+        self.venv, self.policy, self.steps_per_pull = venv, policy, steps_per_pull
+        self.nstep = NStepAccumulator(n_step, gamma, venv.num_envs)
+        self.episodes = EpisodeStats(venv.num_envs)
+        self._obs = None
+        self._mask: np.ndarray | None = None  # the actions the envs allow at self._obs (None: no masks)
+
+    def reset(self, seed: int | None) -> None:
+        self._obs = self.venv.reset(seed=seed)
+        self._mask = self.venv.reset_action_mask()
+        self.episodes.reset()
+
+    def collect(self, steps: int) -> tuple[Batch, int]:
+        chunks = []
+        for _ in range(steps):
+            out = self.policy.act_masked(self._obs, "collect", self._mask)
+            result = self.venv.step(out.env_action)
+            done = result.terminated | result.truncated
+            next_obs = np.where(done.reshape(-1, *[1] * (result.obs.ndim - 1)), result.final_obs, result.obs)
+            next_mask = None if result.action_mask is None else \
+                np.where(done[:, None], result.final_action_mask, result.action_mask)  # (DQN's target max)
+            chunk = self.nstep.push(self._obs, out.action, result.reward, next_obs, result.terminated,
+                                    result.truncated, next_mask)
+            if chunk:
+                chunks.append(chunk)
+            self.episodes.track(result)
+            self._obs, self._mask = result.obs, result.action_mask
+        batch = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]} if chunks else {}
+        return store_transitions(batch), steps * self.venv.num_envs  # (workers send what replay stores)
+
+    def pull(self) -> tuple[Batch, int]:
+        return self.collect(self.steps_per_pull)
 
     def pop_episodes(self) -> tuple[list[float], list[int]]:
         return self.episodes.pop()

@@ -1,4 +1,5 @@
-"""The Learner: runs ``algorithm.learn`` between hooks at before_run / before_iter / after_iter / after_run.
+"""The Learner: runs a ``LearningStep`` (training/rounds.py: the algorithm on-policy, ``ReplayUpdates``
+off-policy) on each round's work between hooks at before_run / before_iter / after_iter / after_run.
 
 Hooks get a small named ``HookContext``, never the loop's locals. Each hook has a priority (lower
 runs first; ties keep registration order) and a frequency in iterations (for the *_iter positions).
@@ -7,7 +8,11 @@ runs first; ties keep registration order) and a frequency in iterations (for the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable, Generic, TypeVar
+
+from relayrl.training.rounds import LearningStep
+
+W = TypeVar("W")
 
 POSITIONS = ("before_run", "before_iter", "after_iter", "after_run")
 
@@ -29,8 +34,9 @@ class Hook:
     freq: int
 
 
-class Learner:
-    def __init__(self, algo: Any, ctx: HookContext | None = None):
+class Learner(Generic[W]):
+    def __init__(self, algo: LearningStep[W], ctx: HookContext | None = None):
+        """``algo``: what learns from each round's work (an ``Algorithm`` learns from a batch)."""
         self.algo = algo
         self.ctx = ctx or HookContext()
         self._hooks: dict[str, list[Hook]] = {p: [] for p in POSITIONS}
@@ -51,8 +57,9 @@ class Learner:
                 continue
             hook.fn(self.ctx)
 
-    def train(self, batch: Any, progress: float = 0.0) -> dict[str, float]:
-        """One iteration: before_iter hooks, ``algo.learn``, counters, after_iter hooks."""
+    def train(self, batch: W, progress: float = 0.0) -> dict[str, float]:
+        """One iteration: before_iter hooks, ``algo.learn(batch)``, counters, after_iter hooks. ``batch``
+        is the round's work (a ``Batch``, or ``UpdatesDue`` for ``ReplayUpdates``)."""
         self.ctx.iteration += 1
         self.call_hooks("before_iter")
         metrics = self.algo.learn(batch, progress=progress)

@@ -8,8 +8,9 @@ n-step accumulator), then runs the updates that are due:
 - never more than ``max_training_steps_per_env_step`` updates per env step overall: the learner
   pauses when it gets ahead of collection (what keeps real-time workers and the learner in balance).
 
-``ReplayRounds.gather`` returns the number of updates to run; ``ReplayLearning.learn`` runs them
-from the buffer, so the Learner and its hooks drive off-policy algorithms exactly like PPO.
+``ReplayRounds.gather`` returns the updates to run (``UpdatesDue``); ``ReplayUpdates.learn`` runs them
+from the buffer, so the Learner and its hooks drive off-policy algorithms exactly like PPO. The
+local collector, ``OffPolicyCollector``, is in training/collector.py with the on-policy one.
 """
 
 from __future__ import annotations
@@ -23,61 +24,15 @@ import numpy as np
 
 from relayrl.core import Algorithm, Policy, SampleSource
 from relayrl.data.dtypes import store_transitions, stored_dtype
-from relayrl.data.nstep import NStepAccumulator
 from relayrl.data.replay import Replay, ReplayBuffer, ReplaySpec, choose_layout
-from relayrl.envs.vector import VectorEnv
 from relayrl.errors import ConfigError
 from relayrl.options import ReplayLoopConfig
-from relayrl.training.collector import EpisodeStats
-from relayrl.training.rounds import Rounds
+# (runtime/worker.py still imports the collector from here, its earlier home)
+from relayrl.training.collector import OffPolicyCollector  # noqa: F401
+from relayrl.training.rounds import Rounds, UpdatesDue
 from relayrl.types import Batch
 
 REPLAY_FILE = "replay.safetensors"
-
-
-class OffPolicyCollector(SampleSource):
-    """Steps a VectorEnv with ``policy.act(obs, "collect")`` and emits (n-step) transitions.
-
-    It is the local sample source (relayrl/core.py); any other ``SampleSource`` can take its place
-    (worker pools, the relay). A source with ``can_poll`` returns at once from ``poll()`` with
-    whatever has arrived: the learner then drains it mid-round (``update_buffer_interval``).
-    """
-
-    def __init__(self, venv: VectorEnv, policy: Policy, n_step: int, gamma: float, steps_per_pull: int = 1):
-        self.venv, self.policy, self.steps_per_pull = venv, policy, steps_per_pull
-        self.nstep = NStepAccumulator(n_step, gamma, venv.num_envs)
-        self.episodes = EpisodeStats(venv.num_envs)
-        self._obs = None
-        self._mask: np.ndarray | None = None  # the actions the envs allow at self._obs (None: no masks)
-
-    def reset(self, seed: int | None) -> None:
-        self._obs = self.venv.reset(seed=seed)
-        self._mask = self.venv.reset_action_mask()
-        self.episodes.reset()
-
-    def collect(self, steps: int) -> tuple[Batch, int]:
-        chunks = []
-        for _ in range(steps):
-            out = self.policy.act_masked(self._obs, "collect", self._mask)
-            result = self.venv.step(out.env_action)
-            done = result.terminated | result.truncated
-            next_obs = np.where(done.reshape(-1, *[1] * (result.obs.ndim - 1)), result.final_obs, result.obs)
-            next_mask = None if result.action_mask is None else \
-                np.where(done[:, None], result.final_action_mask, result.action_mask)  # (DQN's target max)
-            chunk = self.nstep.push(self._obs, out.action, result.reward, next_obs, result.terminated,
-                                    result.truncated, next_mask)
-            if chunk:
-                chunks.append(chunk)
-            self.episodes.track(result)
-            self._obs, self._mask = result.obs, result.action_mask
-        batch = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]} if chunks else {}
-        return store_transitions(batch), steps * self.venv.num_envs  # (workers send what replay stores)
-
-    def pull(self) -> tuple[Batch, int]:
-        return self.collect(self.steps_per_pull)
-
-    def pop_episodes(self) -> tuple[list[float], list[int]]:
-        return self.episodes.pop()
 
 
 def replay_columns(policy: Policy) -> tuple[tuple[str, str, tuple[int, ...]], ...]:
@@ -104,8 +59,10 @@ def replay_layout(space: gym.Space, requested: str = "auto") -> str:
     return choose_layout(space.shape, stored_dtype(space.dtype).itemsize)
 
 
-class ReplayRounds(Rounds):
-    """Collection into replay plus the update schedule; ``gather`` returns (updates due, env steps)."""
+class ReplayRounds(Rounds[UpdatesDue]):
+    """Collection into replay plus the update schedule; ``gather`` returns (``UpdatesDue``, env steps)."""
+
+    learning: ReplayUpdates
 
     def __init__(self, algo: Algorithm, samples: SampleSource, cfg: ReplayLoopConfig, seed: int, total_steps: int,
                  publish: Callable[[dict, int], None] | None = None, layout: str = "plain"):
@@ -117,7 +74,7 @@ class ReplayRounds(Rounds):
         self.samples = samples
         self.buffer: Replay = (self._service(cfg, seed, total_steps, layout) if cfg.replay_shards
                                else self._buffer(cfg, seed, total_steps, layout))
-        self.learning = ReplayLearning(algo, self.buffer, cfg.batch_size, publish, cfg.update_model_interval)
+        self.learning = ReplayUpdates(algo, self.buffer, cfg.batch_size, publish, cfg.update_model_interval)
         if cfg.update_buffer_interval is not None and self.samples.can_poll:
             self.learning.refill, self.learning.refill_every = self._poll, cfg.update_buffer_interval
         self.polled_steps = 0  # env steps received mid-round
@@ -154,21 +111,21 @@ class ReplayRounds(Rounds):
                 batch["version"] = np.full(len(next(iter(batch.values()))), self.algo.policy.version, np.int64)
             self.buffer.add(batch)
 
-    def gather(self, env_steps: int, updates: int) -> tuple[int, int]:
+    def gather(self, env_steps: int, updates: int) -> tuple[UpdatesDue, int]:
         self.algo.set_progress(env_steps, self.total_steps)
         batch, steps = self.samples.pull()
         self._store(batch)
         env_steps += steps
         threshold = max(self.cfg.start_training, self.cfg.batch_size)
         if len(self.buffer) < threshold:
-            return 0, steps
+            return UpdatesDue(0), steps
         if self.steps_at_start is None:  # the env step at which the buffer reached the threshold
             self.steps_at_start = env_steps - (len(self.buffer) - threshold)
         due = int((env_steps - self.steps_at_start) * self.cfg.updates_per_step) - self.learning.updates
         cap = self.cfg.max_training_steps_per_env_step
         if cap is not None:
             due = min(due, int(env_steps * cap) - updates)
-        return max(0, due), steps
+        return UpdatesDue(max(0, due)), steps
 
     def steps_received_while_learning(self) -> int:
         steps, self.polled_steps = self.polled_steps, 0
@@ -189,10 +146,12 @@ class ReplayRounds(Rounds):
         self.learning.updates = int(state.get("replay_updates", 0))
 
 
-class ReplayLearning:
-    """What the Learner drives for off-policy algorithms: ``learn(n)`` runs n replay updates."""
+class ReplayUpdates:
+    """The off-policy ``LearningStep`` the Learner drives: ``learn(UpdatesDue(n))`` runs n replay updates,
+    each sampling a minibatch, learning from it, writing its new priorities back and publishing the
+    weights every ``publish_every`` updates."""
 
-    def __init__(self, algo, buffer: Replay, batch_size: int,
+    def __init__(self, algo: Algorithm, buffer: Replay, batch_size: int,
                  publish: Callable[[dict, int], None] | None = None, publish_every: int = 1):
         self.algo, self.buffer, self.batch_size = algo, buffer, batch_size
         self.publish, self.publish_every = publish, publish_every
@@ -200,10 +159,10 @@ class ReplayLearning:
         self.refill_every = 0
         self.updates = 0
 
-    def learn(self, updates: int, progress: float = 0.0) -> dict[str, float]:
+    def learn(self, due: UpdatesDue, progress: float = 0.0) -> dict[str, float]:
         sums: dict[str, float] = {}
         staleness, start = self.buffer.max_staleness is not None, self.updates
-        for _ in range(updates):
+        for _ in range(due.n):
             if self.algo.stopping():  # Ctrl-C: the round's remaining updates wait for no one
                 break
             batch = self.buffer.sample(self.batch_size, version=self.algo.policy.version if staleness else None)

@@ -12,15 +12,15 @@ from typing import Any, Callable
 from relayrl.core import Algorithm, SampleSource
 from relayrl.errors import ConfigError
 from relayrl.training.collector import OnPolicyCollector
-from relayrl.training.rounds import Rounds
+from relayrl.training.rounds import LearningStep, Rounds
 from relayrl.types import Batch
 
 
-class OnPolicyRounds(Rounds):
+class OnPolicyRounds(Rounds[Batch]):
     def __init__(self, algo: Algorithm, samples: SampleSource, publish: Callable[[dict, int], None] | None = None):
         """``publish(weights, version)``: where weights go (None: the collectors act with ``algo.policy``)."""
         self.algo, self.samples, self.publish = algo, samples, publish
-        self.learning = algo
+        self.learning: LearningStep[Batch] = algo  # the algorithm learns from the rollout itself
         self._published = -1
 
     def gather(self, env_steps: int, updates: int) -> tuple[Batch, int]:

@@ -1,33 +1,56 @@
 """What one training round takes: ``gather`` the next piece of work, then the Learner learns from it.
 
     rounds.reset(seed)
-    work, steps = rounds.gather(env_steps, updates)   # a [T, N] rollout (on-policy), or updates due (replay)
+    work, steps = rounds.gather(env_steps, updates)   # a [T, N] rollout (on-policy), or UpdatesDue (replay)
     learner.train(work)                               # rounds.learning.learn(work, progress)
     steps += rounds.steps_received_while_learning()
 
-``OnPolicyRounds`` (training/onpolicy.py) and ``ReplayRounds`` (training/offpolicy.py) are the two
-kinds, side by side; both pull from a ``SampleSource`` and publish weights to it when its collectors
-hold their own copy of the policy.
+The work is a ``Work``: a ``Batch`` (the rollout the algorithm learns from) or ``UpdatesDue(n)`` (run n
+replay updates); ``rounds.learning`` is the ``LearningStep`` that takes it (the algorithm itself
+on-policy, ``ReplayUpdates`` off-policy). ``OnPolicyRounds`` (training/onpolicy.py) and
+``ReplayRounds`` (training/offpolicy.py) are the two kinds, side by side; both pull from a
+``SampleSource`` and publish weights to it when its collectors hold their own copy of the policy.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar, Union
 
 from relayrl.core import SampleSource
+from relayrl.types import Batch
 
 
-class Rounds(ABC):
+@dataclass(frozen=True)
+class UpdatesDue:
+    """An off-policy round's work: ``n`` replay updates are due (0: none yet, or the learner is ahead)."""
+
+    n: int
+
+
+Work = Union[Batch, UpdatesDue]  # what ``gather`` hands the learning step
+W = TypeVar("W", bound=Work)
+W_in = TypeVar("W_in", contravariant=True)
+
+
+class LearningStep(Protocol[W_in]):
+    """What learns from one round's work: ``learn(work, progress) -> metrics`` (a "updates" metric, if
+    present, is the number of updates it ran; otherwise it counts as one)."""
+
+    def learn(self, work: W_in, progress: float = 0.0) -> dict[str, float]: ...
+
+
+class Rounds(ABC, Generic[W]):
     samples: SampleSource
-    learning: Any  # what the Learner drives: ``learn(work, progress) -> metrics``
+    learning: LearningStep[W]  # what the Learner drives
 
     def reset(self, seed: int | None) -> None:
         self.samples.reset(seed)
 
     @abstractmethod
-    def gather(self, env_steps: int, updates: int) -> tuple[Any, int]:
+    def gather(self, env_steps: int, updates: int) -> tuple[W, int]:
         """The work for the next ``learning.learn`` and the env steps it took to get it."""
 
     def steps_received_while_learning(self) -> int:

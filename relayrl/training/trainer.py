@@ -7,10 +7,11 @@ the relay, a simulator bridge) and hands it here. The run directory is described
     trainer = Trainer(config, GymExperience(config, on_policy=True), run_dir="runs/x")
     summary = trainer.run()
 
-One round of ``run``: ``collect`` (a rollout, or the replay updates due) -> ``learn`` (the Learner and
-its hooks; ``log`` and the periodic checkpoint are hooks) -> ``evaluate`` every ``eval.freq`` env
-steps (which writes the last and best checkpoints) -> stop at the stop value, ``total_steps``, or
-Ctrl-C or SIGTERM (``stop_event``; a ``StopRequest`` says which, as the summary's ``stop_reason``).
+One round of ``run``: ``collect`` (the round's ``Work``: a rollout, or the replay ``UpdatesDue``) ->
+``learn`` (the Learner and its hooks; ``log`` and the periodic checkpoint are hooks) -> ``evaluate``
+every ``eval.freq`` env steps (which writes the last and best checkpoints) -> stop at the stop value,
+``total_steps``, or Ctrl-C or SIGTERM (``stop_event``; a ``StopRequest`` says which, as the summary's
+``stop_reason``).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from relayrl.training.learner import HookContext, Learner
 from relayrl.training.offpolicy import ReplayRounds, replay_layout
 from relayrl.training.onpolicy import OnPolicyRounds
 from relayrl.training.progress import ProgressDisplay
-from relayrl.training.rounds import Rounds
+from relayrl.training.rounds import Rounds, UpdatesDue, Work
 from relayrl.training.threads import default_threads, resolve_threads
 
 log = logging.getLogger("relayrl")
@@ -257,7 +258,8 @@ class Trainer:
         if self.complete is not None:
             return self._report_complete()
         config, state, ctx = self.config, self.state, self.learner.ctx
-        stop_reason, work = "total_steps", None
+        stop_reason = "total_steps"
+        work: Work | None = None
         try:
             self.rounds.reset(seed=config.seed + RESUME_SEED_OFFSET * state.resumes)
             if self.publish is not None and not self.on_policy:  # remote collectors start from the learner's weights
@@ -295,8 +297,11 @@ class Trainer:
             raise
         except NonFiniteError:
             stop_reason = "nonfinite"
-            if isinstance(work, dict):
-                np.savez(self.run_dir / "nonfinite_batch.npz", **work)
+            match work:
+                case None | UpdatesDue():  # (no batch of its own: the replay's minibatches are sampled inside)
+                    pass
+                case batch:
+                    np.savez(self.run_dir / "nonfinite_batch.npz", **batch)
             raise
         except Exception:
             stop_reason = "error"  # e.g. an env that keeps failing; the checkpoints written so far stay
@@ -306,8 +311,8 @@ class Trainer:
         summary["run_dir"] = str(self.run_dir)
         return summary
 
-    def collect(self) -> Any:
-        """The next round's work (a rollout, or the number of replay updates due); counts its env steps."""
+    def collect(self) -> Work:
+        """The next round's work (a rollout, or the replay ``UpdatesDue``); counts its env steps."""
         ctx = self.learner.ctx
         t0 = time.perf_counter()
         work, steps = self.rounds.gather(ctx.env_steps, ctx.updates)
@@ -315,7 +320,7 @@ class Trainer:
         self.timing.update(collect_s=time.perf_counter() - t0, steps=steps)
         return work
 
-    def learn(self, work: Any) -> None:
+    def learn(self, work: Work) -> None:
         """One Learner iteration on ``work`` (its hooks log and checkpoint)."""
         ctx = self.learner.ctx
         t0 = time.perf_counter()

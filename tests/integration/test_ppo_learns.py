@@ -203,7 +203,7 @@ def test_default_sac_reaches_minus_200_on_pendulum(tmp_path):
 def _remote_collector():
     """Random CartPole transitions from a collector of its own: what remote workers would send."""
     from relayrl.envs import make_vec
-    from relayrl.training.offpolicy import OffPolicyCollector
+    from relayrl.training.collector import OffPolicyCollector
     from relayrl.core import Policy
     from relayrl.types import PolicyOutput
 

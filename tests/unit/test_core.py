@@ -105,8 +105,7 @@ def test_sample_sources_are_sample_sources():
     from relayrl.net.trainer import RelaySource
     from relayrl.runtime.pool import AsyncOnPolicyPool, OffPolicyPool, OnPolicyPool
     from relayrl.training.agents import AgentRolloutCollector, AgentTransitionCollector
-    from relayrl.training.collector import OnPolicyCollector
-    from relayrl.training.offpolicy import OffPolicyCollector
+    from relayrl.training.collector import OffPolicyCollector, OnPolicyCollector
 
     for cls in (RelaySource, OffPolicyPool, OnPolicyPool, AsyncOnPolicyPool, AgentRolloutCollector,
                 AgentTransitionCollector, OnPolicyCollector, OffPolicyCollector):

@@ -6,7 +6,8 @@ from relayrl.algos import get_algo
 from relayrl.config import build_config
 from relayrl.envs import make_vec
 from relayrl.runtime.shard import schema_of, schema_problem
-from relayrl.training.offpolicy import OffPolicyCollector, replay_columns
+from relayrl.training.collector import OffPolicyCollector
+from relayrl.training.offpolicy import replay_columns
 
 
 @pytest.mark.parametrize("algo, env", [("dqn", "CartPole-v1"), ("sac", "Pendulum-v1"), ("dqn", "MinAtar/Breakout-v1")])
