@@ -14,8 +14,7 @@ from relayrl.envs.managers import make_vec
 from relayrl.envs.native import in_process_manager
 from relayrl.options import RunConfig
 from relayrl.runtime.messages import InsertTransitions, LoadParams
-from relayrl.training.collector import OnPolicyCollector
-from relayrl.training.offpolicy import OffPolicyCollector
+from relayrl.training.collector import OffPolicyCollector, OnPolicyCollector
 
 
 class RolloutWorker:

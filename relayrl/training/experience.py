@@ -40,9 +40,8 @@ from relayrl.envs.vector import VectorEnv
 from relayrl.errors import ConfigError
 from relayrl.options import RunConfig
 from relayrl.training.agents import AgentEvaluator, AgentRolloutCollector, AgentTransitionCollector
-from relayrl.training.collector import OnPolicyCollector
+from relayrl.training.collector import OffPolicyCollector, OnPolicyCollector
 from relayrl.training.evaluator import Evaluation, Evaluator
-from relayrl.training.offpolicy import OffPolicyCollector
 
 __all__ = ["Experience", "GymExperience", "AgentExperience", "SourceExperience", "env_setup"]
 

@@ -27,8 +27,6 @@ from relayrl.data.dtypes import store_transitions, stored_dtype
 from relayrl.data.replay import Replay, ReplayBuffer, ReplaySpec, choose_layout
 from relayrl.errors import ConfigError
 from relayrl.options import ReplayLoopConfig
-# (runtime/worker.py still imports the collector from here, its earlier home)
-from relayrl.training.collector import OffPolicyCollector  # noqa: F401
 from relayrl.training.rounds import Rounds, UpdatesDue
 from relayrl.types import Batch
 
