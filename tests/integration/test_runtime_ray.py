@@ -247,6 +247,7 @@ def test_ctrl_c_stops_a_run_with_replay_shards_and_every_process_goes(tmp_path, 
     run_dir = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "relayrl", "train", "dqn", "--backend", "ray", "--workers", "2",
                              "--quiet", "--no-tensorboard", "--run-dir", str(run_dir), "--total-steps", "10000000",
+                             "--stop-value", "1e9",  # (stopped by the signal only: a lucky one-episode eval of 500 cannot end it)
                              "--set", "dqn.replay_shards=2", "--set", "dqn.start_training=200", "--set",
                              "eval.freq=1000", "--set", "eval.episodes=1", "--set", "eval.num_envs=1"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -262,7 +263,7 @@ def test_ctrl_c_stops_a_run_with_replay_shards_and_every_process_goes(tmp_path, 
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == code, err[-2000:]
+    assert proc.returncode == code, out[-1000:] + err[-2000:]
     assert _gone(started, seconds=20), "processes outlived the stop"
     assert (run_dir / "checkpoints" / "replay_shard0.safetensors").is_file()
     assert "Traceback" not in err
