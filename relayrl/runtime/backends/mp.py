@@ -336,18 +336,22 @@ class MpBackend(Backend):
                                               "raise worker_timeout if a chunk legitimately takes longer")
         return last
 
+    def _reap(self, proc: Any) -> None:
+        """Kill ``proc``'s worker if it still runs, and close its pipe and chunk channel."""
+        if proc.process.is_alive():
+            proc.process.kill()
+        proc.process.join(timeout=1.0)
+        proc.conn.close()
+        self._unwatch(proc)
+        proc.channel.close()
+
     def _restart(self, index: int, reason: str) -> None:
         with self.lock:
             if self.closed:
                 return
             worker_id, old = self.worker_ids[index], self._procs[index]
             old.process.join(timeout=1.0)
-            if old.process.is_alive():
-                old.process.kill()
-                old.process.join(timeout=1.0)
-            old.conn.close()
-            self._unwatch(old)
-            old.channel.close()
+            self._reap(old)
             self.failures.append(f"worker {worker_id}: {reason}")
             if self.restarts >= self.max_restarts:
                 raise RelayRLError(f"rollout workers failed {self.restarts + 1} times (last: worker {worker_id}, "
@@ -373,12 +377,7 @@ class MpBackend(Backend):
                 while proc.process.is_alive() and time.monotonic() < deadline:
                     proc.channel.take()  # (read and dropped: room for a worker that waits to hand a chunk over)
                     proc.process.join(timeout=0.05)
-                if proc.process.is_alive():
-                    proc.process.kill()
-                proc.process.join(timeout=1.0)
-                proc.conn.close()
-                self._unwatch(proc)
-                proc.channel.close()
+                self._reap(proc)
             self._procs = []
         if self.service is not None:  # after the workers, so their last inserts land; Stop, then kill
             self.service.stop(time.time() + STOP_DEADLINE_S)
