@@ -302,7 +302,7 @@ class SampleSource(ABC):
         """Returns and lengths of the episodes finished since the last call."""
 
     def stats(self) -> dict[str, float]:
-        """Metrics to log with every iteration (e.g. ``net/rejected``)."""
+        """Metrics to log with every iteration (e.g. ``workers/lag_mean``, ``net/refused``)."""
         return {}
 
     def pop_observation_moments(self) -> dict[str, np.ndarray] | None:

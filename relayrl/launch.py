@@ -11,9 +11,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from relayrl.algos import get_algo
+from relayrl.core import SampleSource
 from relayrl.envs.multiagent import is_pettingzoo, multiagent_envs
 from relayrl.errors import ConfigError
 from relayrl.io.metrics import check_tracking
@@ -41,10 +42,11 @@ def train(config: RunConfig, **options: Any) -> dict[str, Any]:
                               "raise env.num_envs for more env copies")
         return Trainer(config, AgentExperience(*multiagent_envs(config)), **options).run()
     if config.net.server is not None:
-        from relayrl.net.trainer import make_relay_source
+        from relayrl.net.backend import make_relay_source
 
-        source, spaces = make_relay_source(config, stop=options.get("stop_event"))
-        return _train_from(config, source, options, spaces=spaces, on_policy=on_policy)
+        source, relay, spaces = make_relay_source(config, stop=options.get("stop_event"))
+        return _train_from(config, source, options, spaces=spaces, on_policy=on_policy,
+                           test_returns=relay.pop_test_returns)
     if config.resolved_backend == "inline" and config.workers == 1:
         return Trainer(config, GymExperience(config, on_policy), **options).run()
     from relayrl.runtime import make_pool
@@ -52,13 +54,14 @@ def train(config: RunConfig, **options: Any) -> dict[str, Any]:
     return _train_from(config, make_pool(config), options, on_policy=on_policy)
 
 
-def _train_from(config: RunConfig, source: Any, options: dict[str, Any], *, on_policy: bool,
-                spaces: Any = None) -> dict[str, Any]:
-    """Train on a source of remote collectors, closing it whatever happens."""
+def _train_from(config: RunConfig, source: SampleSource, options: dict[str, Any], *, on_policy: bool,
+                spaces: Any = None, test_returns: Callable[[], list[float]] | None = None) -> dict[str, Any]:
+    """Train on a pool of workers, closing it whatever happens. ``spaces``: the env's, when only the
+    workers have it; then ``test_returns`` gives their test episodes to evaluate on."""
     try:
         evaluator = None
-        if spaces is not None:  # the env exists on the workers' machines only: their test episodes judge
-            evaluator = ReportedEvaluator(source.pop_test_returns, missing=(
+        if spaces is not None and test_returns is not None:  # the env exists on the workers' machines only
+            evaluator = ReportedEvaluator(test_returns, missing=(
                 "relayrl: no test episodes from the workers to evaluate on (the trainer has no env of its own with "
                 "--remote-env): run the workers with --set net.test_episode_interval=N (a deterministic episode "
                 "every N training episodes)"))

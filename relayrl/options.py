@@ -309,7 +309,7 @@ class RunConfig(Section):
     restarted (raise it for envs whose chunk takes longer to collect)."""
     max_policy_lag: int | None = Field(None, ge=0)
     """Drop chunks collected more than this many policy versions behind the learner (counted in
-    runtime/rejected, or net/too_old through a relay; null: keep all). Bounds staleness for APPO, DQN and
+    workers/too_old, local or through a relay; null: keep all). Bounds staleness for APPO, DQN and
     SAC with workers, local or remote."""
     ray_address: str | None = None
     """backend ray: the cluster to join ("auto" or HOST:PORT); null starts a local Ray for the run."""

@@ -168,3 +168,19 @@ def sample_allowed(space: gym.Space, mask: Any = None) -> Any:
     if isinstance(space, gym.spaces.Discrete):
         return np.int64(space.start + picks[0])
     return (np.asarray(picks) + space.start).astype(space.dtype)
+
+
+BATCH_MASK_KEYS = (MASK_KEY, f"next_{MASK_KEY}")  # a rollout's masks acted under; transitions' masks of next_obs
+
+
+def allow_all_where_unmasked(batches: list[dict[str, np.ndarray]], lead: int) -> list[dict[str, np.ndarray]]:
+    """``batches`` about to be concatenated, where some carry a mask column and others do not (remote workers
+    whose envs give no masks): the latter get all-True rows (every action allowed). ``lead``: the leading
+    axes of a row (1 for transitions, 2 for [T, n] rollouts)."""
+    for key in BATCH_MASK_KEYS:
+        masked = [b for b in batches if key in b]
+        if masked and len(masked) < len(batches):
+            width = masked[0][key].shape[lead:]
+            batches = [b if key in b else {**b, key: np.ones((*b["reward"].shape[:lead], *width), bool)}
+                       for b in batches]
+    return batches

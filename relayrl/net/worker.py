@@ -55,7 +55,7 @@ from relayrl.net import wire
 from relayrl.net.client import RelayClient
 from relayrl.net.hooks import load_hook
 from relayrl.net.spaces import space_to_data
-from relayrl.net.trainer import crc_of
+from relayrl.net.chunk_checks import crc_of
 from relayrl.options import RunConfig
 from relayrl.policy.normalizer import RunningMeanStd
 from relayrl.runtime.messages import InsertTransitions, LoadParams

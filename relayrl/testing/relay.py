@@ -46,3 +46,10 @@ def _in_thread(loop: Callable[[threading.Event], Any]) -> Iterator[None]:
     finally:
         stop.set()
         thread.join(timeout=10)
+
+
+def deliver(pool: Any, msgs: list) -> tuple[dict, int]:
+    """``msgs`` (wire messages) as if the relay had just delivered them to ``pool``'s relay backend, then what
+    ``pool.poll()`` makes of them: transitions off-policy, a whole rollout on-policy (``({}, 0)``: none ready)."""
+    pool.backend.pending.extend(msgs)
+    return pool.poll()

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from relayrl.config import build_config
-from relayrl.net.trainer import RelaySource
+from relayrl.net.backend import relay_pool
 
 from relay_procs import SLOW_PENDULUM, finish, free_port, relayrl, stop, tails, wait_listening  # same folder
 
@@ -41,7 +41,7 @@ def test_nothing_lost_or_duplicated_across_a_relay_restart(tmp_path):
     source = None
     try:
         wait_listening(relay)
-        source = RelaySource(config, *_spaces())
+        source = relay_pool(config, *_spaces())
         source.reset(0)
         source.publish(_sac_weights(config), 0)  # (workers collect only with the weights of the trainer's run)
         for k in range(2):
@@ -71,9 +71,9 @@ def test_nothing_lost_or_duplicated_across_a_relay_restart(tmp_path):
             assert totals["env_steps"] == steps
             assert totals["backlog_drops"] == 0 and totals["relay_drops"] == 0 and totals["refused"] == 0
             assert totals["reconnects"] >= 1, output[-1500:]
-            seen = source.seen.get(f"w{k}", source.seen.newest(f"w{k}"))
+            seen = source.backend.seen.get(f"w{k}", source.backend.seen.newest(f"w{k}"))
             assert seen.floor == totals["acked"] and len(seen) == 0  # seqs 0..n-1, each once
-        assert source.counts["rejected"] == 0
+        assert source.backend.counts["refused"] == 0
     finally:
         if source is not None:
             source.close()
@@ -149,7 +149,7 @@ def test_sac_learns_pendulum_through_the_relay_with_a_restart(tmp_path):
         assert summary["solved"] and summary["backend"] == "relay", summary
         rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
         assert max(r.get("net/workers_seen", 0) for r in rows) == 2
-        assert all(r.get("net/rejected", 0) == 0 for r in rows)
+        assert all(r.get("net/refused", 0) == 0 for r in rows)
         assert (tmp_path / "w0" / "latest.safetensors").is_file()  # workers kept the weights they got
         # the restarted relay saw the trainer and both workers again and carried chunks between them
         relay_rows = [json.loads(line) for line in after.read_text().splitlines()]

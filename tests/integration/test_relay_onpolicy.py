@@ -51,9 +51,9 @@ def _train_through_the_relay(tmp_path, algo: str, *sets: str, trainer_args: tupl
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert summary["backend"] == "relay" and summary["best_eval_return"] > 5 * RANDOM_RETURN, summary
-    train_rows = [r for r in rows if "net/chunks" in r]
+    train_rows = [r for r in rows if "workers/chunks" in r]
     assert max(r["net/workers_seen"] for r in train_rows) == 2
-    assert all(r["net/rejected"] == 0 for r in train_rows), train_rows[-1]
+    assert all(r["net/refused"] == 0 for r in train_rows), train_rows[-1]
     return summary, train_rows
 
 
@@ -69,15 +69,15 @@ def test_appo_learns_cartpole_from_two_remote_workers_without_the_env_on_the_tra
     summary, rows = _train_through_the_relay(tmp_path, "appo", "--set=net.test_episode_interval=2",
                                              trainer_args=("--remote-env",), env_id="robot_env:Robot-v0",
                                              worker_env=worker_env)
-    assert max(r["net/lag_max"] for r in rows) <= 8  # bounded by net.rollouts_in_flight (2-4 here), not by the queues
+    assert max(r["workers/lag_max"] for r in rows) <= 8  # bounded by net.rollouts_in_flight (2-4 here), not by the queues
     # each rollout: the chunks that arrived, 64 steps x 4 envs each
-    assert summary["env_steps"] == rows[-1]["net/chunks"] * 64 * 4
+    assert summary["env_steps"] == rows[-1]["workers/chunks"] * 64 * 4
 
 
 def test_ppo_with_obs_norm_learns_cartpole_from_two_remote_workers_one_rollout_per_version(tmp_path):
     summary, rows = _train_through_the_relay(tmp_path, "ppo", "--set=ppo.obs_norm=true")
-    assert all(r["net/lag_max"] == 0 for r in rows)  # every rollout collected with the weights just published
-    assert [r["net/chunks"] for r in rows] == [2 * (k + 1) for k in range(len(rows))]  # both workers, every time
+    assert all(r["workers/lag_max"] == 0 for r in rows)  # every rollout collected with the weights just published
+    assert [r["workers/chunks"] for r in rows] == [2 * (k + 1) for k in range(len(rows))]  # both workers, every time
     assert all(r["env_steps"] == 2 * 64 * 4 * (k + 1) for k, r in enumerate(rows))
     stats = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.safetensors").state["algo"]["obs_rms"]
     # the trainer's statistics count every observation of every rollout it learned from, and no other

@@ -84,9 +84,9 @@ def test_ppo_on_mp_workers_solves_cartpole_and_leaves_nothing_behind(tmp_path, m
     summary = train(config, run_dir=tmp_path / "run", tensorboard=False)
     assert summary["solved"] and summary["backend"] == "mp", summary
     check.assert_synchronous(columns=2 * 4)  # synchronous: every rollout from the weights just published
-    rows = [r for r in read_metrics(tmp_path / "run") if "runtime/rejected" in r]
-    assert rows and all(r["runtime/rejected"] == 0 for r in rows)  # and no chunk of another version came
-    assert all(r["runtime/worker0_steps_per_s"] > 0 and r["runtime/worker1_steps_per_s"] > 0 for r in rows)
+    rows = [r for r in read_metrics(tmp_path / "run") if "workers/other_version" in r]
+    assert rows and all(r["workers/other_version"] == 0 for r in rows)  # and no chunk of another version came
+    assert all(r["workers/worker0_steps_per_s"] > 0 and r["workers/worker1_steps_per_s"] > 0 for r in rows)
     deadline = time.monotonic() + 5
     while _descendants() - before_children and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -117,10 +117,10 @@ def test_off_policy_algorithms_train_from_asynchronous_mp_workers(tmp_path, algo
     assert summary["stop_reason"] == "interrupted", (summary, pool.worker_steps)  # both delivered
     assert summary["env_steps"] >= 2000 and summary["updates"] > 0
     assert pool.worker_steps.sum() == summary["env_steps"] and pool.worker_steps.min() > 0
-    rows = [r for r in read_metrics(tmp_path / "run") if "runtime/lag_mean" in r]
+    rows = [r for r in read_metrics(tmp_path / "run") if "workers/lag_mean" in r]
     assert rows and rows[-1]["runtime/restarts"] == 0
-    assert any(r["runtime/worker0_steps_per_s"] > 0 for r in rows)
-    assert any(r["runtime/worker1_steps_per_s"] > 0 for r in rows)
+    assert any(r["workers/worker0_steps_per_s"] > 0 for r in rows)
+    assert any(r["workers/worker1_steps_per_s"] > 0 for r in rows)
 
 
 def test_a_killed_worker_is_restarted_and_the_run_still_solves(tmp_path):
@@ -195,8 +195,8 @@ def test_appo_learns_from_lagging_mp_workers(tmp_path):
     config = build_config("appo", None, PPO_FAST + ["workers=2"], {"total_steps": 150_000, "seed": 0})
     summary = train(config, run_dir=tmp_path / "run", tensorboard=False)
     assert summary["solved"], summary
-    rows = [r for r in read_metrics(tmp_path / "run") if "runtime/lag_max" in r]
-    assert max(r["runtime/lag_max"] for r in rows) >= 1  # chunks really came from older versions
+    rows = [r for r in read_metrics(tmp_path / "run") if "workers/lag_max" in r]
+    assert max(r["workers/lag_max"] for r in rows) >= 1  # chunks really came from older versions
 
 
 def _cli(run_dir, *extra):

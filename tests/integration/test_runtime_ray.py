@@ -54,8 +54,8 @@ def test_ppo_on_two_ray_nodes_solves_cartpole_with_one_proxy_per_node(cluster, t
     assert len({p["node"] for p in info}) == 2  # a proxy on each node
     assert sorted(w for p in info for w in p["worker_pids"]) == [0, 1]  # hosting one worker each
     check.assert_synchronous(columns=2 * 4)  # synchronous: every rollout from the weights just published
-    rows = [r for r in read_metrics(tmp_path / "run") if "runtime/rejected" in r]
-    assert rows and all(r["runtime/rejected"] == 0 for r in rows)  # and no chunk of another version came
+    rows = [r for r in read_metrics(tmp_path / "run") if "workers/other_version" in r]
+    assert rows and all(r["workers/other_version"] == 0 for r in rows)  # and no chunk of another version came
 
 
 def test_weights_cross_to_each_node_once_per_version(cluster, tmp_path, monkeypatch):

@@ -102,15 +102,17 @@ def test_predict_takes_one_observation_or_a_batch_and_refuses_other_shapes():
 
 
 def test_sample_sources_are_sample_sources():
-    from relayrl.net.trainer import RelaySource
+    from relayrl.net.backend import RelayBackend
+    from relayrl.runtime.backends import Backend
     from relayrl.runtime.pool import AsyncOnPolicyPool, OffPolicyPool, OnPolicyPool
     from relayrl.training.agents import AgentRolloutCollector, AgentTransitionCollector
     from relayrl.training.collector import OffPolicyCollector, OnPolicyCollector
 
-    for cls in (RelaySource, OffPolicyPool, OnPolicyPool, AsyncOnPolicyPool, AgentRolloutCollector,
+    assert issubclass(RelayBackend, Backend)  # the relay is one more transport under the worker pools
+    for cls in (OffPolicyPool, OnPolicyPool, AsyncOnPolicyPool, AgentRolloutCollector,
                 AgentTransitionCollector, OnPolicyCollector, OffPolicyCollector):
         assert issubclass(cls, SampleSource), cls
-    assert OffPolicyPool.can_poll and RelaySource.can_poll and not OffPolicyCollector.can_poll
+    assert OffPolicyPool.can_poll and not OffPolicyCollector.can_poll
 
 
 def test_a_recurrent_policy_takes_and_returns_its_state_explicitly():

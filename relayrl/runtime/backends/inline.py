@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from relayrl.algos import get_algo
 from relayrl.options import RunConfig
-from relayrl.runtime.backends import WORKER_SEED_STRIDE, Backend
+from relayrl.runtime.backends import WORKER_SEED_STRIDE, ManagedBackend
 from relayrl.runtime.messages import InsertTransitions, LoadParams
 from relayrl.runtime.weights import flatten, unflatten
 from relayrl.runtime.worker import RolloutWorker
 
 
-class InlineBackend(Backend):
+class InlineBackend(ManagedBackend):
     def __init__(self, config: RunConfig, num_workers: int):
         self.config, self.num_workers = config, num_workers
         self.workers: list[RolloutWorker] = []

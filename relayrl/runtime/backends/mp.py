@@ -43,7 +43,7 @@ from relayrl.envs.shm import AttachedArrays, SharedArrays
 from relayrl.envs.subproc import _die_with_parent
 from relayrl.errors import RelayRLError
 from relayrl.options import RunConfig
-from relayrl.runtime.backends import WORKER_SEED_STRIDE, Backend
+from relayrl.runtime.backends import WORKER_SEED_STRIDE, ManagedBackend
 from relayrl.runtime.backends.channel import ChunkChannel, ChunkWriter
 from relayrl.runtime.backends.mp_shards import InsertChannel, MpShards
 from relayrl.runtime.messages import InsertTransitions, LoadParams, WorkerFailed
@@ -156,7 +156,7 @@ class _Proc:
     pending: int | None = None  # on-policy: the version this worker was asked to collect with
 
 
-class MpBackend(Backend):
+class MpBackend(ManagedBackend):
     """``worker_ids``: the run-wide ids of the workers this machine hosts (default 0..num_workers-1;
     a Ray node proxy hosts a share of a larger run). ``capacity``: chunks on their way from one worker."""
 

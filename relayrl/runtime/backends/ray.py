@@ -34,7 +34,7 @@ from relayrl.algos import get_algo
 from relayrl.config import config_model
 from relayrl.errors import ConfigError, RelayRLError, install_hint
 from relayrl.options import RunConfig
-from relayrl.runtime.backends import Backend
+from relayrl.runtime.backends import ManagedBackend
 from relayrl.runtime.messages import Heartbeat, InsertTransitions, LoadParams, Stop
 from relayrl.runtime.service import ReplayService, Shards, ShardLost
 from relayrl.runtime.shard import ReplayShard, ShardOptions
@@ -171,7 +171,7 @@ class RayShards(Shards):
         return self.actors[k]
 
 
-class RayBackend(Backend):
+class RayBackend(ManagedBackend):
     serves_replay = True  # replay shards as Ray actors
     def __init__(self, config: RunConfig, num_workers: int, *, address: str | None = None,
                  max_restarts: int = 10):

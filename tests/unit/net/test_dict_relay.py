@@ -14,7 +14,7 @@ from relayrl.config import build_config
 from relayrl.envs import make
 from relayrl.envs.packed import PackedDict
 from relayrl.net.spaces import SpaceDataError, space_from_data, space_to_data
-from relayrl.net.trainer import RelaySource
+from relayrl.net.backend import relay_pool
 from relayrl.net.worker import RemoteWorker
 from relayrl.testing.relay import running_relay, running_worker
 
@@ -31,11 +31,11 @@ def config(address: str, tmp_path, *sets: str):
 
 def test_a_dict_env_trains_through_the_relay_with_uint8_rows(tmp_path):
     with running_relay() as relay:
-        source = RelaySource(config(relay.address, tmp_path, "net.remote_env=true"))
+        source = relay_pool(config(relay.address, tmp_path, "net.remote_env=true"))
         worker = RemoteWorker(config(relay.address, tmp_path, "net.pace_timeout_s=30"), name="w")
         try:
             with running_worker(worker):
-                obs_space, act_space = source.await_spaces(timeout=10)
+                obs_space, act_space = source.backend.await_spaces(timeout=10)
                 assert isinstance(obs_space, PackedDict) and obs_space == make(BANDIT).observation_space
                 cfg = build_config("ppo", {"ppo": {"num_steps": T, "batch_size": 16, "epochs": 1}}).ppo
                 learner = get_algo("ppo").algo_cls(cfg, obs_space, act_space, N)

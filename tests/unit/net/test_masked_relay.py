@@ -1,6 +1,6 @@
 """Action masks through the relay: a relayrl worker on a masked env acts under the masks (its test
 episodes too) and sends them with its chunks (the masks acted under for PPO, those of the next
-observations for DQN); the trainer's RelaySource accepts that column, checks its width, and hands it
+observations for DQN); the trainer's RelayBackend accepts that column, checks its width, and hands it
 to the learner. Real sockets: a relay in a thread, the worker's loop in a thread."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import pytest
 from relayrl.algos import get_algo
 from relayrl.config import build_config
 from relayrl.net import wire
-from relayrl.net.trainer import RelaySource, Refusal
+from relayrl.net.backend import relay_pool
+from relayrl.net.chunk_checks import Refusal
 from relayrl.net.worker import RemoteWorker
 from relayrl.testing.masked import MaskedChoiceEnv
 from relayrl.testing.relay import running_relay, running_worker
@@ -33,11 +34,11 @@ def config(algo: str, address: str, tmp_path, *sets: str):
 def test_a_masked_env_sends_its_masks_and_the_learner_takes_them(tmp_path, algo, column):
     MaskedChoiceEnv.forbidden_taken = 0
     with running_relay() as relay:
-        source = RelaySource(config(algo, relay.address, tmp_path, "net.remote_env=true"))
+        source = relay_pool(config(algo, relay.address, tmp_path, "net.remote_env=true"))
         worker = RemoteWorker(config(algo, relay.address, tmp_path, "net.pace_timeout_s=30"), name="w")
         try:
             with running_worker(worker):
-                obs_space, act_space = source.await_spaces(timeout=10)
+                obs_space, act_space = source.backend.await_spaces(timeout=10)
                 learner = get_algo(algo).algo_cls(config(algo, relay.address, tmp_path).algo_config, obs_space,
                                                   act_space, N)
                 source.publish(learner.policy.get_weights(), 1)
@@ -60,7 +61,7 @@ def test_a_masked_env_sends_its_masks_and_the_learner_takes_them(tmp_path, algo,
 def test_a_mask_of_the_wrong_width_is_refused_by_cause(tmp_path):
     env = MaskedChoiceEnv()
     with running_relay() as relay:
-        source = RelaySource(config("dqn", relay.address, tmp_path), env.observation_space, env.action_space)
+        source = relay_pool(config("dqn", relay.address, tmp_path), env.observation_space, env.action_space)
         try:
             chunk = {"obs": np.zeros((4, 2), np.float32), "next_obs": np.zeros((4, 2), np.float32),
                      "action": np.zeros(4, np.int64), "reward": np.zeros(4, np.float32),
@@ -68,9 +69,9 @@ def test_a_mask_of_the_wrong_width_is_refused_by_cause(tmp_path):
             def message(**extra):
                 return wire.Message("samples", sender="w", seq=1, version=0, arrays={**chunk, **extra},
                                     meta={"env_steps": 4})
-            assert "next_action_mask" not in source._check(message())  # without masks: taken
-            assert source._check(message(next_action_mask=np.ones((4, 5), bool)))["next_action_mask"].all()
+            assert "next_action_mask" not in source.backend.checks.check(message())  # without masks: taken
+            assert source.backend.checks.check(message(next_action_mask=np.ones((4, 5), bool)))["next_action_mask"].all()
             with pytest.raises(Refusal, match=r"next_action_mask rows have shape \(4,\), expected \(5,\)"):
-                source._check(message(next_action_mask=np.ones((4, 4), bool)))
+                source.backend.checks.check(message(next_action_mask=np.ones((4, 4), bool)))
         finally:
             source.close()

@@ -1,4 +1,4 @@
-"""On-policy learning through the relay, the trainer's side: RelaySource with PPO (one rollout per
+"""On-policy learning through the relay, the trainer's side: the worker pool over the relay with PPO (one rollout per
 published version from --workers distinct workers) and APPO (whatever arrived within the lag
 limit), rollout checks and their refusals, observation moments, and the env's spaces taken from
 the workers (net.remote_env). Real ZeroMQ sockets: a relay in a thread, worker RelayClients."""
@@ -17,9 +17,10 @@ from relayrl.errors import RelayRLError
 from relayrl.net import wire
 from relayrl.net.client import RelayClient
 from relayrl.net.spaces import space_to_data
-from relayrl.net.trainer import RelaySource
+from relayrl.net.backend import relay_pool
 from relayrl.policy.normalizer import RunningMeanStd
-from relayrl.testing.relay import running_relay
+from relayrl.runtime.pool import WorkerPool
+from relayrl.testing.relay import deliver, running_relay
 
 OBS = gym.make("CartPole-v1").observation_space
 ACT = gym.make("CartPole-v1").action_space
@@ -66,8 +67,8 @@ def relay():
 def make_source(relay):
     sources = []
 
-    def make(algo: str = "ppo", *sets: str, spaces: bool = True) -> RelaySource:
-        source = RelaySource(config(algo, relay.address, *sets), *((OBS, ACT) if spaces else ()))
+    def make(algo: str = "ppo", *sets: str, spaces: bool = True) -> WorkerPool:
+        source = relay_pool(config(algo, relay.address, *sets), *((OBS, ACT) if spaces else ()))
         sources.append(source)
         return source
 
@@ -79,25 +80,23 @@ def make_source(relay):
 # ---------------------------------------------------------------- PPO: versions, workers, columns
 
 
-def test_ppo_joins_one_rollout_of_the_published_version_per_worker_in_name_order(make_source):
+def test_ppo_joins_one_rollout_of_the_published_version_per_worker_in_worker_order(make_source):
     source = make_source("ppo", "workers=2")
     source.publish({"w": np.zeros(1)}, 3)
     b1, a1 = rollout(1), rollout(2)
-    source._take([chunk("b", 0, 2), chunk("b", 1, 4),  # other versions: dropped, counted, not refused
-                  chunk("b", 2, 3, b1), chunk("b", 3, 3),  # the second of one worker: surplus
-                  ])
-    assert source._rollout_ready() is None  # one worker's rollout of the two needed
-    source._take([chunk("a", 0, 3, a1, returns=[12.0], lengths=[12])])
-    batch, steps = source._rollout_ready()
+    assert deliver(source, [chunk("b", 0, 2), chunk("b", 1, 4),  # other versions: dropped, counted, not refused
+                            chunk("b", 2, 3, b1), chunk("b", 3, 3),  # the second of one worker: surplus
+                            ]) == ({}, 0)  # one worker's rollout of the two needed
+    batch, steps = deliver(source, [chunk("a", 0, 3, a1, returns=[12.0], lengths=[12])])
     assert steps == 2 * T * N and batch["reward"].shape == (T, 2 * N)
-    np.testing.assert_array_equal(batch["obs"][:, :N], a1["obs"])  # "a" first: worker-name order
-    np.testing.assert_array_equal(batch["obs"][:, N:], b1["obs"])
+    np.testing.assert_array_equal(batch["obs"][:, :N], b1["obs"])  # "b" first: it sent first (worker id 0)
+    np.testing.assert_array_equal(batch["obs"][:, N:], a1["obs"])
     np.testing.assert_array_equal(batch["column"], np.broadcast_to(np.arange(2 * N), (T, 2 * N)))
     assert source.counts["other_version"] == 2 and source.counts["surplus"] == 1
-    assert source.counts["rejected"] == 0 and source.counts["chunks"] == 2 and source.env_steps == steps
+    assert source.backend.counts["refused"] == 0 and source.counts["chunks"] == 2 and source.env_steps == steps
     assert source.pop_episodes() == ([12.0], [12])
-    assert source._rollout_ready() is None  # consumed
-    assert source.stats()["net/other_version"] == 2
+    assert source.poll() == ({}, 0)  # consumed
+    assert source.stats()["workers/other_version"] == 2
 
 
 def test_ppo_pull_waits_for_the_rollouts_of_the_version_just_published(make_source, relay):
@@ -158,18 +157,17 @@ def test_pull_ends_with_an_error_when_the_source_is_closed_while_it_waits(make_s
 def test_appo_takes_what_arrived_within_the_lag_with_a_column_slot_per_worker(make_source):
     source = make_source("appo", "workers=2", "max_policy_lag=2")
     source.publish({"w": np.zeros(1)}, 10)
-    source._take([chunk("x", 0, 9), chunk("y", 0, 10), chunk("z", 0, 8), chunk("x", 1, 10),
-                  chunk("old", 0, 7),  # 3 versions behind: its env steps count, it is not learned from
-                  chunk("future", 0, 11)])  # a version this trainer never published (a previous run's)
-    batch, steps = source._rollout_ready()
+    batch, steps = deliver(source, [chunk("x", 0, 9), chunk("y", 0, 10), chunk("z", 0, 8), chunk("x", 1, 10),
+                                    chunk("old", 0, 7),  # 3 versions behind: its env steps count, not learned from
+                                    chunk("future", 0, 11)])  # a version this trainer never published (a previous run's)
     assert steps == 5 * T * N  # x, y, z, x, old
     assert batch["reward"].shape == (T, 4 * N)
     # slots by first appearance modulo --workers: x 0, y 1, z 0 (x's two chunks: both at slot 0)
     assert batch["column"][0].tolist() == [0, 1, 2, 3, 0, 1, 0, 1]
     assert source.counts["too_old"] == 1 and source.counts["other_version"] == 1
     stats = source.stats()
-    assert stats["net/lag_max"] == 3 and stats["net/chunks"] == 5
-    assert source._rollout_ready() is None
+    assert stats["workers/lag_max"] == 3 and stats["workers/chunks"] == 5
+    assert source.poll() == ({}, 0)
 
 
 # ---------------------------------------------------------------- what is refused
@@ -225,8 +223,8 @@ def test_a_rollout_the_trainer_cannot_use_is_refused_by_cause(make_source, capsy
     source = make_source("ppo")
     source.publish({"w": np.zeros(1)}, 0)
     batch, meta = _bad_rollout(case)
-    source._take([chunk("robot", 0, 0, batch, **meta)])
-    assert source.rejected == {cause: 1} and source._rollout_ready() is None and source.env_steps == 0
+    assert deliver(source, [chunk("robot", 0, 0, batch, **meta)]) == ({}, 0)
+    assert source.backend.refused == {cause: 1} and source.env_steps == 0
     err = capsys.readouterr().err
     assert f"refused chunk 0 of worker 'robot' ({cause})" in err and says in err and fix in err, err
 
@@ -249,8 +247,8 @@ def test_observation_moments_must_come_and_be_sound_when_the_trainer_normalises(
     source = make_source("ppo", "ppo.obs_norm=true")
     source.publish({"w": np.zeros(1)}, 0)
     meta = {} if moments is None else {"obs_moments": moments}
-    source._take([chunk("robot", 0, 0, **meta)])
-    assert source.rejected == {"moments": 1} and source.pop_observation_moments() is None
+    deliver(source, [chunk("robot", 0, 0, **meta)])
+    assert source.backend.refused == {"moments": 1} and source.pop_observation_moments() is None
     assert says in capsys.readouterr().err
 
 
@@ -260,8 +258,9 @@ def test_merged_observation_moments_equal_those_of_the_pooled_observations(make_
     batches = [rollout(seed) for seed in range(3)]
     for k, batch in enumerate(batches):
         batch["obs"] = batch["obs"] * (k + 1) + 3 * k  # three workers that see different things
-    source._take([chunk(f"w{k}", 0, 0, b, obs_moments=moments_of(b["obs"])) for k, b in enumerate(batches)])
-    assert source._rollout_ready() is not None
+    rollout_, _ = deliver(source, [chunk(f"w{k}", 0, 0, b, obs_moments=moments_of(b["obs"]))
+                                   for k, b in enumerate(batches)])
+    assert rollout_["reward"].shape == (T, 3 * N)
     merged = source.pop_observation_moments()
     pooled = np.concatenate([b["obs"].reshape(-1, 4) for b in batches]).astype(np.float64)
     assert float(merged["count"]) == len(pooled)
@@ -274,7 +273,7 @@ def test_moments_of_a_dropped_rollout_are_not_merged(make_source):
     source = make_source("ppo", "ppo.obs_norm=true")
     source.publish({"w": np.zeros(1)}, 1)
     batch = rollout()
-    source._take([chunk("w0", 0, 0, batch, obs_moments=moments_of(batch["obs"]))])  # version 0: not learned from
+    deliver(source, [chunk("w0", 0, 0, batch, obs_moments=moments_of(batch["obs"]))])  # version 0: not learned from
     assert source.counts["other_version"] == 1 and source.pop_observation_moments() is None
 
 
@@ -283,16 +282,16 @@ def test_an_announcement_carries_spaces_and_no_rollout(make_source, capsys):
     or refused; an announcement that claims env steps is refused."""
     source = make_source("ppo")
     source.publish({"w": np.zeros(1)}, 0)
-    source._take([chunk("w0", 0, -1, {}), chunk("w1", 0, -1, {}, env_steps=5)])
-    assert source.counts["rejected"] == 1 and source.rejected == {"empty": 1} and source.env_steps == 0
+    assert deliver(source, [chunk("w0", 0, -1, {}), chunk("w1", 0, -1, {}, env_steps=5)]) == ({}, 0)
+    assert source.backend.counts["refused"] == 1 and source.backend.refused == {"empty": 1} and source.env_steps == 0
     assert "an on-policy chunk carries its whole rollout" in capsys.readouterr().err
 
 
 def test_test_episode_returns_are_popped_for_an_evaluator_and_logged(make_source):
     source = make_source("appo")
     source.publish({"w": np.zeros(1)}, 0)
-    source._take([chunk("w0", 0, 0, test_returns=[200.0, 180.0]), chunk("w1", 0, -1, {}, test_returns=[50.0])])
-    assert source.pop_test_returns() == [200.0, 180.0, 50.0] and source.pop_test_returns() == []
+    deliver(source, [chunk("w0", 0, 0, test_returns=[200.0, 180.0]), chunk("w1", 0, -1, {}, test_returns=[50.0])])
+    assert source.backend.pop_test_returns() == [200.0, 180.0, 50.0] and source.backend.pop_test_returns() == []
     assert source.stats()["net/test_return"] == pytest.approx(430 / 3)
 
 
@@ -301,15 +300,15 @@ def test_test_episode_returns_are_popped_for_an_evaluator_and_logged(make_source
 
 def test_remote_env_takes_the_spaces_from_the_first_chunk_and_keeps_it(make_source, relay, capsys):
     source = make_source("ppo", "net.remote_env=true", spaces=False)
-    assert source.observation_space is None
+    assert source.backend.observation_space is None
     worker = RelayClient(relay.address, "worker", name="robot", heartbeat_s=0.1, timeout_s=5)
     try:
         assert worker.wait_connected(10)
         worker.send_samples({}, -1, {"env_steps": 0})  # an older worker's chunk: no spaces
         first = rollout(5)
         worker.send_samples(first, 0, {"env_steps": T * N, "spaces": SPACES})
-        obs_space, act_space = source.await_spaces(timeout=10)
-        assert obs_space == OBS and act_space == ACT and source.action_space == ACT
+        obs_space, act_space = source.backend.await_spaces(timeout=10)
+        assert obs_space == OBS and act_space == ACT and source.backend.action_space == ACT
         assert "the env's spaces, from worker 'robot'" in capsys.readouterr().err
         source.publish({"w": np.zeros(1)}, 0)
         batch, steps = source.pull()  # the chunk that brought the spaces is learned from
@@ -323,11 +322,11 @@ def test_remote_env_without_workers_times_out_naming_the_fix(make_source):
     source = make_source("ppo", "net.remote_env=true", spaces=False)
     with pytest.raises(RelayRLError, match=r"no worker described its env's spaces .* within 1 s: start "
                                            r"`relayrl worker --server .* or drop --remote-env"):
-        source.await_spaces(timeout=1)
+        source.backend.await_spaces(timeout=1)
 
 
 def test_make_relay_source_with_remote_env_builds_no_env(relay, monkeypatch):
-    from relayrl.net.trainer import make_relay_source
+    from relayrl.net.backend import make_relay_source
 
     def no_env(*args, **kwargs):
         raise AssertionError("the trainer built the env")
@@ -339,10 +338,10 @@ def test_make_relay_source_with_remote_env_builds_no_env(relay, monkeypatch):
         worker.send_samples({}, -1, {"env_steps": 0, "spaces": SPACES})
         cfg = build_config("ppo", None, ["net.heartbeat_s=0.1", "net.connect_timeout_s=10", "workers=2"],
                            {"net.server": relay.address, "net.remote_env": True, "env.id": "NotHere-v0"})
-        source, spaces = make_relay_source(cfg)
+        source, _, spaces = make_relay_source(cfg)
         try:
             assert spaces == (OBS, ACT)
-            assert source.observation_space == OBS and source.action_space == ACT and source.workers == 2
+            assert source.backend.observation_space == OBS and source.backend.action_space == ACT and source.backend.num_workers == 2
         finally:
             source.close()
     finally:
@@ -350,7 +349,7 @@ def test_make_relay_source_with_remote_env_builds_no_env(relay, monkeypatch):
 
 
 def test_a_trainer_waiting_for_rollouts_says_which_it_has(make_source, relay, monkeypatch, capsys):
-    monkeypatch.setattr("relayrl.net.trainer.WAITING_NOTICE_S", 0.3)
+    monkeypatch.setattr("relayrl.net.backend.WAITING_NOTICE_S", 0.3)
     source = make_source("ppo", "workers=2")
     worker = RelayClient(relay.address, "worker", name="w0", heartbeat_s=0.1, timeout_s=5)
     try:
@@ -373,5 +372,5 @@ def test_a_trainer_waiting_for_rollouts_says_which_it_has(make_source, relay, mo
 def test_a_trainer_waiting_for_rollouts_names_what_came(make_source):
     source = make_source("ppo", "workers=2")
     source.publish({"w": np.zeros(1)}, 4)
-    source._take([chunk("w0", 0, 4)])
+    deliver(source, [chunk("w0", 0, 4)])
     assert source._waiting_for() == "1 of the 2 rollouts of policy version 4 (--workers 2) came (w0), nothing more"

@@ -1,6 +1,6 @@
 """Chunks that are wire-valid but unusable: refused (acknowledged with the reason), counted by cause,
 logged once per worker and cause, and the worker told. Real ZeroMQ sockets on 127.0.0.1: a relay in
-a thread, the trainer's RelaySource and a worker's RelayClient. Waits poll a condition with a
+a thread, the trainer's relay pool and a worker's RelayClient. Waits poll a condition with a
 generous deadline; nothing asserts on timing."""
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ import zmq
 
 from relayrl.config import build_config
 from relayrl.net import client as net_client
-from relayrl.net import trainer as net_trainer
+from relayrl.net import chunk_checks
 from relayrl.net import wire
 from relayrl.net.client import RelayClient
 from relayrl.net.relay import Relay, RelayOptions
 from relayrl.net.spaces import space_to_data
-from relayrl.net.trainer import RelaySource
+from relayrl.net.backend import relay_pool
+from relayrl.testing.relay import deliver
 
 OBS = gym.spaces.Box(-1, 1, (3,), np.float32)  # Pendulum-v1's spaces
 ACT = gym.spaces.Box(-2, 2, (1,), np.float32)
@@ -82,7 +83,7 @@ def setup():
     with relay_with_log() as (relay, log):
         config = build_config("sac", None, ["net.heartbeat_s=0.1", "net.timeout_s=5", "net.connect_timeout_s=10"],
                               {"net.server": relay.address, "env.id": "Pendulum-v1"})
-        source = RelaySource(config, OBS, ACT)
+        source = relay_pool(config, OBS, ACT)
         worker = RelayClient(relay.address, "worker", name="robot-7", heartbeat_s=0.1, timeout_s=5)
         try:
             source.reset(0)
@@ -173,11 +174,11 @@ def test_an_unusable_chunk_is_refused_counted_logged_once_and_the_worker_told(se
     assert worker.chunk_refusals == {cause: 2} and worker.stats["acked"] == 3
     stats = source.stats()
     if refuser == "trainer":
-        assert source.counts["rejected"] == 2 and source.rejected == {cause: 2}
-        assert stats["net/rejected"] == 2 and stats[f"net/rejected/{cause}"] == 2
+        assert source.backend.counts["refused"] == 2 and source.backend.refused == {cause: 2}
+        assert stats["net/refused"] == 2 and stats[f"net/refused/{cause}"] == 2
         assert relay.counters["chunks_refused"] == 0
     else:  # the relay refuses what the protocol rules out; the trainer never sees it
-        assert source.counts["rejected"] == 0 and "net/rejected/env_steps" not in stats
+        assert source.backend.counts["refused"] == 0 and "net/refused/env_steps" not in stats
         relay_stats = relay_stats_of(relay)
         assert relay_stats["chunks_refused"] == 2 and relay_stats["chunks_refused/env_steps"] == 2
         assert relay.counters["chunks_in"] == 1  # only the good one was queued
@@ -208,7 +209,7 @@ def test_each_cause_is_logged_once_per_worker(setup, capsys):
         for client in (worker, other, worker):
             client.send_samples(wide, version=0, meta={"env_steps": 4})
         worker.send_samples(nan, version=0, meta={"env_steps": 4})
-        wait_until(lambda: source.pull() and source.counts["rejected"] == 4, "four refusals")
+        wait_until(lambda: source.pull() and source.backend.counts["refused"] == 4, "four refusals")
         wait_until(lambda: worker.stats["chunks_refused"] == 3 and other.stats["chunks_refused"] == 1,
                    "both workers to hear")
     finally:
@@ -216,7 +217,7 @@ def test_each_cause_is_logged_once_per_worker(setup, capsys):
     err = capsys.readouterr().err
     assert err.count("of worker 'robot-7' (shape)") == 1 and err.count("of worker 'robot-8' (shape)") == 1
     assert err.count("of worker 'robot-7' (nonfinite)") == 1
-    assert source.rejected == {"shape": 3, "nonfinite": 1}
+    assert source.backend.refused == {"shape": 3, "nonfinite": 1}
     assert worker.chunk_refusals == {"shape": 2, "nonfinite": 1} and other.chunk_refusals == {"shape": 1}
     assert err.count("relayrl worker robot-7: chunk") == 2 and err.count("relayrl worker robot-8: chunk") == 1
 
@@ -229,8 +230,8 @@ def test_the_trainer_refuses_bad_env_steps_an_older_relay_let_through(setup, env
     _, _, source, _ = setup
     msg = wire.decode(wire.encode(wire.SAMPLES, sender="old-relay-worker", seq=0, arrays=transitions(2),
                                   meta={"env_steps": env_steps}))
-    batch, steps = source._combine([msg])
-    assert batch == {} and steps == 0 and source.rejected == {"env_steps": 1}
+    batch, steps = deliver(source, [msg])
+    assert batch == {} and steps == 0 and source.backend.refused == {"env_steps": 1}
 
 
 def test_a_chunk_with_no_arrays_carries_env_steps_and_is_not_refused(setup):
@@ -242,7 +243,7 @@ def test_a_chunk_with_no_arrays_carries_env_steps_and_is_not_refused(setup):
     steps, deadline = 0, time.monotonic() + DEADLINE
     while steps < 5 and time.monotonic() < deadline:
         steps += source.pull()[1]
-    assert steps == 5 and source.counts["rejected"] == 0 and source.counts["chunks"] == 2
+    assert steps == 5 and source.backend.counts["refused"] == 0 and source.counts["chunks"] == 2
     assert source.pop_episodes() == ([-5.0], [200])
 
 
@@ -252,7 +253,7 @@ def test_observations_come_in_their_stored_dtype_or_the_envs_own():
     with relay_with_log() as (relay, _):
         config = build_config("sac", None, ["net.heartbeat_s=0.1"], {"net.server": relay.address,
                                                                      "env.id": "InvertedPendulum-v5"})
-        source = RelaySource(config, gym.spaces.Box(-1, 1, (3,), np.float64), ACT)
+        source = relay_pool(config, gym.spaces.Box(-1, 1, (3,), np.float64), ACT)
         worker = RelayClient(relay.address, "worker", name="mujoco", heartbeat_s=0.1)
         try:
             source.reset(0)
@@ -262,18 +263,18 @@ def test_observations_come_in_their_stored_dtype_or_the_envs_own():
                 chunk["obs"], chunk["next_obs"] = chunk["obs"].astype(dtype), chunk["next_obs"].astype(dtype)
                 worker.send_samples(chunk, version=0, meta={"env_steps": 2})
             deadline = time.monotonic() + DEADLINE
-            while source.counts["chunks"] + source.counts["rejected"] < 3 and time.monotonic() < deadline:
+            while source.counts["chunks"] + source.backend.counts["refused"] < 3 and time.monotonic() < deadline:
                 source.pull()
             wait_until(lambda: worker.stats["chunks_refused"] == 1 and worker.stats["acked"] == 3, "the acks")
         finally:
             worker.close(timeout=0.5)
             source.close()
-    assert source.counts["chunks"] == 2 and source.rejected == {"dtype": 1} and source.env_steps == 4
+    assert source.counts["chunks"] == 2 and source.backend.refused == {"dtype": 1} and source.env_steps == 4
     assert worker.chunk_refusals == {"dtype": 1}
 
 
 def test_refusals_cover_every_cause_the_trainer_names():
-    assert {c[2] for c in CASES} == set(net_trainer.CAUSES) - {"decompress"}  # (decompress: tests/unit/net/test_trainer.py)
+    assert {c[2] for c in CASES} == set(chunk_checks.CAUSES) - {"decompress"}  # (decompress: tests/unit/net/test_trainer.py)
 
 
 # ---------------------------------------------------------------- the relay: what the spec rules out

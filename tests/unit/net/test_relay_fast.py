@@ -15,7 +15,7 @@ from relayrl.errors import ConfigError, RelayRLError
 from relayrl.net import wire
 from relayrl.net.relay import Relay, RelayOptions
 from relayrl.net.seen import Senders
-from relayrl.net.trainer import RelaySource
+from relayrl.net.backend import relay_pool
 from test_relay_server import (DEADLINE, chunk, clients, collect, connected, make_relay, raw,  # noqa: F401
                                relay_options, start, stats, wait_until)
 
@@ -153,7 +153,7 @@ def test_a_relay_restart_mid_stream_loses_and_repeats_nothing_after_the_trainers
     seen, firsts, repeats = Senders(), {w.name: [] for w in workers}, []
 
     def take(msgs, ack=True):
-        for m in msgs:  # the trainer's dedup (RelaySource._admit): first receipt of (worker, incarnation, seq)
+        for m in msgs:  # the trainer's dedup (RelayBackend._admit): first receipt of (worker, incarnation, seq)
             if seen.get(m.sender, m.incarnation).add(m.seq):
                 firsts[m.sender].append(m.seq)
             else:
@@ -196,9 +196,9 @@ def test_a_trainer_that_gets_no_answer_names_the_protocol_it_speaks():
     try:
         config = build_config("sac", None, ["net.heartbeat_s=0.1", "net.timeout_s=2", "net.connect_timeout_s=1"],
                               {"net.server": f"127.0.0.1:{port}"})
-        source = RelaySource(config, *_pendulum_spaces())
+        source = relay_pool(config, *_pendulum_spaces())
         with pytest.raises(RelayRLError, match=f"no answer from the relay .*wire protocol {wire.PROTOCOL}"):
-            source.connect()
+            source.backend.connect()
         assert silent.poll(0)  # its hellos did arrive
     finally:
         silent.close()

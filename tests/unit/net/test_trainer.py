@@ -1,4 +1,4 @@
-"""The trainer's end of the relay: RelaySource dedup, checks, hooks, and its errors."""
+"""The trainer's end of the relay: RelayBackend dedup, checks, hooks, and its errors."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from relayrl.net import wire
 from relayrl.net.client import RelayClient
 from relayrl.net.compress import ActionBufferCompressor
 from relayrl.net.seen import WINDOW
-from relayrl.net.trainer import RelaySource, crc_of
-from relayrl.testing.relay import running_relay
+from relayrl.net.backend import relay_pool
+from relayrl.net.chunk_checks import crc_of
+from relayrl.testing.relay import deliver, running_relay
 
 OBS = gym.spaces.Box(-1, 1, (4,), np.float32)  # 2 obs entries + an action buffer of 2 x 1
 ACT = gym.spaces.Box(-1, 1, (1,), np.float32)
@@ -49,7 +50,7 @@ def relay():
 
 
 def test_pull_delivers_worker_chunks_and_acknowledges_them(relay):
-    source = RelaySource(source_config(relay.address), OBS, ACT)
+    source = relay_pool(source_config(relay.address), OBS, ACT)
     worker = RelayClient(relay.address, "worker", name="w0", heartbeat_s=0.1, timeout_s=2)
     try:
         source.reset(0)
@@ -75,32 +76,32 @@ def test_pull_delivers_worker_chunks_and_acknowledges_them(relay):
 
 
 def test_a_chunk_seen_before_is_acknowledged_but_not_learned_twice(relay):
-    source = RelaySource(source_config(relay.address), OBS, ACT)
+    source = relay_pool(source_config(relay.address), OBS, ACT)
     try:
         first = message("w0", 0, transitions(4))
-        batch, steps = source._combine([first, message("w0", 1, transitions(4, 1))])
+        batch, steps = deliver(source, [first, message("w0", 1, transitions(4, 1))])
         assert len(batch["reward"]) == 8 and steps == 8
-        batch, steps = source._combine([first])  # a resend after a relay restart
+        batch, steps = deliver(source, [first])  # a resend after a relay restart
         assert batch == {} and steps == 0
-        assert source.counts["duplicates"] == 1
+        assert source.backend.counts["duplicates"] == 1
     finally:
         source.close()
 
 
 def test_a_restarted_worker_reusing_its_name_is_learned_from_and_its_old_process_forgotten(relay):
-    source = RelaySource(source_config(relay.address), OBS, ACT)
+    source = relay_pool(source_config(relay.address), OBS, ACT)
     try:
         old = [message("w0", s, transitions(2, s), incarnation=100) for s in range(3)]
         new = [message("w0", s, transitions(2, 10 + s), incarnation=200) for s in range(3)]  # seqs from 0 again
-        assert source._combine(old)[1] == 6
-        batch, steps = source._combine(new)
+        assert deliver(source, old)[1] == 6
+        batch, steps = deliver(source, new)
         assert steps == 6
         np.testing.assert_array_equal(batch["obs"], np.concatenate([m.arrays["obs"] for m in new]))
         # a repeat of the new process's chunk, and two of a process since replaced (a second live
         # process under that name: the relay delivers in order, so a restart never gets here)
-        batch, steps = source._combine([new[1], old[2], message("w0", 3, transitions(2), incarnation=100)])
+        batch, steps = deliver(source, [new[1], old[2], message("w0", 3, transitions(2), incarnation=100)])
         assert batch == {} and steps == 0
-        assert (source.counts["duplicates"], source.counts["stale"], source.counts["chunks"]) == (1, 2, 6)
+        assert (source.backend.counts["duplicates"], source.backend.counts["stale"], source.counts["chunks"]) == (1, 2, 6)
         stats = source.stats()
         assert stats["net/stale"] == 2 and stats["net/workers_seen"] == 1
     finally:
@@ -110,33 +111,33 @@ def test_a_restarted_worker_reusing_its_name_is_learned_from_and_its_old_process
 def test_memory_of_seen_chunks_stays_bounded_after_a_gap(relay):
     """Seq 1 was dropped by the relay's queue (or a worker's backlog): it never comes, and 10,000
     chunks after it must not be remembered one by one."""
-    source = RelaySource(source_config(relay.address), OBS, ACT)
+    source = relay_pool(source_config(relay.address), OBS, ACT)
     try:
         one = transitions(1)
-        source._combine([message("w0", 0, one)])
+        deliver(source, [message("w0", 0, one)])
         worst = 0
         for start in range(2, 10_002, 500):
-            source._combine([message("w0", s, one) for s in range(start, start + 500)])
-            worst = max(worst, len(source.seen.get("w0", 0)))
-        assert worst <= WINDOW and source.counts["chunks"] == 10_001 and source.counts["duplicates"] == 0
+            deliver(source, [message("w0", s, one) for s in range(start, start + 500)])
+            worst = max(worst, len(source.backend.seen.get("w0", 0)))
+        assert worst <= WINDOW and source.counts["chunks"] == 10_001 and source.backend.counts["duplicates"] == 0
     finally:
         source.close()
 
 
 def test_chunks_that_do_not_fit_the_env_are_rejected_and_reported_once(relay, capsys):
-    source = RelaySource(source_config(relay.address), OBS, ACT)
+    source = relay_pool(source_config(relay.address), OBS, ACT)
     try:
         bad = transitions(4)
         bad["obs"] = np.zeros((4, 7), np.float32)
-        batch, steps = source._combine([message("w9", 0, bad), message("w9", 1, bad)])
-        assert batch == {} and source.counts["rejected"] == 2
+        batch, steps = deliver(source, [message("w9", 0, bad), message("w9", 1, bad)])
+        assert batch == {} and source.backend.counts["refused"] == 2
         assert steps == 0  # a refused chunk contributes nothing, its env steps neither (they would drive
         # the update schedule and total_steps with data the learner never sees)
         err = capsys.readouterr().err
         assert err.count("refused chunk 0 of worker 'w9' (shape)") == 1 and "width 7, expected 4" in err
         missing = {k: v for k, v in transitions(4).items() if k != "reward"}
-        source._combine([message("w8", 0, missing)])
-        assert source.counts["rejected"] == 3 and source.rejected == {"shape": 2, "missing": 1}
+        deliver(source, [message("w8", 0, missing)])
+        assert source.backend.counts["refused"] == 3 and source.backend.refused == {"shape": 2, "missing": 1}
     finally:
         source.close()
 
@@ -146,13 +147,13 @@ def test_action_buffer_compressor_round_trip_passes_crc_debug(relay, monkeypatch
     module = types.ModuleType("relayrl_test_hooks")
     module.decompress = codec.decompress
     monkeypatch.setitem(sys.modules, "relayrl_test_hooks", module)
-    source = RelaySource(source_config(relay.address, "net.decompressor=relayrl_test_hooks:decompress",
+    source = relay_pool(source_config(relay.address, "net.decompressor=relayrl_test_hooks:decompress",
                                        "net.crc_debug=true"), OBS, ACT)
     try:
         original = transitions(16)
         sent = codec.compress(original)
         assert "next_obs" not in sent and sent["next_obs_head"].shape == (16, 2)
-        batch, _ = source._combine([message("w0", 0, sent, {"crc": crc_of(original)})])
+        batch, _ = deliver(source, [message("w0", 0, sent, {"crc": crc_of(original)})])
         for key, value in original.items():
             np.testing.assert_array_equal(batch[key], value)
     finally:
@@ -165,13 +166,13 @@ def test_a_chunk_the_decompressor_cannot_take_is_refused_not_fatal(relay, monkey
     module = types.ModuleType("relayrl_test_codec")
     module.decompress = ActionBufferCompressor(act_buf_len=2).decompress
     monkeypatch.setitem(sys.modules, "relayrl_test_codec", module)
-    source = RelaySource(source_config(relay.address, "net.decompressor=relayrl_test_codec:decompress"), OBS, ACT)
+    source = relay_pool(source_config(relay.address, "net.decompressor=relayrl_test_codec:decompress"), OBS, ACT)
     try:
-        batch, steps = source._combine([message("w0", 0, transitions(4))])  # no next_obs_head
-        assert batch == {} and steps == 0 and source.rejected == {"decompress": 1}
+        batch, steps = deliver(source, [message("w0", 0, transitions(4))])  # no next_obs_head
+        assert batch == {} and steps == 0 and source.backend.refused == {"decompress": 1}
         assert "net.decompressor relayrl_test_codec:decompress failed on it (KeyError" in capsys.readouterr().err
         good = ActionBufferCompressor(act_buf_len=2).compress(transitions(4))
-        batch, steps = source._combine([message("w0", 1, good)])
+        batch, steps = deliver(source, [message("w0", 1, good)])
         assert len(batch["reward"]) == 4 and steps == 4
     finally:
         source.close()
@@ -186,19 +187,19 @@ def test_crc_debug_names_the_field_a_wrong_decompressor_breaks(relay, monkeypatc
     module = types.ModuleType("relayrl_test_lossy")
     module.decompress = lossy
     monkeypatch.setitem(sys.modules, "relayrl_test_lossy", module)
-    source = RelaySource(source_config(relay.address, "net.decompressor=relayrl_test_lossy:decompress",
+    source = relay_pool(source_config(relay.address, "net.decompressor=relayrl_test_lossy:decompress",
                                        "net.crc_debug=true"), OBS, ACT)
     try:
         original = transitions(8)
         with pytest.raises(RelayRLError, match="next_obs"):
-            source._combine([message("w0", 0, ActionBufferCompressor(2).compress(original),
+            deliver(source, [message("w0", 0, ActionBufferCompressor(2).compress(original),
                                      {"crc": crc_of(original)})])
     finally:
         source.close()
 
 
 def test_no_relay_is_a_clear_error():
-    source = RelaySource(source_config("127.0.0.1:1", "net.connect_timeout_s=1"), OBS, ACT)
+    source = relay_pool(source_config("127.0.0.1:1", "net.connect_timeout_s=1"), OBS, ACT)
     with pytest.raises(RelayRLError, match="relayrl serve"):
         source.reset(0)
 
@@ -210,7 +211,7 @@ def test_no_relay_is_a_clear_error():
 ])
 def test_what_a_relay_trainer_cannot_do_is_refused_before_connecting(algo, sets, says):
     from relayrl.errors import ConfigError
-    from relayrl.net.trainer import make_relay_source
+    from relayrl.net.backend import make_relay_source
 
     config = build_config(algo, None, sets, {"net.server": "127.0.0.1:1"})
     with pytest.raises(ConfigError, match=says):
@@ -218,17 +219,17 @@ def test_what_a_relay_trainer_cannot_do_is_refused_before_connecting(algo, sets,
 
 
 def test_chunks_more_than_max_policy_lag_versions_old_are_counted_not_learned(relay):
-    source = RelaySource(source_config(relay.address, "max_policy_lag=2"), OBS, ACT)
+    source = relay_pool(source_config(relay.address, "max_policy_lag=2"), OBS, ACT)
     try:
         source.version = 5  # the learner has published version 5
         old = wire.decode(wire.encode(wire.SAMPLES, sender="w0", incarnation=0, seq=0, version=2,
                                       arrays=transitions(4), meta={"env_steps": 4}))
         fresh = wire.decode(wire.encode(wire.SAMPLES, sender="w0", incarnation=0, seq=1, version=3,
                                         arrays=transitions(4, 1), meta={"env_steps": 4}))
-        batch, steps = source._combine([old, fresh])
+        batch, steps = deliver(source, [old, fresh])
         assert steps == 8  # the env steps of both count toward the run
         np.testing.assert_array_equal(batch["obs"], fresh.arrays["obs"])  # only the fresh one is learned from
         stats = source.stats()
-        assert stats["net/too_old"] == 1 and stats["net/lag_max"] == 3
+        assert stats["workers/too_old"] == 1 and stats["workers/lag_max"] == 3
     finally:
         source.close()

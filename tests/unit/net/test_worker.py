@@ -19,8 +19,9 @@ from relayrl.errors import CheckpointError, RelayRLError
 from relayrl.net import wire
 from relayrl.net.client import RelayClient
 from relayrl.net.compress import ActionBufferCompressor
-from relayrl.net.trainer import RelaySource
+from relayrl.net.backend import relay_pool
 from relayrl.net.worker import RemoteWorker
+from relayrl.runtime.pool import WorkerPool
 from relayrl.testing.relay import running_relay
 
 FAST = ["net.heartbeat_s=0.1", "net.timeout_s=2", "env.num_envs=1", "sac.steps_per_iteration=8"]
@@ -32,17 +33,17 @@ def worker_config(address: str | None, tmp_path, *sets: str, env: str = "Pendulu
                         {"env.id": env, "net.server": address})
 
 
-def trainer_source(address: str, *sets: str, env: str = "Pendulum-v1") -> RelaySource:
+def trainer_source(address: str, *sets: str, env: str = "Pendulum-v1") -> WorkerPool:
     config = build_config("sac", None, ["net.heartbeat_s=0.1", "net.timeout_s=2", *sets],
                           {"env.id": env, "net.server": address})
     probe = make(env)
     try:
-        return RelaySource(config, probe.observation_space, probe.action_space)
+        return relay_pool(config, probe.observation_space, probe.action_space)
     finally:
         probe.close()
 
 
-def pull_steps(source: RelaySource, steps: int, timeout: float = 20.0) -> list[dict]:
+def pull_steps(source: WorkerPool, steps: int, timeout: float = 20.0) -> list[dict]:
     """The batches the trainer takes until it has counted ``steps`` env steps."""
     batches, got, deadline = [], 0, time.monotonic() + timeout
     while got < steps and time.monotonic() < deadline:
@@ -64,10 +65,10 @@ def trainer_weights(*sets: str, seed: int = 1, env: str = "Pendulum-v1") -> dict
     return algo.policy.get_weights()
 
 
-def publish(trainer: RelayClient | RelaySource, env: str = "Pendulum-v1") -> None:
+def publish(trainer: RelayClient | WorkerPool, env: str = "Pendulum-v1") -> None:
     """What a trainer's run does first: publish its weights (a worker collects only with weights of the
     run of the trainer that is there)."""
-    if isinstance(trainer, RelaySource):
+    if isinstance(trainer, WorkerPool):
         trainer.publish(trainer_weights(env=env), 0)
     else:
         trainer.publish_weights(0, wire.weights_to_bytes(trainer_weights(env=env)))
@@ -335,7 +336,7 @@ def test_a_restarted_worker_process_with_the_same_name_loses_nothing(relay, tmp_
         thread.join(timeout=10)
         source.close()
     assert sum(len(b["reward"]) for b in batches) == 48 and source.env_steps == 48
-    assert source.counts["duplicates"] == 0 and relay.counters["duplicates"] == 0
+    assert source.backend.counts["duplicates"] == 0 and relay.counters["duplicates"] == 0
 
 
 def test_a_worker_side_compressor_round_trips_and_crc_debug_catches_a_wrong_decompressor(relay, tmp_path,
@@ -455,7 +456,7 @@ def test_a_worker_on_another_env_hears_why_its_samples_are_not_used(relay, tmp_p
         thread.join(timeout=10)
         source.close()
     assert worker.stats()["chunks_refused"] == 4 and worker.client.chunk_refusals == {"shape": 4}
-    assert source.rejected == {"shape": 4} and source.stats()["net/rejected/shape"] == 4
+    assert source.backend.refused == {"shape": 4} and source.stats()["net/refused/shape"] == 4
     assert source.env_steps == 0 and source.counts["chunks"] == 0
     err = capsys.readouterr().err
     told = [line for line in err.splitlines() if line.startswith("relayrl worker lost:")]

@@ -3,7 +3,7 @@ before it holds the weights of the trainer's run (not ones it saved in an earlie
 net.pace_timeout_s without new weights); for APPO it collects continuously with at most
 net.rollouts_in_flight rollouts unacknowledged. Every chunk describes the env's spaces and, with
 obs_norm, the moments of the observations acted on. Real sockets: a relay in a thread, the trainer
-a RelayClient (or a RelaySource), the worker's loop in a thread (testing/relay.py's running_worker)."""
+a RelayClient (or the relay pool), the worker's loop in a thread (testing/relay.py's running_worker)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from relayrl.errors import ConfigError, RelayRLError
 from relayrl.net import wire
 from relayrl.net.client import RelayClient
 from relayrl.net.spaces import space_from_data, space_to_data
-from relayrl.net.trainer import RelaySource
+from relayrl.net.backend import relay_pool
 from relayrl.net.worker import LATEST, RemoteWorker
 from relayrl.testing.relay import running_relay, running_worker
 
@@ -166,7 +166,7 @@ def test_expert_workers_are_for_off_policy_algorithms(relay, tmp_path):
 def test_a_ppo_worker_on_another_num_steps_hears_why_its_rollouts_are_refused(relay, tmp_path, capsys):
     trainer_cfg = build_config("ppo", None, ["net.heartbeat_s=0.1", "net.timeout_s=5", "ppo.num_steps=16",
                                              f"env.num_envs={N}"], {"net.server": relay.address})
-    source = RelaySource(trainer_cfg, ENV.observation_space, ENV.action_space)
+    source = relay_pool(trainer_cfg, ENV.observation_space, ENV.action_space)
     source.reset(0)
     source.publish(wire.weights_from_bytes(weights()), 0)
     puller = threading.Thread(target=lambda: pytest.raises(RelayRLError, source.pull), daemon=True)
@@ -180,7 +180,7 @@ def test_a_ppo_worker_on_another_num_steps_hears_why_its_rollouts_are_refused(re
     finally:
         source.close()
         puller.join(timeout=10)
-    assert worker.client.chunk_refusals == {"shape": 1} and source.rejected == {"shape": 1}
+    assert worker.client.chunk_refusals == {"shape": 1} and source.backend.refused == {"shape": 1}
     told = [line for line in capsys.readouterr().err.splitlines() if line.startswith("relayrl worker lost:")]
     assert len(told) == 1 and "was refused (shape)" in told[0], told
     assert "a rollout of 8 steps x 2 envs, the trainer's is 16 x 2" in told[0]

@@ -2,7 +2,7 @@
 worker holds no weights of the connected trainer's run, and at most min(net.window, net.backlog)
 chunks not yet acknowledged; it says what it waits for. Acks of chunks a full backlog dropped still
 count. The trainer's waits on the relay and on the workers end on Ctrl-C (its stop event).
-Real sockets: a relay in a thread, trainers as RelayClients (or a RelaySource), the worker's loop in
+Real sockets: a relay in a thread, trainers as RelayClients (or the relay pool), the worker's loop in
 a thread."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from relayrl.config import build_config
 from relayrl.envs.registry import make
 from relayrl.net import wire
 from relayrl.net.client import RelayClient
-from relayrl.net.trainer import RelaySource
+from relayrl.net.backend import relay_pool
 from relayrl.net.worker import RemoteWorker
 from relayrl.testing.relay import running_relay
 
@@ -199,7 +199,7 @@ def test_ctrl_c_ends_the_trainers_waits_on_the_relay_and_on_the_workers(relay, c
                               {"env.id": "Pendulum-v1", "net.server": address})
         env = make("Pendulum-v1")
         stop = threading.Event()
-        source = RelaySource(config, env.observation_space, env.action_space, stop=stop)
+        source = relay_pool(config, env.observation_space, env.action_space, stop=stop)
         env.close()
         ended: list[BaseException] = []
 

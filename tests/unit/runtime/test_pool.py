@@ -1,11 +1,11 @@
 import numpy as np
 
-from relayrl.runtime.backends import Backend
+from relayrl.runtime.backends import Backend, ManagedBackend
 from relayrl.runtime.messages import InsertTransitions
 from relayrl.runtime.pool import AsyncOnPolicyPool, OffPolicyPool, OnPolicyPool
 
 
-class ScriptedBackend(Backend):
+class ScriptedBackend(ManagedBackend):
     """Delivers prepared chunks in a fixed order, like workers finishing at different times."""
 
     def __init__(self, script, num_workers=2):
@@ -42,12 +42,12 @@ def test_on_policy_pool_rejects_other_versions_and_joins_chunks_in_worker_order(
     pool.publish({"w": np.zeros(1)}, 5)
     rollout, steps = pool.pull()
     assert backend.requests == [5] and steps == 6
-    assert pool.rejected == 1  # the version-4 chunk
+    assert pool.counts["other_version"] == 1  # the version-4 chunk
     np.testing.assert_array_equal(rollout["reward"][0], [0.0, 1.0])  # worker 0's column first
     returns, _ = pool.pop_episodes()
     assert sorted(returns) == [0.0, 1.0]
     stats = pool.stats()
-    assert stats["runtime/rejected"] == 1.0 and stats["runtime/lag_max"] == 0.0
+    assert stats["workers/other_version"] == 1.0 and stats["workers/lag_max"] == 0.0
 
 
 def test_off_policy_pool_counts_env_steps_and_policy_lag():
@@ -60,7 +60,7 @@ def test_off_policy_pool_counts_env_steps_and_policy_lag():
     assert steps == 3 and pool.env_steps == 6
     assert backend.published == [(3, 0)]
     stats = pool.stats()
-    assert stats["runtime/lag_max"] == 3.0 and stats["runtime/lag_mean"] == 2.0
+    assert stats["workers/lag_max"] == 3.0 and stats["workers/lag_mean"] == 2.0
     assert pool.poll() == ({}, 0)  # nothing arrived: returns at once
 
 
@@ -69,12 +69,12 @@ def test_chunks_beyond_max_lag_are_dropped_but_their_steps_count():
     pool = AsyncOnPolicyPool(backend, max_lag=1)
     pool.publish({"w": np.zeros(1)}, 5)
     rollout, steps = pool.pull()  # the version-1 chunk is 4 behind: dropped, and pull waits for more
-    assert steps == 6 and pool.rejected == 1
+    assert steps == 6 and pool.counts["too_old"] == 1
     np.testing.assert_array_equal(rollout["reward"][0], [2.0])
     np.testing.assert_array_equal(rollout["column"][0], [1])  # worker 1's env column
     off = OffPolicyPool(ScriptedBackend([chunk(0, 0, 1.0)]), max_lag=2)
     off.publish({"w": np.zeros(1)}, 3)
-    assert off.pull() == ({}, 3) and off.rejected == 1
+    assert off.pull() == ({}, 3) and off.counts["too_old"] == 1
     assert off.stats()["runtime/queue_depth"] == 0.0
 
 
@@ -115,9 +115,11 @@ def test_appo_reward_scaling_follows_an_env_through_two_chunks_delivered_togethe
     one_at_a_time, scaled = algo(), []
     for seq in (0, 1):
         pool = AsyncOnPolicyPool(BurstBackend([[segment(0, seq, 0, reward=seq + 1.0)]]))
+        pool.publish({"w": np.zeros(1)}, 0)
         scaled.append(one_at_a_time.scale_rewards(pool.pull()[0]))
     together = algo()
     pool = AsyncOnPolicyPool(BurstBackend([[segment(0, 0, 0, reward=1.0), segment(0, 1, 0, reward=2.0)]]))
+    pool.publish({"w": np.zeros(1)}, 0)
     rollout, _ = pool.pull()
     assert rollout["column"][0].tolist() == [0, 0]  # one env's two chunks side by side
     np.testing.assert_array_equal(together.scale_rewards(rollout), np.concatenate(scaled, axis=1))
