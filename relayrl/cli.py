@@ -294,7 +294,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     ckpt = load_checkpoint(args.path)
     config = validate(ckpt.meta.get("algo"), ckpt.meta["config"])
     if config.env.id.startswith("bridge:") and args.env is None:  # a run trained on an external simulator
-        from relayrl.bridge.agents import evaluate_bridge_checkpoint
+        from relayrl.bridge.agent_env import evaluate_bridge_checkpoint
 
         if args.episodes < 1 or args.render is not None or args.video is not None:
             raise ConfigError("evaluating a bridge run takes --episodes >= 1 and no --render or --video (the "

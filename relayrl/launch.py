@@ -28,7 +28,7 @@ def train(config: RunConfig, **options: Any) -> dict[str, Any]:
     check_tracking(config.logging.wandb)  # before any env, worker or simulator starts
     on_policy = get_algo(config.algo).on_policy
     if config.env.id.startswith("bridge:"):  # an external simulator through shared memory
-        from relayrl.bridge.agents import make_bridge_envs
+        from relayrl.bridge.agent_env import make_bridge_envs
 
         if config.net.server is not None or config.workers != 1 or config.backend not in ("auto", "inline"):
             raise ConfigError("a bridge simulator trains in this process: drop --server/--workers/--backend "

@@ -19,7 +19,7 @@ from relayrl.envs.registry import make
 from relayrl.errors import CheckpointError, ConfigError, EnvError, install_hint
 from relayrl.io.checkpoint import Checkpoint, explain_load_error, load_checkpoint
 from relayrl.io.video import VisibleFrames, write_gif
-from relayrl.training.agents import AgentEvaluator
+from relayrl.training.agent_collectors import AgentEvaluator
 from relayrl.training.evaluator import Evaluator
 
 

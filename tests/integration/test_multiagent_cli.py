@@ -20,7 +20,7 @@ from relayrl.envs.multiagent import MultiAgentVectorEnv, multiagent_envs, pettin
 from relayrl.launch import train  # noqa: E402
 from relayrl.policy.encoders import SmallCNN  # noqa: E402
 from relayrl.testing.multiagent_envs import MaskedPickEnv, RelayTeamEnv  # noqa: E402
-from relayrl.training.agents import AgentEvaluator  # noqa: E402
+from relayrl.training.agent_collectors import AgentEvaluator  # noqa: E402
 from relayrl.testing.policies import UniformPolicy  # noqa: E402
 
 ENV = "pettingzoo:relayrl.testing.multiagent_envs:relay_team"

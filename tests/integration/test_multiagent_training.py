@@ -12,7 +12,7 @@ from relayrl.config import build_config  # noqa: E402
 from relayrl.envs.multiagent import MultiAgentVectorEnv, multiagent_envs  # noqa: E402
 from relayrl.io.checkpoint import load_checkpoint  # noqa: E402
 from relayrl.testing.multiagent_envs import SpawningEnv, TeamMatchEnv  # noqa: E402
-from relayrl.training.agents import AgentEvaluator  # noqa: E402
+from relayrl.training.agent_collectors import AgentEvaluator  # noqa: E402
 from relayrl.training.experience import AgentExperience  # noqa: E402
 from relayrl.training.trainer import train  # noqa: E402
 from relayrl.testing.policies import UniformPolicy  # noqa: E402

@@ -104,7 +104,7 @@ def test_predict_takes_one_observation_or_a_batch_and_refuses_other_shapes():
 def test_sample_sources_are_sample_sources():
     from relayrl.net.trainer import RelaySource
     from relayrl.runtime.pool import AsyncOnPolicyPool, OffPolicyPool, OnPolicyPool
-    from relayrl.training.agents import AgentRolloutCollector, AgentTransitionCollector
+    from relayrl.training.agent_collectors import AgentRolloutCollector, AgentTransitionCollector
     from relayrl.training.collector import OffPolicyCollector, OnPolicyCollector
 
     for cls in (RelaySource, OffPolicyPool, OnPolicyPool, AsyncOnPolicyPool, AgentRolloutCollector,

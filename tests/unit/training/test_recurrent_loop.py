@@ -46,7 +46,7 @@ def test_memory_env_hides_the_velocities():
 
 
 class AgentEnvStub(AgentEnv):
-    """Just enough of an agent env (training/agents.py) to reach the loop's checks."""
+    """Just enough of an agent env (training/agent_collectors.py) to reach the loop's checks."""
 
     single_observation_space = gym.spaces.Box(-1, 1, (3,), np.float32)
     single_action_space = gym.spaces.Discrete(2)
