@@ -350,7 +350,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     from relayrl.config import build_config, read_yaml
-    from relayrl.net.worker import RemoteWorker
+    from relayrl.net.remote_worker import RemoteWorker
 
     overrides = {"env.id": args.env, "seed": args.seed, "net.server": args.server, "net.keys": args.keys}
     config = build_config(args.algo, read_yaml(args.config) if args.config else None, args.sets, overrides)

@@ -7,7 +7,7 @@ from relayrl.options import RunConfig
 from relayrl.runtime.backends import WORKER_SEED_STRIDE, Backend
 from relayrl.runtime.messages import InsertTransitions, LoadParams
 from relayrl.runtime.weights import flatten, unflatten
-from relayrl.runtime.worker import RolloutWorker
+from relayrl.runtime.rollout_worker import RolloutWorker
 
 
 class InlineBackend(Backend):

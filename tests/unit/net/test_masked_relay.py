@@ -12,7 +12,7 @@ from relayrl.algos import get_algo
 from relayrl.config import build_config
 from relayrl.net import wire
 from relayrl.net.trainer import RelaySource, Refusal
-from relayrl.net.worker import RemoteWorker
+from relayrl.net.remote_worker import RemoteWorker
 from relayrl.testing.masked import MaskedChoiceEnv
 from relayrl.testing.relay import running_relay, running_worker
 
