@@ -324,7 +324,7 @@ class Trainer:
         """One Learner iteration on ``work`` (its hooks log and checkpoint)."""
         ctx = self.learner.ctx
         t0 = time.perf_counter()
-        self.learner.train(work, progress=ctx.env_steps / self.config.total_steps)
+        self.learner.learn(work, progress=ctx.env_steps / self.config.total_steps)
         late = self.rounds.steps_received_while_learning()  # a polling source's mid-round samples
         ctx.env_steps += late
         self.timing["learn_s"] = time.perf_counter() - t0
