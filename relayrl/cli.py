@@ -185,7 +185,7 @@ def cmd_config(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     from relayrl.config import build_config, default_config, diff_configs, read_yaml
     from relayrl.io.rundir import check_fresh_run_dir, new_run_dir, write_experiment_record
-    from relayrl.launch import train
+    from relayrl import launch
     from relayrl.training.trainer import StopRequest, stop_on_sigterm
 
     overrides = {"env.id": args.env, "seed": args.seed, "total_steps": args.total_steps,
@@ -236,9 +236,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     previous_handler = signal.signal(signal.SIGINT, on_sigint)
     try:
         with stop_on_sigterm(stop_event):  # a scheduler's stop: as Ctrl-C, exit 143
-            summary = train(config, run_dir=run_dir, resume=args.resume is not None, previous=args.previous,
-                            quiet=args.quiet, tensorboard=not args.no_tensorboard, stop_event=stop_event,
-                            hooks=[("before_run", record, {})])
+            summary = launch.run(config, run_dir=run_dir, resume=args.resume is not None, previous=args.previous,
+                                 quiet=args.quiet, tensorboard=not args.no_tensorboard, stop_event=stop_event,
+                                 hooks=[("before_run", record, {})])
     finally:
         signal.signal(signal.SIGINT, previous_handler)
     _print_summary(summary)
