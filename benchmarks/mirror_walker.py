@@ -36,8 +36,8 @@ def sets_for(mirror: float, steps: int, seed: int) -> tuple[list[str], dict]:
 
 def train_one(args: tuple) -> dict:
     mirror, steps, seed, run_dir = args
-    from relayrl.config import build_config
     from relayrl import launch
+    from relayrl.config import build_config
 
     sets, overrides = sets_for(mirror, steps, seed)
     config = build_config("ppo", None, sets, overrides)

@@ -239,8 +239,8 @@ def ppo_train_rate(n: int, manager: str, steps: int) -> tuple[float, float]:
     import tempfile
     from pathlib import Path
 
-    from relayrl.config import build_config
     from relayrl import launch
+    from relayrl.config import build_config
 
     config = build_config("ppo", None, [f"env.num_envs={n}", f"env.manager={manager}", "eval.freq=0",
                                         "eval.episodes=1", "eval.num_envs=1"], {"seed": 0, "total_steps": steps})

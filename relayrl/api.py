@@ -103,7 +103,7 @@ def load(path: str | Path) -> Policy:
     deterministically on one observation or a batch.
     """
     from relayrl.io.checkpoint import load_checkpoint
-    from relayrl.training.evaluate import load_policy
+    from relayrl.training.saved_policy import load_policy
 
     policy, _, _ = load_policy(load_checkpoint(path))
     return policy

@@ -183,9 +183,9 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from relayrl import launch
     from relayrl.config import build_config, default_config, diff_configs, read_yaml
     from relayrl.io.rundir import check_fresh_run_dir, new_run_dir, write_experiment_record
-    from relayrl import launch
     from relayrl.training.trainer import StopRequest, stop_on_sigterm
 
     overrides = {"env.id": args.env, "seed": args.seed, "total_steps": args.total_steps,
@@ -285,7 +285,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from relayrl.config import validate
     from relayrl.io.checkpoint import load_checkpoint
     from relayrl.io.rundir import clean_stale_temps
-    from relayrl.training.evaluate import evaluate_checkpoint, require_video
+    from relayrl.training.saved_policy import evaluate_checkpoint, require_video
 
     if args.video is not None:  # before anything is read or written
         require_video()

@@ -27,9 +27,9 @@ from typing import Any, Sequence
 import gymnasium as gym
 import numpy as np
 
+from relayrl.bridge.env import BridgeEnv
 from relayrl.bridge.layout import ObsSpec
 from relayrl.bridge.sidechannel import EngineConfigurationChannel, EnvironmentParametersChannel
-from relayrl.bridge.env import BridgeEnv
 from relayrl.errors import ConfigError, EnvError
 from relayrl.envs.agents import AgentEnv, AgentTurn
 from relayrl.envs.masks import check_mask

@@ -60,9 +60,9 @@ def test_a_run_that_pauses_longer_than_both_timeouts_keeps_both_simulators(tmp_p
     with its evaluation done."""
     import time
 
+    from relayrl import launch
     from relayrl.bridge.cbuild import build, have_compiler
     from relayrl.config import build_config
-    from relayrl import launch
 
     if simulator == "c" and not have_compiler():
         pytest.skip("no C compiler ($CC or cc)")
@@ -96,9 +96,9 @@ def test_a_bridge_command_that_fails_is_one_clear_message(tmp_path):
     (["ppo.prenorm=true"], "prenorm does not apply"),
 ])
 def test_bridge_options_are_checked(tmp_path, sets, message):
+    from relayrl import launch
     from relayrl.config import build_config
     from relayrl.errors import ConfigError
-    from relayrl import launch
 
     config = build_config("ppo", None, sets, {"env.id": BALL3D})
     with pytest.raises(ConfigError, match=message):

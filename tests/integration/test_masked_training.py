@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from relayrl.config import build_config
 from relayrl import launch
+from relayrl.config import build_config
 from relayrl.testing.masked import MaskedChoiceEnv
 
 ENV = "relayrl.testing.masked:relayrl-test/MaskedChoice-v0"

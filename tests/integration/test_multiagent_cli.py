@@ -14,10 +14,10 @@ import pytest
 pytest.importorskip("pettingzoo")
 
 import relayrl  # noqa: E402
+from relayrl import launch  # noqa: E402
 from relayrl.cli import main  # noqa: E402
 from relayrl.config import build_config  # noqa: E402
 from relayrl.envs.multiagent import MultiAgentVectorEnv, multiagent_envs, pettingzoo_factory  # noqa: E402
-from relayrl import launch  # noqa: E402
 from relayrl.policy.encoders import SmallCNN  # noqa: E402
 from relayrl.testing.multiagent_envs import MaskedPickEnv, RelayTeamEnv  # noqa: E402
 from relayrl.training.agent_collectors import AgentEvaluator  # noqa: E402

@@ -2,9 +2,9 @@
 workers normalise with the statistics published with the weights, report the moments of what they saw,
 and the learner merges them, so its statistics count every observation any worker acted on."""
 
+from relayrl import launch
 from relayrl.config import build_config
 from relayrl.io.checkpoint import load_checkpoint
-from relayrl import launch
 
 
 def test_ppo_with_obs_norm_learns_on_two_mp_workers(tmp_path):

@@ -53,7 +53,7 @@ def test_resume_matches_the_counters_of_an_uninterrupted_run(tmp_path, tiny_conf
 
 
 def test_checkpoint_weights_round_trip_bit_identical(tmp_path, tiny_config):
-    from relayrl.training.evaluate import load_policy
+    from relayrl.training.saved_policy import load_policy
 
     run_trainer(tiny_config(total_steps=128), run_dir=tmp_path / "r", tensorboard=False)
     ckpt = load_checkpoint(tmp_path / "r" / "checkpoints" / "last.safetensors")

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from relayrl import launch
 from relayrl.config import build_config
 from relayrl.errors import RelayRLError
 from relayrl.io.metrics import read_metrics
-from relayrl import launch
 from relayrl.runtime import make_pool
 from relayrl.testing.faults import writing
 from relayrl.training.trainer import run_trainer

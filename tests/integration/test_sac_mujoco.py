@@ -2,9 +2,9 @@
 
 import pytest
 
+from relayrl import launch
 from relayrl.config import build_config
 from relayrl.io.metrics import read_metrics
-from relayrl import launch
 
 
 @pytest.mark.solve

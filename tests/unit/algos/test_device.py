@@ -11,13 +11,13 @@ import pytest
 import torch
 import yaml
 
+from relayrl import launch
 from relayrl.algos import get_algo
 from relayrl.cli import main
 from relayrl.config import build_config
 from relayrl.core import Algorithm
 from relayrl.data.dtypes import to_tensor
 from relayrl.errors import ConfigError
-from relayrl import launch
 from relayrl.policy.device import resolve_device
 from relayrl.testing.masked import MaskedChoiceEnv
 

@@ -9,10 +9,10 @@ import math
 import numpy as np
 import pytest
 
+from relayrl import launch
 from relayrl.config import build_config
 from relayrl.data.replay import ReplayBuffer
 from relayrl.io.metrics import read_metrics
-from relayrl import launch
 
 pytest.importorskip("minatar")
 

@@ -13,12 +13,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from relayrl import launch
 from relayrl.algos.ppo import PPO, PPOPolicy
 from relayrl.config import build_config
 from relayrl.data.replay import ReplayBuffer, choose_layout
 from relayrl.envs.managers import make_vec
 from relayrl.io.metrics import read_metrics
-from relayrl import launch
 from relayrl.training.collector import OnPolicyCollector
 
 ENV = "relayrl.testing.envs:relayrl-test/DtypeObs-v0"

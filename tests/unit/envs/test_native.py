@@ -115,8 +115,8 @@ def test_ppo_on_the_native_manager_learns_exactly_what_it_learns_on_sync(tmp_pat
     order. (Column-major observations, which the native manager once passed on as CartPoleVectorEnv returns
     them, go through another matrix-product kernel: logits differed in the last bit, losses in the 7th
     digit, with 2 envs on one CPU and 4 on another.)"""
-    from relayrl.io.metrics import read_metrics
     from relayrl import launch
+    from relayrl.io.metrics import read_metrics
 
     def run(manager):
         config = tiny_config(f"env.manager={manager}", f"env.num_envs={num_envs}", "threads=1", total_steps=320, seed=3)

@@ -135,9 +135,9 @@ def test_a_hung_shard_process_is_killed_and_replaced():
 
 
 def test_shards_need_rollout_workers_on_mp_or_ray(tmp_path):
+    from relayrl import launch
     from relayrl.config import build_config
     from relayrl.errors import ConfigError
-    from relayrl import launch
 
     config = build_config("dqn", None, ["backend=inline", "workers=2", "dqn.replay_shards=2", "eval.freq=0"],
                           {"total_steps": 1000})

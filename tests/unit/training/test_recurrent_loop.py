@@ -13,7 +13,7 @@ from relayrl.envs.agents import AgentEnv
 from relayrl.training.experience import AgentExperience
 from relayrl.errors import ConfigError
 from relayrl.io.checkpoint import load_checkpoint
-from relayrl.training.evaluate import evaluate_checkpoint, load_policy
+from relayrl.training.saved_policy import evaluate_checkpoint, load_policy
 from relayrl.training.trainer import run_trainer
 
 RECURRENT = ("env.id=relayrl/CartPoleNoVel-v1", "ppo.recurrent=lstm", "ppo.recurrent_hidden=16", "ppo.seq_len=8",
@@ -75,8 +75,8 @@ def test_a_mirror_spec_that_does_not_fit_the_env_stops_before_training(tmp_path,
 
 
 def test_rollout_workers_carry_their_own_states(tmp_path, tiny_config, monkeypatch):
-    from relayrl.algos.ppo import PPO
     from relayrl import launch
+    from relayrl.algos.ppo import PPO
 
     learned = []  # each rollout the learner got, with the weights that collected it (synchronous on-policy)
     learn = PPO.learn

@@ -1,4 +1,6 @@
-"""Evaluate a saved policy: ``relayrl eval RUN_DIR|CHECKPOINT``."""
+"""A saved policy, loaded and evaluated: ``load_policy`` rebuilds a checkpoint's policy (``relayrl.load``,
+``relayrl export``); ``evaluate_checkpoint`` is ``relayrl eval RUN_DIR|CHECKPOINT`` (the ``Evaluator`` of
+training/evaluator.py on fresh envs, a GIF or mp4 files of its episodes on request)."""
 
 from __future__ import annotations
 
