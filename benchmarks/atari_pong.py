@@ -30,13 +30,13 @@ SETS = {"env.num_envs": 8, "ppo.num_steps": 128, "ppo.epochs": 4, "ppo.batch_siz
 
 def run_relayrl(steps: int, seed: int, manager: str) -> dict:
     from relayrl.config import build_config
-    from relayrl.training.trainer import train
+    from relayrl.training.trainer import run_trainer
 
     sets = {**SETS, "env.manager": manager}
     config = build_config("ppo", None, [f"{k}={json.dumps(v)}" for k, v in sets.items()],
                           {"env.id": ENV_ID, "seed": seed, "total_steps": steps})
     with tempfile.TemporaryDirectory() as tmp:
-        train(config, run_dir=tmp, tensorboard=False, quiet=True)
+        run_trainer(config, run_dir=tmp, tensorboard=False, quiet=True)
         events = [json.loads(line) for line in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
     last = [e for e in events if e["event"] == "train"][-1]
     return {"steps": last["env_steps"], "seconds": last["wall_time_s"]}

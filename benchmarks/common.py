@@ -43,12 +43,12 @@ def run_relayrl(algo: str, seed: int, budget: int, stop: float, eval_every: int,
     import tempfile
 
     from relayrl.config import build_config
-    from relayrl.training.trainer import train
+    from relayrl.training.trainer import run_trainer
 
     config = build_config(algo, None, [f"eval.freq={eval_every}", f"eval.episodes={eval_episodes}", *sets],
                           {"env.id": env_id, "seed": seed, "total_steps": budget, "stop_value": stop})
     with tempfile.TemporaryDirectory() as tmp:
-        summary = train(config, run_dir=tmp, tensorboard=False)
+        summary = run_trainer(config, run_dir=tmp, tensorboard=False)
     return {"time_s": summary["time_to_stop_value_s"], "steps": summary["env_steps_to_stop_value"],
             "updates": summary["updates"]}
 

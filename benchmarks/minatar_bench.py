@@ -42,14 +42,14 @@ DQN = {"env.num_envs": 1, "dqn.buffer_size": 100_000, "dqn.batch_size": 32, "dqn
 
 def run_relayrl(algo: str, game: str, seed: int, steps: int, eval_every: int, episodes: int) -> dict:
     from relayrl.config import build_config
-    from relayrl.training.trainer import train
+    from relayrl.training.trainer import run_trainer
 
     sets = {**(PPO if algo == "ppo" else DQN), "eval.freq": eval_every, "eval.episodes": episodes,
             "eval.num_envs": 1}
     config = build_config(algo, None, [f"{k}={json.dumps(v)}" for k, v in sets.items()],
                           {"env.id": f"MinAtar/{game}-v1", "seed": seed, "total_steps": steps})
     with tempfile.TemporaryDirectory() as tmp:
-        train(config, run_dir=tmp, tensorboard=False, quiet=True)
+        run_trainer(config, run_dir=tmp, tensorboard=False, quiet=True)
         events = [json.loads(line) for line in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
     return {"curve": [(e["env_steps"], e["wall_time_s"], e["eval/return_mean"]) for e in events
                       if e["event"] == "eval"]}

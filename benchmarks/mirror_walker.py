@@ -36,13 +36,13 @@ def sets_for(mirror: float, steps: int, seed: int) -> tuple[list[str], dict]:
 
 def train_one(args: tuple) -> dict:
     mirror, steps, seed, run_dir = args
+    from relayrl import launch
     from relayrl.config import build_config
-    from relayrl.launch import train
 
     sets, overrides = sets_for(mirror, steps, seed)
     config = build_config("ppo", None, sets, overrides)
     start = time.perf_counter()
-    summary = train(config, run_dir=Path(run_dir), tensorboard=False)
+    summary = launch.run(config, run_dir=Path(run_dir), tensorboard=False)
     summary["train_s"] = time.perf_counter() - start
     return summary
 

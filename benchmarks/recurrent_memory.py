@@ -36,11 +36,11 @@ POLICIES = {
 
 def child(args: argparse.Namespace) -> None:
     from relayrl.config import build_config
-    from relayrl.training.trainer import train
+    from relayrl.training.trainer import run_trainer
 
     config = build_config("ppo", None, [f"eval.freq={EVAL_EVERY}", *COMMON, *POLICIES[args.child]],
                           {"env.id": ENV, "seed": args.seed, "total_steps": args.budget, "stop_value": STOP})
-    summary = train(config, run_dir=Path(args.out) / f"{args.child}_seed{args.seed}", tensorboard=False)
+    summary = run_trainer(config, run_dir=Path(args.out) / f"{args.child}_seed{args.seed}", tensorboard=False)
     print("RESULT " + json.dumps({
         "time_s": summary["time_to_stop_value_s"], "steps": summary["env_steps_to_stop_value"],
         "best": summary["best_eval_return"], "env_steps": summary["env_steps"],

@@ -75,12 +75,12 @@ def broadcast_cost(backend: str, workers: int, reps: int = 20) -> tuple[float, i
 
 
 def ppo_time(backend: str, workers: int, seed: int) -> float | None:
-    from relayrl.launch import train
+    from relayrl import launch
 
     config = build_config("ppo", None, [f"backend={backend}", f"workers={workers}",
                                         f"env.num_envs={8 // workers}"], {"seed": seed, "total_steps": 200_000})
     run_dir = tempfile.mkdtemp(prefix=f"relayrl-scaling-{backend}-{workers}-{seed}-")  # a new run each time
-    summary = train(config, run_dir=run_dir, tensorboard=False)
+    summary = launch.run(config, run_dir=run_dir, tensorboard=False)
     return summary["time_to_stop_value_s"]
 
 

@@ -239,13 +239,13 @@ def ppo_train_rate(n: int, manager: str, steps: int) -> tuple[float, float]:
     import tempfile
     from pathlib import Path
 
+    from relayrl import launch
     from relayrl.config import build_config
-    from relayrl.launch import train
 
     config = build_config("ppo", None, [f"env.num_envs={n}", f"env.manager={manager}", "eval.freq=0",
                                         "eval.episodes=1", "eval.num_envs=1"], {"seed": 0, "total_steps": steps})
     with tempfile.TemporaryDirectory() as run_dir:
-        summary = train(config, run_dir=run_dir, tensorboard=False)
+        summary = launch.run(config, run_dir=run_dir, tensorboard=False)
         events = [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
     collect_s = sum(e["time/collect_s"] for e in events if "time/collect_s" in e)
     return summary["env_steps"] / summary["wall_time_s"], summary["env_steps"] / collect_s

@@ -84,13 +84,13 @@ def train(algo: str, env: EnvLike | None = None, config: dict[str, Any] | str | 
                               "or a function): move it to the top of an importable module to use workers, or "
                               "train with one inline worker")
         cfg = cfg.model_copy(update={"env": cfg.env.model_copy(update={"manager": "sync"})})
-    from relayrl.launch import train as run_training
+    from relayrl import launch
     from relayrl.training.trainer import StopRequest, stop_on_sigterm
 
     stop = StopRequest()
     with stop_on_sigterm(stop):  # a scheduler's SIGTERM: the last checkpoint and the summary, then the exit
-        summary = run_training(cfg, run_dir=run_dir, resume=resume, previous=previous, quiet=quiet,
-                               tensorboard=tensorboard, stop_event=stop)
+        summary = launch.run(cfg, run_dir=run_dir, resume=resume, previous=previous, quiet=quiet,
+                             tensorboard=tensorboard, stop_event=stop)
     if summary["stop_reason"] == "terminated":
         raise SystemExit(143)  # the process was told to end: it does, once the run is saved
     return Run(summary=summary, run_dir=Path(summary["run_dir"]))
@@ -103,7 +103,7 @@ def load(path: str | Path) -> Policy:
     deterministically on one observation or a batch.
     """
     from relayrl.io.checkpoint import load_checkpoint
-    from relayrl.training.evaluate import load_policy
+    from relayrl.training.saved_policy import load_policy
 
     policy, _, _ = load_policy(load_checkpoint(path))
     return policy

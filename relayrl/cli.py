@@ -183,9 +183,9 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from relayrl import launch
     from relayrl.config import build_config, default_config, diff_configs, read_yaml
     from relayrl.io.rundir import check_fresh_run_dir, new_run_dir, write_experiment_record
-    from relayrl.launch import train
     from relayrl.training.trainer import StopRequest, stop_on_sigterm
 
     overrides = {"env.id": args.env, "seed": args.seed, "total_steps": args.total_steps,
@@ -236,9 +236,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     previous_handler = signal.signal(signal.SIGINT, on_sigint)
     try:
         with stop_on_sigterm(stop_event):  # a scheduler's stop: as Ctrl-C, exit 143
-            summary = train(config, run_dir=run_dir, resume=args.resume is not None, previous=args.previous,
-                            quiet=args.quiet, tensorboard=not args.no_tensorboard, stop_event=stop_event,
-                            hooks=[("before_run", record, {})])
+            summary = launch.run(config, run_dir=run_dir, resume=args.resume is not None, previous=args.previous,
+                                 quiet=args.quiet, tensorboard=not args.no_tensorboard, stop_event=stop_event,
+                                 hooks=[("before_run", record, {})])
     finally:
         signal.signal(signal.SIGINT, previous_handler)
     _print_summary(summary)
@@ -285,7 +285,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from relayrl.config import validate
     from relayrl.io.checkpoint import load_checkpoint
     from relayrl.io.rundir import clean_stale_temps
-    from relayrl.training.evaluate import evaluate_checkpoint, require_video
+    from relayrl.training.saved_policy import evaluate_checkpoint, require_video
 
     if args.video is not None:  # before anything is read or written
         require_video()
@@ -294,7 +294,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     ckpt = load_checkpoint(args.path)
     config = validate(ckpt.meta.get("algo"), ckpt.meta["config"])
     if config.env.id.startswith("bridge:") and args.env is None:  # a run trained on an external simulator
-        from relayrl.bridge.agents import evaluate_bridge_checkpoint
+        from relayrl.bridge.agent_env import evaluate_bridge_checkpoint
 
         if args.episodes < 1 or args.render is not None or args.video is not None:
             raise ConfigError("evaluating a bridge run takes --episodes >= 1 and no --render or --video (the "
@@ -350,7 +350,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     from relayrl.config import build_config, read_yaml
-    from relayrl.net.worker import RemoteWorker
+    from relayrl.net.remote_worker import RemoteWorker
 
     overrides = {"env.id": args.env, "seed": args.seed, "net.server": args.server, "net.keys": args.keys}
     config = build_config(args.algo, read_yaml(args.config) if args.config else None, args.sets, overrides)

@@ -201,7 +201,7 @@ def export_run(run: str | Path, fmt: Format = "onnx", out: str | Path | None = N
     checkpoint file, to ``out`` (default: ``RUN/policy.onnx`` or ``.pt``; beside a checkpoint file, its name)."""
     from relayrl.version import __version__
     from relayrl.io.checkpoint import load_checkpoint
-    from relayrl.training.evaluate import load_policy
+    from relayrl.training.saved_policy import load_policy
 
     if fmt not in FORMATS:
         raise ConfigError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")

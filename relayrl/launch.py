@@ -1,6 +1,6 @@
 """Where a run's experience comes from, chosen from its config; then the Trainer runs it.
 
-``relayrl train`` and ``relayrl.train`` call ``train(config)``:
+``relayrl train`` and ``relayrl.train`` call ``run(config)``:
 
 - ``env.id`` "bridge:COMMAND": a simulator's agents through shared memory (``relayrl.bridge``);
 - ``env.id`` "pettingzoo:module:env_fn": PettingZoo ParallelEnv copies, agents as rows (``relayrl.envs.multiagent``);
@@ -24,12 +24,12 @@ from relayrl.training.experience import AgentExperience, GymExperience, SourceEx
 from relayrl.training.trainer import Trainer
 
 
-def train(config: RunConfig, **options: Any) -> dict[str, Any]:
-    """Train with the experience ``config`` asks for; ``options`` are the Trainer's (run_dir, resume, ...)."""
+def run(config: RunConfig, **options: Any) -> dict[str, Any]:
+    """Run ``config``: the Trainer on the experience it asks for; ``options`` are the Trainer's (run_dir, resume, ...)."""
     check_tracking(config.logging.wandb)  # before any env, worker or simulator starts
     on_policy = get_algo(config.algo).on_policy
     if config.env.id.startswith("bridge:"):  # an external simulator through shared memory
-        from relayrl.bridge.agents import make_bridge_envs
+        from relayrl.bridge.agent_env import make_bridge_envs
 
         if config.net.server is not None or config.workers != 1 or config.backend not in ("auto", "inline"):
             raise ConfigError("a bridge simulator trains in this process: drop --server/--workers/--backend "

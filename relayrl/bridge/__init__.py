@@ -5,10 +5,10 @@ through shared memory (specification: docs/bridge-protocol.md).
 - ``World``: the simulator side in Python (the C version is in ``relayrl/bridge/c``).
 """
 
+from relayrl.bridge.env import BridgeEnv, DecisionSteps, TerminalSteps
 from relayrl.bridge.errors import BridgeClosed, BridgeError, BridgeTimeout, PeerDied, VersionMismatch
 from relayrl.bridge.layout import BehaviourSpec, ObsSpec
 from relayrl.bridge.sidechannel import EngineConfigurationChannel, EnvironmentParametersChannel, SideChannel
-from relayrl.bridge.trainer import BridgeEnv, DecisionSteps, TerminalSteps
 from relayrl.bridge.world import World
 
 __all__ = ["BridgeEnv", "World", "BehaviourSpec", "ObsSpec", "DecisionSteps", "TerminalSteps", "SideChannel",

@@ -1,6 +1,6 @@
 """The agent env contract: any number of agents, each asking for a decision when it needs one.
 
-Two kinds exist: a simulator's behaviour through the bridge (``relayrl.bridge.agents.BridgeAgents``)
+Two kinds exist: a simulator's behaviour through the bridge (``relayrl.bridge.agent_env.BridgeAgents``)
 and PettingZoo ParallelEnv copies (``relayrl.envs.multiagent.MultiAgentVectorEnv``). Their agents
 are the rows of every batch the one shared policy sees::
 
@@ -17,7 +17,7 @@ actions each deciding agent may take (True = allowed, relayrl/envs/masks.py), or
 live agent at a time; the collectors key what an agent owes them by id, so an env may reuse an id
 once its agent has ended (both kinds do). Observations are one array of rows (a Dict observation is
 packed into one uint8 row per agent first, ``relayrl/envs/packed.py``).
-``relayrl/training/agents.py`` turns turns into rollouts and transitions.
+``relayrl/training/agent_collectors.py`` turns turns into rollouts and transitions.
 """
 
 from __future__ import annotations

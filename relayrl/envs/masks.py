@@ -10,7 +10,7 @@ The convention is Gymnasium's, PettingZoo's and SB3-contrib's ``action_mask`` (1
   moves it to the info, and the observation becomes the remaining entry (or the Dict of the
   remaining entries when there are several).
 
-The simulator bridge's own block says the opposite (True = forbidden); ``bridge/agents.py``
+The simulator bridge's own block says the opposite (True = forbidden); ``bridge/agent_env.py``
 converts it, so everything past an env sees one convention. A mask that allows no action of a
 branch, or has the wrong width, is an ``ActionMaskError`` naming the space and the fix.
 """

@@ -8,7 +8,7 @@ more env copies is a row, and one shared policy acts for all of them.
 
 or, through the Trainer (``multiagent_envs`` builds the training and the evaluation env)::
 
-    train(config, experience=AgentExperience(*multiagent_envs(config, my_module.parallel_env)))
+    run_trainer(config, experience=AgentExperience(*multiagent_envs(config, my_module.parallel_env)))
 
 How PettingZoo's parallel API maps onto an ``AgentTurn``:
 

@@ -16,7 +16,7 @@ from typing import Any
 
 def train_until_write(config_tree: dict[str, Any], run_dir: str, k: int) -> None:
     from relayrl.config import validate
-    from relayrl.training.trainer import train
+    from relayrl.training.trainer import run_trainer
 
     config = validate(config_tree["algo"], config_tree)
     renames = {"count": 0}
@@ -29,7 +29,7 @@ def train_until_write(config_tree: dict[str, Any], run_dir: str, k: int) -> None
         real_replace(src, dst)
 
     os.replace = replace  # this process only: it dies at the k-th rename
-    train(config, run_dir=Path(run_dir), quiet=True, tensorboard=False)
+    run_trainer(config, run_dir=Path(run_dir), quiet=True, tensorboard=False)
 
 
 def writing(pid: int) -> bool:

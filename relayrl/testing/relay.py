@@ -25,7 +25,7 @@ def running_relay(**options: Any) -> Iterator[Relay]:
 
 @contextmanager
 def running_worker(worker: Any) -> Iterator[Any]:
-    """A ``net.worker.RemoteWorker``'s ``run()`` in a thread once its client is connected (an AssertionError if it
+    """A ``net.remote_worker.RemoteWorker``'s ``run()`` in a thread once its client is connected (an AssertionError if it
     does not connect within 10 s); stopped, joined and closed on exit."""
     assert worker.client.wait_connected(10), "the worker did not reach the relay within 10 s"
     try:

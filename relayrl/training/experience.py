@@ -39,7 +39,7 @@ from relayrl.envs.registry import spec_stop_value
 from relayrl.envs.vector import VectorEnv
 from relayrl.errors import ConfigError
 from relayrl.options import RunConfig
-from relayrl.training.agents import AgentEvaluator, AgentRolloutCollector, AgentTransitionCollector
+from relayrl.training.agent_collectors import AgentEvaluator, AgentRolloutCollector, AgentTransitionCollector
 from relayrl.training.collector import OffPolicyCollector, OnPolicyCollector
 from relayrl.training.evaluator import Evaluation, Evaluator
 
@@ -137,7 +137,7 @@ class GymExperience(Experience):
 
 class AgentExperience(Experience):
     """An agent env for training and one for evaluation: every agent is a row; on-policy rollouts
-    are one column of every agent's steps in time order (``relayrl/training/agents.py``)."""
+    are one column of every agent's steps in time order (``relayrl/training/agent_collectors.py``)."""
 
     agents = True
     columns = 1

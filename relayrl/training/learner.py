@@ -57,7 +57,7 @@ class Learner(Generic[W]):
                 continue
             hook.fn(self.ctx)
 
-    def train(self, batch: W, progress: float = 0.0) -> dict[str, float]:
+    def learn(self, batch: W, progress: float = 0.0) -> dict[str, float]:
         """One iteration: before_iter hooks, ``algo.learn(batch)``, counters, after_iter hooks. ``batch``
         is the round's work (a ``Batch``, or ``UpdatesDue`` for ``ReplayUpdates``)."""
         self.ctx.iteration += 1

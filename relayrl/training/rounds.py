@@ -2,7 +2,7 @@
 
     rounds.reset(seed)
     work, steps = rounds.gather(env_steps, updates)   # a [T, N] rollout (on-policy), or UpdatesDue (replay)
-    learner.train(work)                               # rounds.learning.learn(work, progress)
+    learner.learn(work)                               # rounds.learning.learn(work, progress)
     steps += rounds.steps_received_while_learning()
 
 The work is a ``Work``: a ``Batch`` (the rollout the algorithm learns from) or ``UpdatesDue(n)`` (run n

@@ -1,8 +1,9 @@
 """The Trainer: set up, then collect, learn, evaluate, checkpoint and log until a stop.
 
-``train(config)`` trains on local Gymnasium envs; ``relayrl.launch.train`` (what ``relayrl train``
-and ``relayrl.train`` run) picks the ``Experience`` for the config (local envs, rollout workers,
-the relay, a simulator bridge) and hands it here. The run directory is described in DESIGN.md.
+``run_trainer(config)`` runs the Trainer in this process on local Gymnasium envs (or on a sample source
+or an ``Experience`` you give it); ``relayrl.launch.run`` (what ``relayrl train`` and ``relayrl.train``
+run) picks the ``Experience`` for the config (local envs, rollout workers, the relay, a simulator
+bridge) and hands it here. The run directory is described in DESIGN.md.
 
     trainer = Trainer(config, GymExperience(config, on_policy=True), run_dir="runs/x")
     summary = trainer.run()
@@ -72,9 +73,9 @@ class RunState:
     resumes: int = 0
 
 
-def train(config: RunConfig, *, experience: Experience | None = None, samples: SampleSource | None = None,
-          **options: Any) -> dict[str, Any]:
-    """Train ``config.algo`` until the stop value or ``total_steps``; returns the summary.
+def run_trainer(config: RunConfig, *, experience: Experience | None = None, samples: SampleSource | None = None,
+                **options: Any) -> dict[str, Any]:
+    """Run the Trainer on ``config`` in this process until the stop value or ``total_steps``; returns the summary.
 
     Args:
         experience: where experience comes from (default: local Gymnasium envs of ``config.env``).
@@ -324,7 +325,7 @@ class Trainer:
         """One Learner iteration on ``work`` (its hooks log and checkpoint)."""
         ctx = self.learner.ctx
         t0 = time.perf_counter()
-        self.learner.train(work, progress=ctx.env_steps / self.config.total_steps)
+        self.learner.learn(work, progress=ctx.env_steps / self.config.total_steps)
         late = self.rounds.steps_received_while_learning()  # a polling source's mid-round samples
         ctx.env_steps += late
         self.timing["learn_s"] = time.perf_counter() - t0

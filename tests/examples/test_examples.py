@@ -97,7 +97,7 @@ def test_the_customised_main_loop_learns(tmp_path):
 
 def test_predict_in_a_loop_returns_what_relayrl_eval_reports(tmp_path, tiny_config):
     import relayrl
-    from relayrl.training.evaluate import evaluate_checkpoint
+    from relayrl.training.saved_policy import evaluate_checkpoint
 
     run_ = relayrl.train("ppo", "CartPole-v1", tiny_config(total_steps=2048), run_dir=tmp_path / "run",
                          tensorboard=False)

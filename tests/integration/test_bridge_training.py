@@ -13,7 +13,7 @@ import pytest
 BALL3D = f"bridge:{shlex.quote(sys.executable)} -m relayrl.bridge.examples.ball3d"
 
 
-def train(tmp_path, *args: str, timeout: float = 600) -> dict:
+def relayrl_train(tmp_path, *args: str, timeout: float = 600) -> dict:
     run = subprocess.run([sys.executable, "-m", "relayrl", "train", *args, "--run-dir", str(tmp_path / "run"),
                           "--quiet", "--no-tensorboard"], capture_output=True, text=True, timeout=timeout)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -21,8 +21,8 @@ def train(tmp_path, *args: str, timeout: float = 600) -> dict:
 
 
 def test_ppo_balances_the_python_3dball_through_the_bridge(tmp_path):
-    summary = train(tmp_path, "ppo", "--env", BALL3D, "--stop-value", "45", "--total-steps", "60000",
-                    "--set", "eval.freq=3072", "--set", "eval.episodes=12")
+    summary = relayrl_train(tmp_path, "ppo", "--env", BALL3D, "--stop-value", "45", "--total-steps", "60000",
+                            "--set", "eval.freq=3072", "--set", "eval.episodes=12")
     assert summary["solved"] and summary["best_eval_return"] >= 45, summary
     assert summary["env_steps_to_stop_value"] <= 60000
     # relayrl eval launches the simulator again for a saved run
@@ -38,16 +38,16 @@ def test_ppo_balances_the_c_3dball_through_the_bridge(tmp_path):
     from relayrl.bridge.cbuild import build
 
     exe = build("ball3d", tmp_path / "build")
-    summary = train(tmp_path, "ppo", "--env", f"bridge:{shlex.quote(str(exe))}", "--stop-value", "45",
-                    "--total-steps", "60000", "--set", "eval.freq=3072", "--set", "eval.episodes=12")
+    summary = relayrl_train(tmp_path, "ppo", "--env", f"bridge:{shlex.quote(str(exe))}", "--stop-value", "45",
+                            "--total-steps", "60000", "--set", "eval.freq=3072", "--set", "eval.episodes=12")
     assert summary["solved"] and summary["best_eval_return"] >= 45, summary
 
 
 def test_sac_learns_from_the_bridge(tmp_path):
     """SAC's one-step transitions from agent turns: it runs, updates and evaluates."""
-    summary = train(tmp_path, "sac", "--env", BALL3D, "--total-steps", "600", "--set", "sac.start_training=200",
-                    "--set", "eval.freq=0", "--set", "eval.episodes=3", "--set", "sac.batch_size=64",
-                    "--set", "env.kwargs={args: [--agents, '4']}")
+    summary = relayrl_train(tmp_path, "sac", "--env", BALL3D, "--total-steps", "600", "--set", "sac.start_training=200",
+                            "--set", "eval.freq=0", "--set", "eval.episodes=3", "--set", "sac.batch_size=64",
+                            "--set", "env.kwargs={args: [--agents, '4']}")
     assert summary["env_steps"] >= 600 and summary["updates"] > 0
     assert summary["last_eval_return"] is not None
 
@@ -60,9 +60,9 @@ def test_a_run_that_pauses_longer_than_both_timeouts_keeps_both_simulators(tmp_p
     with its evaluation done."""
     import time
 
+    from relayrl import launch
     from relayrl.bridge.cbuild import build, have_compiler
     from relayrl.config import build_config
-    from relayrl.launch import train as run_train
 
     if simulator == "c" and not have_compiler():
         pytest.skip("no C compiler ($CC or cc)")
@@ -77,8 +77,8 @@ def test_a_run_that_pauses_longer_than_both_timeouts_keeps_both_simulators(tmp_p
             paused.append(ctx.env_steps)
             time.sleep(3.0)
 
-    summary = run_train(config, run_dir=tmp_path / "run", tensorboard=False,
-                        hooks=[("after_iter", long_update, {})])
+    summary = launch.run(config, run_dir=tmp_path / "run", tensorboard=False,
+                         hooks=[("after_iter", long_update, {})])
     assert paused == [256] and summary["env_steps"] >= 512, summary
     assert summary["last_eval_return"] is not None, summary
 
@@ -96,11 +96,11 @@ def test_a_bridge_command_that_fails_is_one_clear_message(tmp_path):
     (["ppo.prenorm=true"], "prenorm does not apply"),
 ])
 def test_bridge_options_are_checked(tmp_path, sets, message):
+    from relayrl import launch
     from relayrl.config import build_config
     from relayrl.errors import ConfigError
-    from relayrl.launch import train as run_train
 
     config = build_config("ppo", None, sets, {"env.id": BALL3D})
     with pytest.raises(ConfigError, match=message):
-        run_train(config, run_dir=tmp_path / "run", tensorboard=False)
+        launch.run(config, run_dir=tmp_path / "run", tensorboard=False)
     assert not (tmp_path / "run").exists()  # refused before the run directory is written

@@ -86,10 +86,10 @@ def test_a_simulator_command_that_does_not_exist_is_bad_input(tmp_path):
 
 
 def test_a_run_directory_in_use_is_bad_input(tmp_path, tiny_config):
+    from relayrl import launch
     from relayrl.io.rundir import RunLock
-    from relayrl.launch import train
 
-    train(tiny_config(total_steps=64), run_dir=tmp_path / "run", tensorboard=False)
+    launch.run(tiny_config(total_steps=64), run_dir=tmp_path / "run", tensorboard=False)
     with RunLock(tmp_path / "run"):
         run = subprocess.run([sys.executable, "-m", "relayrl", "train", "ppo", "--resume", str(tmp_path / "run"),
                               "--total-steps", "128", "--quiet"], capture_output=True, text=True, timeout=120)

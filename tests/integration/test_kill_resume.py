@@ -19,7 +19,7 @@ from relayrl.config import build_config
 from relayrl.errors import CheckpointError
 from relayrl.io.checkpoint import load_checkpoint
 from relayrl.testing.faults import train_until_write
-from relayrl.training.trainer import train
+from relayrl.training.trainer import run_trainer
 
 SETS = {
     "dqn": ["dqn.start_training=64", "dqn.batch_size=16", "dqn.steps_per_iteration=32", "dqn.buffer_size=2000"],
@@ -43,7 +43,7 @@ def renames_of_a_whole_run(algo, tmp_path, monkeypatch):
         real(src, dst)
 
     monkeypatch.setattr(os, "replace", counting)
-    train(config_for(algo), run_dir=tmp_path / "whole", quiet=True, tensorboard=False)
+    run_trainer(config_for(algo), run_dir=tmp_path / "whole", quiet=True, tensorboard=False)
     monkeypatch.setattr(os, "replace", real)
     return targets
 
@@ -92,11 +92,11 @@ def test_a_run_killed_at_any_write_resumes_from_its_newest_checkpoint(algo, tmp_
         caplog.clear()
         if k - 1 <= first_ckpt:  # killed before the first checkpoint was in place: nothing to resume
             with pytest.raises(CheckpointError, match="stopped before its first checkpoint; start it again"):
-                train(config_for(algo, 2 * TOTAL), run_dir=run_dir, resume=True, quiet=True, tensorboard=False)
+                run_trainer(config_for(algo, 2 * TOTAL), run_dir=run_dir, resume=True, quiet=True, tensorboard=False)
         else:
             saved = load_checkpoint(run_dir / "checkpoints" / "last.safetensors").meta["run"]["env_steps"]
-            summary = train(config_for(algo, 2 * TOTAL), run_dir=run_dir, resume=True, quiet=True,
-                            tensorboard=False)
+            summary = run_trainer(config_for(algo, 2 * TOTAL), run_dir=run_dir, resume=True, quiet=True,
+                                  tensorboard=False)
             assert summary["stop_reason"] == "total_steps" and summary["env_steps"] >= 2 * TOTAL, (k, summary)
             assert summary["env_steps"] - saved >= TOTAL  # it continued from the checkpoint, not from 0
         assert temp_files(run_dir) == [], k  # the resume removed what the kill left, and said so
@@ -105,11 +105,11 @@ def test_a_run_killed_at_any_write_resumes_from_its_newest_checkpoint(algo, tmp_
 
 def test_resume_takes_the_newest_readable_checkpoint_when_last_is_gone(tmp_path, caplog):
     run_dir = tmp_path / "run"
-    train(config_for("ppo"), run_dir=run_dir, quiet=True, tensorboard=False)
+    run_trainer(config_for("ppo"), run_dir=run_dir, quiet=True, tensorboard=False)
     best = load_checkpoint(run_dir / "checkpoints" / "best.safetensors").meta["run"]["env_steps"]
     (run_dir / "checkpoints" / "last.safetensors").write_bytes(b"not a checkpoint")
     caplog.set_level(logging.INFO, logger="relayrl")
-    summary = train(config_for("ppo", TOTAL + 128), run_dir=run_dir, resume=True, quiet=True, tensorboard=False)
+    summary = run_trainer(config_for("ppo", TOTAL + 128), run_dir=run_dir, resume=True, quiet=True, tensorboard=False)
     assert "last.safetensors is unreadable" in caplog.text
     assert f"resuming from best.safetensors (env step {best})" in caplog.text
     assert summary["env_steps"] >= TOTAL + 128 and summary["stop_reason"] == "total_steps"
@@ -119,10 +119,10 @@ def test_a_run_directory_in_use_is_not_resumed_twice(tmp_path):
     from relayrl.io.rundir import RunLock
 
     run_dir = tmp_path / "run"
-    train(config_for("ppo"), run_dir=run_dir, quiet=True, tensorboard=False)
+    run_trainer(config_for("ppo"), run_dir=run_dir, quiet=True, tensorboard=False)
     with RunLock(run_dir):  # another process training there now
         with pytest.raises(CheckpointError, match=r"is in use by another relayrl process \(pid \d+\)"):
-            train(config_for("ppo", 2 * TOTAL), run_dir=run_dir, resume=True, quiet=True, tensorboard=False)
+            run_trainer(config_for("ppo", 2 * TOTAL), run_dir=run_dir, resume=True, quiet=True, tensorboard=False)
 
 
 FAULTY = "relayrl.testing.envs:relayrl-test/Faulty-v0"  # every episode returns 10: no evaluation beats the first
@@ -141,7 +141,7 @@ def test_a_kill_at_any_write_of_the_first_evaluation_keeps_the_best_checkpoint_a
     targets = []
     real = os.replace
     monkeypatch.setattr(os, "replace", lambda src, dst: (targets.append(os.path.basename(dst)), real(src, dst)))
-    train(constant_return_config(128), run_dir=tmp_path / "whole", quiet=True, tensorboard=False)
+    run_trainer(constant_return_config(128), run_dir=tmp_path / "whole", quiet=True, tensorboard=False)
     monkeypatch.setattr(os, "replace", real)
     first_write = min(targets.index(name) for name in ("replay.safetensors", "last.safetensors"))
     best_done = targets.index("best.json")
@@ -164,10 +164,10 @@ def test_a_kill_at_any_write_of_the_first_evaluation_keeps_the_best_checkpoint_a
         best = run_dir / "checkpoints" / "best.safetensors"
         if not (run_dir / "checkpoints" / "last.safetensors").is_file():
             with pytest.raises(CheckpointError, match="stopped before its first checkpoint"):
-                train(constant_return_config(384), run_dir=run_dir, resume=True, quiet=True, tensorboard=False)
+                run_trainer(constant_return_config(384), run_dir=run_dir, resume=True, quiet=True, tensorboard=False)
             assert not best.exists()
             continue
-        summary = train(constant_return_config(384), run_dir=run_dir, resume=True, quiet=True, tensorboard=False)
+        summary = run_trainer(constant_return_config(384), run_dir=run_dir, resume=True, quiet=True, tensorboard=False)
         assert summary["env_steps"] >= 384 and summary["best_eval_return"] == 10.0, (k, summary)
         # the score the summary reports comes with its checkpoint, which eval and relayrl.load pick
         assert best.is_file(), (k, targets[k - 1])

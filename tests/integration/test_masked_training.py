@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
+from relayrl import launch
 from relayrl.config import build_config
-from relayrl.launch import train
 from relayrl.testing.masked import MaskedChoiceEnv
 
 ENV = "relayrl.testing.masked:relayrl-test/MaskedChoice-v0"
@@ -21,7 +21,7 @@ SMALL = {"ppo": ["ppo.num_steps=32"], "appo": ["appo.num_steps=32"],
 def run(tmp_path, algo, *sets, steps=2048):
     config = build_config(algo, None, [f"env.id={ENV}", "env.manager=sync", "env.num_envs=4", "eval.freq=1024",
                                        "eval.episodes=8", *SMALL[algo], *sets], {"total_steps": steps, "seed": 0})
-    return train(config, run_dir=tmp_path / "run", tensorboard=False)
+    return launch.run(config, run_dir=tmp_path / "run", tensorboard=False)
 
 
 @pytest.mark.parametrize("algo", ["ppo", "appo", "dqn"])
@@ -62,7 +62,7 @@ def test_ppo_and_dqn_train_on_a_bridge_behaviour_with_two_masked_branches(tmp_pa
     for algo in ("ppo", "dqn"):
         config = build_config(algo, None, [f"env.id={env}", "eval.freq=0", "eval.episodes=8", *SMALL[algo]],
                               {"total_steps": 1024, "seed": 0})
-        summary = train(config, run_dir=tmp_path / algo, tensorboard=False)
+        summary = launch.run(config, run_dir=tmp_path / algo, tensorboard=False)
         assert summary["last_eval_return"] >= 8.0, (algo, summary)
 
 

@@ -14,13 +14,13 @@ import pytest
 pytest.importorskip("pettingzoo")
 
 import relayrl  # noqa: E402
+from relayrl import launch  # noqa: E402
 from relayrl.cli import main  # noqa: E402
 from relayrl.config import build_config  # noqa: E402
 from relayrl.envs.multiagent import MultiAgentVectorEnv, multiagent_envs, pettingzoo_factory  # noqa: E402
-from relayrl.launch import train  # noqa: E402
 from relayrl.policy.encoders import SmallCNN  # noqa: E402
 from relayrl.testing.multiagent_envs import MaskedPickEnv, RelayTeamEnv  # noqa: E402
-from relayrl.training.agents import AgentEvaluator  # noqa: E402
+from relayrl.training.agent_collectors import AgentEvaluator  # noqa: E402
 from relayrl.testing.policies import UniformPolicy  # noqa: E402
 
 ENV = "pettingzoo:relayrl.testing.multiagent_envs:relay_team"
@@ -64,7 +64,7 @@ def test_image_observations_get_the_cnn(tmp_path):
                                         "eval.freq=0", "eval.episodes=2", "eval.num_envs=1",
                                         "env.kwargs={image: true}"],
                           {"total_steps": 96, "env.id": ENV})
-    summary = train(config, run_dir=tmp_path / "run", tensorboard=False)
+    summary = launch.run(config, run_dir=tmp_path / "run", tensorboard=False)
     assert summary["env_steps"] >= 96 and summary["last_eval_return"] is not None
     policy = relayrl.load(tmp_path / "run")
     assert isinstance(policy.model.actor_encoder, SmallCNN)

@@ -1,5 +1,5 @@
 """PettingZoo ParallelEnvs trained through the real Trainer:
-``train(config, experience=AgentExperience(*multiagent_envs(config, env_fn)))`` (relayrl/envs/multiagent.py), one shared policy for every agent of every env copy."""
+``run_trainer(config, experience=AgentExperience(*multiagent_envs(config, env_fn)))`` (relayrl/envs/multiagent.py), one shared policy for every agent of every env copy."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from relayrl.config import build_config  # noqa: E402
 from relayrl.envs.multiagent import MultiAgentVectorEnv, multiagent_envs  # noqa: E402
 from relayrl.io.checkpoint import load_checkpoint  # noqa: E402
 from relayrl.testing.multiagent_envs import SpawningEnv, TeamMatchEnv  # noqa: E402
-from relayrl.training.agents import AgentEvaluator  # noqa: E402
+from relayrl.training.agent_collectors import AgentEvaluator  # noqa: E402
 from relayrl.training.experience import AgentExperience  # noqa: E402
-from relayrl.training.trainer import train  # noqa: E402
+from relayrl.training.trainer import run_trainer  # noqa: E402
 from relayrl.testing.policies import UniformPolicy  # noqa: E402
 
 
@@ -24,8 +24,8 @@ def test_ppo_learns_a_cooperative_pettingzoo_env(tmp_path):
     config = build_config("ppo", None, ["env.num_envs=4", "ppo.num_steps=32", "ppo.batch_size=128", "ppo.gamma=0.5",
                                         "eval.freq=0", "eval.episodes=8", "eval.num_envs=4"],
                           {"total_steps": 4096, "env.id": "team_match"})
-    summary = train(config, run_dir=tmp_path / "run", tensorboard=False,
-                    experience=AgentExperience(*multiagent_envs(config, TeamMatchEnv)))
+    summary = run_trainer(config, run_dir=tmp_path / "run", tensorboard=False,
+                          experience=AgentExperience(*multiagent_envs(config, TeamMatchEnv)))
     with MultiAgentVectorEnv([TeamMatchEnv] * 4) as env:
         random_return = AgentEvaluator(env, 8, seed=1).evaluate(UniformPolicy(env.single_observation_space, env.single_action_space)).mean
     assert random_return < 4.0
@@ -39,8 +39,8 @@ def test_dqn_trains_on_agents_that_come_and_go(tmp_path):
     config = build_config("dqn", None, ["env.num_envs=2", "dqn.start_training=64", "dqn.batch_size=32",
                                         "dqn.hidden_sizes=[32]", "eval.freq=0", "eval.episodes=4", "eval.num_envs=2"],
                           {"total_steps": 300, "env.id": "spawning"})
-    summary = train(config, run_dir=tmp_path / "run", tensorboard=False,
-                    experience=AgentExperience(*multiagent_envs(config, SpawningEnv)))
+    summary = run_trainer(config, run_dir=tmp_path / "run", tensorboard=False,
+                          experience=AgentExperience(*multiagent_envs(config, SpawningEnv)))
     assert summary["env_steps"] >= 300 and summary["updates"] > 0 and summary["last_eval_return"] is not None
     stored = load_checkpoint(tmp_path / "run" / "checkpoints" / "replay").state["storage"]["arrays"]
     obs, next_obs = stored["obs"], stored["next_obs"]

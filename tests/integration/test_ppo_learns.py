@@ -9,14 +9,14 @@ from relayrl.config import build_config
 from relayrl.errors import NonFiniteError
 from relayrl.io.checkpoint import load_checkpoint
 from relayrl.io.metrics import read_metrics
-from relayrl.training.trainer import train
+from relayrl.training.trainer import run_trainer
 
 TIME_KEYS = ("wall_time_s", "time/")
 
 
 def test_ppo_learns_cartpole_on_a_small_budget(tmp_path):
     config = build_config("ppo", None, [], {"total_steps": 30_000, "stop_value": 300, "seed": 0})
-    summary = train(config, run_dir=tmp_path / "run")
+    summary = run_trainer(config, run_dir=tmp_path / "run")
     assert summary["solved"] and summary["best_eval_return"] >= 300
     assert summary["env_steps_to_stop_value"] <= 30_000
     events = read_metrics(tmp_path / "run")
@@ -32,20 +32,20 @@ def test_ppo_learns_cartpole_on_a_small_budget(tmp_path):
 
 def test_same_seed_gives_identical_metrics(tmp_path, tiny_config):
     def run(name):
-        train(tiny_config(total_steps=320, seed=5), run_dir=tmp_path / name, tensorboard=False)
+        run_trainer(tiny_config(total_steps=320, seed=5), run_dir=tmp_path / name, tensorboard=False)
         return [{k: v for k, v in e.items() if not k.startswith(TIME_KEYS)} for e in read_metrics(tmp_path / name)]
 
     first, second = run("a"), run("b")
     assert first == second and len(first) > 5
-    third = train(tiny_config(total_steps=320, seed=6), run_dir=tmp_path / "c", tensorboard=False)
+    third = run_trainer(tiny_config(total_steps=320, seed=6), run_dir=tmp_path / "c", tensorboard=False)
     assert [e for e in read_metrics(tmp_path / "c") if e["event"] == "train"] != [
         e for e in first if e["event"] == "train"] or third["env_steps"] != 320
 
 
 def test_resume_matches_the_counters_of_an_uninterrupted_run(tmp_path, tiny_config):
-    train(tiny_config(total_steps=160, seed=1), run_dir=tmp_path / "r", tensorboard=False)
-    summary = train(tiny_config(total_steps=320, seed=1), run_dir=tmp_path / "r", resume=True, tensorboard=False)
-    straight = train(tiny_config(total_steps=320, seed=1), run_dir=tmp_path / "s", tensorboard=False)
+    run_trainer(tiny_config(total_steps=160, seed=1), run_dir=tmp_path / "r", tensorboard=False)
+    summary = run_trainer(tiny_config(total_steps=320, seed=1), run_dir=tmp_path / "r", resume=True, tensorboard=False)
+    straight = run_trainer(tiny_config(total_steps=320, seed=1), run_dir=tmp_path / "s", tensorboard=False)
     assert summary["env_steps"] == straight["env_steps"] == 320
     assert summary["updates"] == straight["updates"]
     last = load_checkpoint(tmp_path / "r" / "checkpoints" / "last.safetensors")
@@ -53,9 +53,9 @@ def test_resume_matches_the_counters_of_an_uninterrupted_run(tmp_path, tiny_conf
 
 
 def test_checkpoint_weights_round_trip_bit_identical(tmp_path, tiny_config):
-    from relayrl.training.evaluate import load_policy
+    from relayrl.training.saved_policy import load_policy
 
-    train(tiny_config(total_steps=128), run_dir=tmp_path / "r", tensorboard=False)
+    run_trainer(tiny_config(total_steps=128), run_dir=tmp_path / "r", tensorboard=False)
     ckpt = load_checkpoint(tmp_path / "r" / "checkpoints" / "last.safetensors")
     policy, _, _ = load_policy(ckpt)
     for name, tensor in policy.model.state_dict().items():
@@ -66,7 +66,7 @@ def test_checkpoint_weights_round_trip_bit_identical(tmp_path, tiny_config):
 
 
 def test_periodic_checkpoints_every_save_freq_updates(tmp_path, tiny_config):
-    summary = train(tiny_config(total_steps=256, save_freq=8), run_dir=tmp_path / "r", tensorboard=False)
+    summary = run_trainer(tiny_config(total_steps=256, save_freq=8), run_dir=tmp_path / "r", tensorboard=False)
     periodic = sorted(p.name for p in (tmp_path / "r" / "checkpoints").glob("update_*.safetensors"))
     # 8 iterations x (2 epochs x 2 minibatches) = 32 updates: one checkpoint every 8
     assert summary["updates"] == 32
@@ -76,7 +76,7 @@ def test_periodic_checkpoints_every_save_freq_updates(tmp_path, tiny_config):
 def test_non_finite_loss_stops_with_message_and_keeps_last_good_checkpoint(tmp_path, tiny_config):
     config = tiny_config("env.id=relayrl-test/HugeReward-v0", "ppo.normalize_reward=false", total_steps=640)
     with pytest.raises(NonFiniteError, match="loss became (nan|inf)"):
-        train(config, run_dir=tmp_path / "r", tensorboard=False)
+        run_trainer(config, run_dir=tmp_path / "r", tensorboard=False)
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["stop_reason"] == "nonfinite"
     assert (tmp_path / "r" / "nonfinite_batch.npz").is_file()
@@ -85,7 +85,7 @@ def test_non_finite_loss_stops_with_message_and_keeps_last_good_checkpoint(tmp_p
 def test_obs_norm_with_prenorm_fills_statistics_before_training(tmp_path, tiny_config):
     config = tiny_config("ppo.obs_norm=true", "ppo.prenorm=true", "ppo.prenormalize_steps=10",
                          "ppo.update_norm=false", total_steps=96)
-    summary = train(config, run_dir=tmp_path / "r", tensorboard=False)
+    summary = run_trainer(config, run_dir=tmp_path / "r", tensorboard=False)
     state = load_checkpoint(tmp_path / "r" / "checkpoints" / "last.safetensors").state["algo"]
     # 10 warm-up vector steps of 2 envs fill the statistics; update_norm=false freezes them after
     assert float(state["obs_rms"]["count"]) == 20
@@ -96,7 +96,7 @@ def test_obs_norm_with_prenorm_fills_statistics_before_training(tmp_path, tiny_c
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_default_ppo_solves_cartpole(tmp_path, seed):
     config = build_config("ppo", None, [], {"seed": seed, "total_steps": 150_000})
-    summary = train(config, run_dir=tmp_path / "run", tensorboard=False)
+    summary = run_trainer(config, run_dir=tmp_path / "run", tensorboard=False)
     assert summary["solved"], summary
     assert summary["last_eval_return"] >= 475
 
@@ -104,7 +104,7 @@ def test_default_ppo_solves_cartpole(tmp_path, seed):
 @pytest.mark.solve
 def test_default_ppo_makes_clear_progress_on_pendulum(tmp_path):
     config = build_config("ppo", None, ["eval.freq=20000"], {"env.id": "Pendulum-v1", "total_steps": 200_000})
-    summary = train(config, run_dir=tmp_path / "run", tensorboard=False)
+    summary = run_trainer(config, run_dir=tmp_path / "run", tensorboard=False)
     evals = [e["eval/return_mean"] for e in read_metrics(tmp_path / "run") if e["event"] == "eval"]
     # a random policy scores about -1200 on Pendulum-v1
     assert evals[0] < -900 and summary["best_eval_return"] > -400, evals
@@ -119,7 +119,7 @@ def test_user_hooks_see_a_named_context_at_every_position(tmp_path, tiny_config)
     hooks = [("before_run", lambda ctx: seen.append("start"), {}),
              ("after_iter", record, {"freq": 2}),
              ("after_run", lambda ctx: seen.append(("end", ctx.stop_reason)), {})]
-    train(tiny_config(total_steps=128), run_dir=tmp_path / "r", tensorboard=False, hooks=hooks)
+    run_trainer(tiny_config(total_steps=128), run_dir=tmp_path / "r", tensorboard=False, hooks=hooks)
     assert seen[0] == "start" and seen[-1] == ("end", "total_steps")
     iterations = [item[0] for item in seen[1:-1]]
     assert iterations == [2, 4]  # 4 iterations of 32 steps, every second one
@@ -130,7 +130,7 @@ def test_training_survives_env_faults_and_logs_them(tmp_path, tiny_config):
     # every env instance raises on its 5th step; worker-side rebuilds keep training going
     config = tiny_config("env.id=relayrl.testing.envs:relayrl-test/Faulty-v0", "env.kwargs={raise_at: 5}",
                          "env.manager=subproc", "env.workers=2", total_steps=256)
-    summary = train(config, run_dir=tmp_path / "r", tensorboard=False)
+    summary = run_trainer(config, run_dir=tmp_path / "r", tensorboard=False)
     assert summary["env_steps"] == 256
     errors = [e["env/errors"] for e in read_metrics(tmp_path / "r") if e["event"] == "train"]
     assert errors[-1] > 0 and errors == sorted(errors)
@@ -140,14 +140,14 @@ def test_ppo_refuses_the_async_manager(tiny_config):
     from relayrl.errors import ConfigError
 
     with pytest.raises(ConfigError, match="not async"):
-        train(tiny_config("env.manager=async"))
+        run_trainer(tiny_config("env.manager=async"))
 
 
 @pytest.mark.parametrize("fault", ["env.kwargs={exit_at: 7}", "env.kwargs={hang_at: 7, hang_s: 30}"])
 def test_training_survives_dying_and_hanging_workers(tmp_path, tiny_config, fault):
     config = tiny_config("env.id=relayrl.testing.envs:relayrl-test/Faulty-v0", fault, "env.manager=subproc",
                          "env.workers=2", "env.step_timeout=0.3", "eval.freq=0", total_steps=64)
-    summary = train(config, run_dir=tmp_path / "r", tensorboard=False)
+    summary = run_trainer(config, run_dir=tmp_path / "r", tensorboard=False)
     assert summary["env_steps"] == 64
     last = [e for e in read_metrics(tmp_path / "r") if e["event"] == "train"][-1]
     assert last["env/restarts"] > 0
@@ -161,12 +161,12 @@ def test_dqn_trains_and_resumes_with_its_replay_buffer(tmp_path):
     sets = ["dqn.start_training=200", "dqn.steps_per_iteration=8", "dqn.buffer_size=5000", "dqn.batch_size=32",
             "dqn.hidden_sizes=[32, 32]", "env.num_envs=4", "eval.freq=256", "eval.episodes=2", "eval.num_envs=2",
             "dqn.n_step=1"]
-    first = train(build_config("dqn", None, sets, {"total_steps": 512, "seed": 0}), run_dir=tmp_path / "r",
-                  tensorboard=False)
+    first = run_trainer(build_config("dqn", None, sets, {"total_steps": 512, "seed": 0}), run_dir=tmp_path / "r",
+                        tensorboard=False)
     replay = tmp_path / "r" / "checkpoints" / "replay.safetensors"
     assert first["env_steps"] == 512 and first["updates"] > 0 and replay.is_file()
-    resumed = train(build_config("dqn", None, sets, {"total_steps": 1024, "seed": 0}), run_dir=tmp_path / "r",
-                    resume=True, tensorboard=False)
+    resumed = run_trainer(build_config("dqn", None, sets, {"total_steps": 1024, "seed": 0}), run_dir=tmp_path / "r",
+                          resume=True, tensorboard=False)
     assert resumed["env_steps"] == 1024 and resumed["updates"] > first["updates"]
     from relayrl.data.replay import ReplayBuffer
 
@@ -178,15 +178,15 @@ def test_dqn_trains_and_resumes_with_its_replay_buffer(tmp_path):
 @pytest.mark.solve
 def test_default_dqn_solves_cartpole(tmp_path):
     config = build_config("dqn", None, [], {"seed": 0, "total_steps": 100_000})
-    summary = train(config, run_dir=tmp_path / "run", tensorboard=False)
+    summary = run_trainer(config, run_dir=tmp_path / "run", tensorboard=False)
     assert summary["solved"], summary
 
 
 def test_sac_trains_on_pendulum_briefly_and_evaluates(tmp_path):
     sets = ["sac.start_training=64", "sac.batch_size=32", "sac.hidden_sizes=[32, 32]", "sac.steps_per_iteration=16",
             "eval.freq=200", "eval.episodes=2", "eval.num_envs=2"]
-    summary = train(build_config("sac", None, sets, {"total_steps": 400, "seed": 0}), run_dir=tmp_path / "r",
-                    tensorboard=False)
+    summary = run_trainer(build_config("sac", None, sets, {"total_steps": 400, "seed": 0}), run_dir=tmp_path / "r",
+                          tensorboard=False)
     assert summary["env"] == "Pendulum-v1" and summary["env_steps"] == 400
     assert summary["updates"] == 400 - 64  # one update per env step once training started
     assert summary["last_eval_return"] is not None
@@ -196,7 +196,7 @@ def test_sac_trains_on_pendulum_briefly_and_evaluates(tmp_path):
 def test_default_sac_reaches_minus_200_on_pendulum(tmp_path):
     config = build_config("sac", None, ["eval.freq=1000", "eval.episodes=5"],
                           {"seed": 0, "total_steps": 20_000, "stop_value": -200})
-    summary = train(config, run_dir=tmp_path / "run", tensorboard=False)
+    summary = run_trainer(config, run_dir=tmp_path / "run", tensorboard=False)
     assert summary["solved"], summary
 
 
@@ -246,8 +246,8 @@ def test_off_policy_loop_takes_an_external_sample_source_and_weight_sink(tmp_pat
 
     sets = ["dqn.start_training=64", "dqn.batch_size=32", "dqn.hidden_sizes=[16]", "dqn.update_model_interval=5",
             "eval.freq=0", "eval.episodes=2", "eval.num_envs=2"]
-    summary = train(build_config("dqn", None, sets, {"total_steps": 320, "seed": 0}), run_dir=tmp_path / "r",
-                    tensorboard=False, samples=QueueSource())
+    summary = run_trainer(build_config("dqn", None, sets, {"total_steps": 320, "seed": 0}), run_dir=tmp_path / "r",
+                          tensorboard=False, samples=QueueSource())
     assert len(pulls) == 10 and summary["env_steps"] == 320  # 10 pulls of 16 steps x 2 envs
     assert summary["updates"] > 0 and len(published) == summary["updates"] // 5 + 1
     assert published == sorted(published) and published[:2] == [0, 5]  # the start, then versions count updates
@@ -280,7 +280,7 @@ def test_update_buffer_interval_drains_a_polling_source_mid_round(tmp_path):
 
     sets = ["dqn.start_training=64", "dqn.batch_size=32", "dqn.hidden_sizes=[16]", "dqn.update_buffer_interval=4",
             "eval.freq=0", "eval.episodes=2", "eval.num_envs=2"]
-    summary = train(build_config("dqn", None, sets, {"total_steps": 320, "seed": 0}), run_dir=tmp_path / "r",
-                    tensorboard=False, samples=PollingSource())
+    summary = run_trainer(build_config("dqn", None, sets, {"total_steps": 320, "seed": 0}), run_dir=tmp_path / "r",
+                          tensorboard=False, samples=PollingSource())
     assert calls["poll"] > 0 and calls["poll"] == summary["updates"] // 4
     assert summary["env_steps"] == 32 * calls["pull"] + 2 * calls["poll"]

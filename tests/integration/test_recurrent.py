@@ -1,7 +1,7 @@
 """Recurrent PPO learns a memory task that feed-forward PPO cannot: CartPole-v1 without its velocities."""
 
 from relayrl.config import build_config
-from relayrl.training.trainer import train
+from relayrl.training.trainer import run_trainer
 
 MEMORY = ["env.id=relayrl/CartPoleNoVel-v1", "env.manager=sync", "eval.freq=5000", "eval.episodes=10"]
 
@@ -16,10 +16,10 @@ def test_recurrent_ppo_reaches_400_where_feed_forward_stays_below_100(tmp_path):
     worst 55,296); the budget is 100,000 (1.8x the worst seed). Feed-forward PPO's best eval over
     50,000 steps, same seeds: 42.6 to 51.4; the bar is 100. Test time follows seed 0's steps (~10 s)."""
     budget = {"seed": 0, "total_steps": 100_000, "stop_value": 400}
-    gru = train(build_config("ppo", None, [*MEMORY, "ppo.recurrent=gru", "ppo.hidden_sizes=[64]"], budget),
-                run_dir=tmp_path / "gru", tensorboard=False)
+    gru = run_trainer(build_config("ppo", None, [*MEMORY, "ppo.recurrent=gru", "ppo.hidden_sizes=[64]"], budget),
+                      run_dir=tmp_path / "gru", tensorboard=False)
     assert gru["solved"], gru
     # feed-forward PPO with the steps the recurrent policy needed (it stays near 50 even with 100k)
-    mlp = train(build_config("ppo", None, MEMORY, {**budget, "total_steps": gru["env_steps"]}),
-                run_dir=tmp_path / "mlp", tensorboard=False)
+    mlp = run_trainer(build_config("ppo", None, MEMORY, {**budget, "total_steps": gru["env_steps"]}),
+                      run_dir=tmp_path / "mlp", tensorboard=False)
     assert not mlp["solved"] and mlp["best_eval_return"] < 100, mlp

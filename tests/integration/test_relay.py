@@ -282,7 +282,7 @@ def test_a_killed_trainer_resumes_and_keeps_the_samples_queued_meanwhile(tmp_pat
 
 def test_dqn_trains_from_a_remote_worker(tmp_path):
     """Discrete actions through the relay: a DQN trainer (this process) and a worker process."""
-    from relayrl.launch import train
+    from relayrl import launch
     from relayrl.testing.relay import running_relay
 
     with running_relay() as r:
@@ -293,7 +293,7 @@ def test_dqn_trains_from_a_remote_worker(tmp_path):
             config = build_config("dqn", None, ["dqn.start_training=300", "eval.freq=0", "eval.episodes=2",
                                                 "eval.num_envs=2", "net.heartbeat_s=0.2", "dqn.update_model_interval=20"],
                                   {"env.id": "CartPole-v1", "net.server": r.address, "total_steps": 1500})
-            summary = train(config, run_dir=tmp_path / "run", tensorboard=False)
+            summary = launch.run(config, run_dir=tmp_path / "run", tensorboard=False)
             assert summary["backend"] == "relay" and summary["env_steps"] >= 1500 and summary["updates"] > 0
             assert (tmp_path / "w" / "latest.safetensors").is_file()
         finally:

@@ -15,7 +15,7 @@ from relayrl.config import build_config
 from relayrl.io.metrics import read_metrics
 from relayrl.runtime import make_pool
 from relayrl.runtime.messages import InsertTransitions
-from relayrl.training.trainer import train as train_local
+from relayrl.training.trainer import run_trainer
 
 
 def _children_of(pid):
@@ -82,7 +82,7 @@ def test_dqn_on_mp_workers_and_two_shard_processes_survives_a_killed_shard_and_a
 
     with caplog.at_level(logging.WARNING, logger="relayrl"):
         try:
-            summary = train_local(config, run_dir=tmp_path / "run", tensorboard=False, samples=pool,
+            summary = run_trainer(config, run_dir=tmp_path / "run", tensorboard=False, samples=pool,
                                   hooks=[("after_iter", drive, {})], stop_event=stop)
         finally:
             pool.close()

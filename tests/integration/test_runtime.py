@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
+from relayrl import launch
 from relayrl.config import build_config
 from relayrl.errors import RelayRLError
 from relayrl.io.metrics import read_metrics
-from relayrl.launch import train
 from relayrl.runtime import make_pool
 from relayrl.testing.faults import writing
-from relayrl.training.trainer import train as train_local
+from relayrl.training.trainer import run_trainer
 from runtime_checks import SameWeights  # same folder
 
 
@@ -55,7 +55,7 @@ def _shm() -> set[str]:
 def _train_on(pool, config, tmp_path, after_iter, stop_event=None):
     """Train on ``pool`` with one after_iter hook, closing the pool whatever happens."""
     try:
-        return train_local(config, run_dir=tmp_path / "run", tensorboard=False, samples=pool,
+        return run_trainer(config, run_dir=tmp_path / "run", tensorboard=False, samples=pool,
                            hooks=[("after_iter", after_iter, {})], stop_event=stop_event)
     finally:
         pool.close()
@@ -67,7 +67,7 @@ PPO_FAST = ["env.num_envs=4", "eval.freq=4096", "eval.episodes=5", "eval.num_env
 def test_inline_backend_runs_are_reproducible(tmp_path):
     def run(name):
         config = build_config("ppo", None, PPO_FAST + ["backend=inline", "workers=2"], {"total_steps": 4096})
-        train(config, run_dir=tmp_path / name, tensorboard=False)
+        launch.run(config, run_dir=tmp_path / name, tensorboard=False)
         return [(r["env_steps"], r.get("train/loss/policy"), r.get("eval/return_mean"))
                 for r in read_metrics(tmp_path / name)]
 
@@ -81,7 +81,7 @@ def test_ppo_on_mp_workers_solves_cartpole_and_leaves_nothing_behind(tmp_path, m
     assert config.resolved_backend == "mp"
     check = SameWeights(config)
     check.install(monkeypatch)
-    summary = train(config, run_dir=tmp_path / "run", tensorboard=False)
+    summary = launch.run(config, run_dir=tmp_path / "run", tensorboard=False)
     assert summary["solved"] and summary["backend"] == "mp", summary
     check.assert_synchronous(columns=2 * 4)  # synchronous: every rollout from the weights just published
     rows = [r for r in read_metrics(tmp_path / "run") if "workers/other_version" in r]
@@ -186,14 +186,14 @@ def test_workers_that_keep_failing_end_the_run_with_a_clear_message(tmp_path):
     pool.backend.max_restarts = 2
     with pytest.raises(RelayRLError, match="rollout workers failed 3 times.*exit code 3"):
         try:
-            train_local(config, run_dir=tmp_path / "run", tensorboard=False, samples=pool)
+            run_trainer(config, run_dir=tmp_path / "run", tensorboard=False, samples=pool)
         finally:
             pool.close()
 
 
 def test_appo_learns_from_lagging_mp_workers(tmp_path):
     config = build_config("appo", None, PPO_FAST + ["workers=2"], {"total_steps": 150_000, "seed": 0})
-    summary = train(config, run_dir=tmp_path / "run", tensorboard=False)
+    summary = launch.run(config, run_dir=tmp_path / "run", tensorboard=False)
     assert summary["solved"], summary
     rows = [r for r in read_metrics(tmp_path / "run") if "workers/lag_max" in r]
     assert max(r["workers/lag_max"] for r in rows) >= 1  # chunks really came from older versions
@@ -300,7 +300,7 @@ def test_a_hung_worker_is_killed_and_replaced(tmp_path):
 def test_every_algorithm_runs_on_inline_workers(tmp_path, algo, sets):
     config = build_config(algo, None, sets + ["backend=inline", "workers=2", "eval.freq=0", "eval.episodes=2",
                                               "eval.num_envs=2"], {"total_steps": 600, "seed": 0})
-    summary = train(config, run_dir=tmp_path / "run", tensorboard=False)
+    summary = launch.run(config, run_dir=tmp_path / "run", tensorboard=False)
     assert summary["backend"] == "inline" and summary["env_steps"] >= 600 and summary["updates"] > 0
 
 

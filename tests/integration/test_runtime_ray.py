@@ -12,7 +12,7 @@ ray = pytest.importorskip("ray")
 from relayrl.config import build_config  # noqa: E402
 from relayrl.io.metrics import read_metrics  # noqa: E402
 from relayrl.runtime import make_pool  # noqa: E402
-from relayrl.training.trainer import train as train_local  # noqa: E402
+from relayrl.training.trainer import run_trainer  # noqa: E402
 from runtime_checks import SameWeights  # noqa: E402  (same folder)
 
 pytestmark = pytest.mark.ray
@@ -37,7 +37,7 @@ def _run(config, tmp_path, on_iteration=None):
     hooks = [("after_iter", lambda ctx: on_iteration(ctx, pool.backend), {})] if on_iteration else []
     info = []
     try:
-        summary = train_local(config, run_dir=tmp_path / "run", tensorboard=False, samples=pool,
+        summary = run_trainer(config, run_dir=tmp_path / "run", tensorboard=False, samples=pool,
                               hooks=hooks)
         info = pool.backend.info()
     finally:

@@ -168,9 +168,9 @@ def test_version_and_help_speak_to_users():
 
 
 def test_eval_on_an_env_of_other_spaces_names_the_shapes_that_differ(tmp_path, tiny_config):
-    from relayrl.launch import train
+    from relayrl import launch
 
-    train(tiny_config(total_steps=64), run_dir=tmp_path / "run", tensorboard=False)
+    launch.run(tiny_config(total_steps=64), run_dir=tmp_path / "run", tensorboard=False)
     result = relayrl("eval", tmp_path / "run", "--env", "Acrobot-v1", "--episodes", 1)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     line = result.stderr.strip()

@@ -105,7 +105,7 @@ def test_sample_sources_are_sample_sources():
     from relayrl.net.backend import RelayBackend
     from relayrl.runtime.backends import Backend
     from relayrl.runtime.pool import AsyncOnPolicyPool, OffPolicyPool, OnPolicyPool
-    from relayrl.training.agents import AgentRolloutCollector, AgentTransitionCollector
+    from relayrl.training.agent_collectors import AgentRolloutCollector, AgentTransitionCollector
     from relayrl.training.collector import OffPolicyCollector, OnPolicyCollector
 
     assert issubclass(RelayBackend, Backend)  # the relay is one more transport under the worker pools

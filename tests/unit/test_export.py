@@ -19,7 +19,7 @@ from relayrl.core import Policy
 from relayrl.errors import ConfigError
 from relayrl.export import export_policy
 from relayrl.policy.encoders import SmallCNN
-from relayrl.training.trainer import train
+from relayrl.training.trainer import run_trainer
 from relayrl.types import PolicyOutput
 
 onnxruntime = pytest.importorskip("onnxruntime")
@@ -103,7 +103,7 @@ def cartpole_run(tmp_path_factory):
     config = build_config("ppo", None, ["env.num_envs=2", "ppo.num_steps=16", "ppo.batch_size=16", "ppo.epochs=1",
                                         "ppo.obs_norm=true", "eval.freq=0", "eval.episodes=1", "eval.num_envs=1"],
                           {"total_steps": 64})
-    train(config, run_dir=run_dir, tensorboard=False)
+    run_trainer(config, run_dir=run_dir, tensorboard=False)
     return run_dir
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-import relayrl.runtime.worker  # noqa: F401  (the worker class, collectors, env registry)
+import relayrl.runtime.rollout_worker  # noqa: F401  (the worker class, collectors, env registry)
 from relayrl.algos import available
 
 try:

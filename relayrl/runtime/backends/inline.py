@@ -6,8 +6,8 @@ from relayrl.algos import get_algo
 from relayrl.options import RunConfig
 from relayrl.runtime.backends import WORKER_SEED_STRIDE, ManagedBackend
 from relayrl.runtime.messages import InsertTransitions, LoadParams
+from relayrl.runtime.rollout_worker import RolloutWorker
 from relayrl.runtime.weights import flatten, unflatten
-from relayrl.runtime.worker import RolloutWorker
 
 
 class InlineBackend(ManagedBackend):

@@ -76,7 +76,7 @@ def _worker_main(worker_id: int, beat_index: int, config_data: dict, seed: int, 
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # signal to the process group reaches every worker too)
     import torch
 
-    from relayrl.runtime.worker import RolloutWorker
+    from relayrl.runtime.rollout_worker import RolloutWorker
 
     torch.set_num_threads(1)
     board = WeightBoard.attach(board_name, layout)

@@ -11,13 +11,13 @@ import pytest
 import torch
 import yaml
 
+from relayrl import launch
 from relayrl.algos import get_algo
 from relayrl.cli import main
 from relayrl.config import build_config
 from relayrl.core import Algorithm
 from relayrl.data.dtypes import to_tensor
 from relayrl.errors import ConfigError
-from relayrl.launch import train
 from relayrl.policy.device import resolve_device
 from relayrl.testing.masked import MaskedChoiceEnv
 
@@ -83,7 +83,7 @@ def test_trains_on_the_resolved_device(tmp_path, case, device):
     config = build_config(algo, None, [*SMALL, f"env.id={env}", "env.manager=sync", *sets, f"device={device}"],
                           {"total_steps": 160, "seed": 0})
     before = MaskedChoiceEnv.forbidden_taken
-    summary = train(config, run_dir=tmp_path / "run", quiet=True, tensorboard=False)
+    summary = launch.run(config, run_dir=tmp_path / "run", quiet=True, tensorboard=False)
     assert summary["stop_reason"] == "total_steps" and summary["updates"] > 0
     assert summary["last_eval_return"] is not None
     assert MaskedChoiceEnv.forbidden_taken == before  # the masks reached the policy wherever it acts

@@ -9,10 +9,10 @@ import math
 import numpy as np
 import pytest
 
+from relayrl import launch
 from relayrl.config import build_config
 from relayrl.data.replay import ReplayBuffer
 from relayrl.io.metrics import read_metrics
-from relayrl.launch import train
 
 pytest.importorskip("minatar")
 
@@ -22,7 +22,7 @@ def test_dqn_trains_on_minatar_through_the_frames_layout(tmp_path):
             "dqn.start_training=200", "dqn.batch_size=32", "dqn.steps_per_iteration=8", "dqn.buffer_size=1000",
             "dqn.hidden_sizes=[32]", "dqn.updates_per_step=0.25", "dqn.replay_layout=frames"]
     config = build_config("dqn", None, sets, {"total_steps": 1200, "seed": 0, "env.id": "MinAtar/Breakout-v1"})
-    summary = train(config, run_dir=tmp_path / "run", quiet=True, tensorboard=False)
+    summary = launch.run(config, run_dir=tmp_path / "run", quiet=True, tensorboard=False)
     assert summary["stop_reason"] == "total_steps" and summary["updates"] > 200
     losses = [e["train/loss/td"] for e in read_metrics(tmp_path / "run") if "train/loss/td" in e]
     assert losses and all(math.isfinite(x) for x in losses)

@@ -13,12 +13,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from relayrl import launch
 from relayrl.algos.ppo import PPO, PPOPolicy
 from relayrl.config import build_config
 from relayrl.data.replay import ReplayBuffer, choose_layout
 from relayrl.envs.managers import make_vec
 from relayrl.io.metrics import read_metrics
-from relayrl.launch import train
 from relayrl.training.collector import OnPolicyCollector
 
 ENV = "relayrl.testing.envs:relayrl-test/DtypeObs-v0"
@@ -59,7 +59,7 @@ def assert_trained(summary: dict, run_dir) -> None:
 @pytest.mark.parametrize("algo,actions", CASES)
 def test_every_algorithm_trains_on_observations_of_every_dtype(tmp_path, algo, actions, dtype):
     config = config_for(algo, ENV, [], 192, dtype=dtype, shape=SHAPES[dtype], actions=actions)
-    summary = train(config, run_dir=tmp_path / "run", quiet=True, tensorboard=False)
+    summary = launch.run(config, run_dir=tmp_path / "run", quiet=True, tensorboard=False)
     assert_trained(summary, tmp_path / "run")
     if algo in ("dqn", "sac"):  # what the replay holds: float64 as float32, uint8 as uint8
         buffer = ReplayBuffer(1000, layout=choose_layout(SHAPES[dtype]))  # the layout the loop chose
@@ -95,5 +95,5 @@ def test_sac_and_ppo_train_on_a_mujoco_env(tmp_path):
     pytest.importorskip("mujoco")
     for algo in ("sac", "ppo"):
         config = config_for(algo, "InvertedPendulum-v5", ["eval.episodes=1", "eval.num_envs=1"], 128)
-        summary = train(config, run_dir=tmp_path / algo, quiet=True, tensorboard=False)
+        summary = launch.run(config, run_dir=tmp_path / algo, quiet=True, tensorboard=False)
         assert_trained(summary, tmp_path / algo)

@@ -13,7 +13,7 @@ from relayrl.config import build_config
 from relayrl.errors import ConfigError
 from relayrl.policy.recurrent import RecurrentActorCritic
 from relayrl.training import threads
-from relayrl.training.trainer import train
+from relayrl.training.trainer import run_trainer
 
 
 @pytest.mark.parametrize("sets, message", [
@@ -25,7 +25,7 @@ from relayrl.training.trainer import train
 def test_normaliser_options_without_obs_norm_are_refused_before_the_run_directory(tmp_path, tiny_config, sets,
                                                                                   message):
     with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
-        train(tiny_config(*sets), run_dir=tmp_path / "r")
+        run_trainer(tiny_config(*sets), run_dir=tmp_path / "r")
     assert not (tmp_path / "r").exists()
 
 
@@ -47,8 +47,8 @@ def test_normaliser_options_with_obs_norm_are_accepted_and_update_norm_defaults_
 def test_threads_minus_one_given_to_the_plain_loop_is_resolved_and_recorded(tmp_path, tiny_config, capsys):
     before = torch.get_num_threads()
     try:
-        summary = train(tiny_config("threads=-1", "ppo.recurrent=gru", "ppo.recurrent_hidden=8", "ppo.seq_len=8",
-                                    total_steps=32), run_dir=tmp_path / "r", tensorboard=False)
+        summary = run_trainer(tiny_config("threads=-1", "ppo.recurrent=gru", "ppo.recurrent_hidden=8", "ppo.seq_len=8",
+                                          total_steps=32), run_dir=tmp_path / "r", tensorboard=False)
         picked = torch.get_num_threads()
     finally:
         torch.set_num_threads(before)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from relayrl.bridge import BridgeEnv
-from relayrl.bridge import trainer as trainer_module
+from relayrl.bridge import env as env_module
 
 ECHO = [sys.executable, "-m", "relayrl.bridge.examples.echo_sim"]
 
@@ -55,7 +55,7 @@ DEAF_SIM = textwrap.dedent("""
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 def test_a_simulator_that_ignores_the_close_is_killed_with_its_process_group(tmp_path, monkeypatch):
     grace = 1.0
-    monkeypatch.setattr(trainer_module, "CLOSE_GRACE_S", grace)
+    monkeypatch.setattr(env_module, "CLOSE_GRACE_S", grace)
     log = tmp_path / "sim.log"
     env = BridgeEnv([sys.executable, "-c", DEAF_SIM], timeout_s=20, directory=tmp_path / "bridge", log_path=log)
     helper = int(log.read_text().split()[0])  # printed before the handshake, which BridgeEnv waited for
@@ -77,7 +77,7 @@ def test_a_simulator_that_closes_is_not_kept_waiting_for_the_grace_period(tmp_pa
     env = BridgeEnv(ECHO, timeout_s=20, directory=tmp_path / "bridge")
     start = time.monotonic()
     env.close()
-    assert time.monotonic() - start < trainer_module.CLOSE_GRACE_S and env.returncode == 0
+    assert time.monotonic() - start < env_module.CLOSE_GRACE_S and env.returncode == 0
 
 
 # A trainer in its own process group, as at a terminal; Ctrl-C sends SIGINT to that whole group.

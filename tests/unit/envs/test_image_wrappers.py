@@ -78,7 +78,7 @@ def test_pettingzoo_agents_get_the_same_processing():
 
 def test_a_pettingzoo_run_records_the_options_and_eval_and_load_rebuild_them(tmp_path):
     import relayrl
-    from relayrl.training.evaluate import evaluate_checkpoint
+    from relayrl.training.saved_policy import evaluate_checkpoint
 
     run_dir = tmp_path / "run"
     config = {"env": {"num_envs": 1, "kwargs": {"max_cycles": 20}, "resize": [84, 84], "grayscale": True},

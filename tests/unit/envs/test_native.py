@@ -115,12 +115,12 @@ def test_ppo_on_the_native_manager_learns_exactly_what_it_learns_on_sync(tmp_pat
     order. (Column-major observations, which the native manager once passed on as CartPoleVectorEnv returns
     them, go through another matrix-product kernel: logits differed in the last bit, losses in the 7th
     digit, with 2 envs on one CPU and 4 on another.)"""
+    from relayrl import launch
     from relayrl.io.metrics import read_metrics
-    from relayrl.launch import train
 
     def run(manager):
-        train(tiny_config(f"env.manager={manager}", f"env.num_envs={num_envs}", "threads=1", total_steps=320, seed=3),
-              run_dir=tmp_path / manager, tensorboard=False)
+        config = tiny_config(f"env.manager={manager}", f"env.num_envs={num_envs}", "threads=1", total_steps=320, seed=3)
+        launch.run(config, run_dir=tmp_path / manager, tensorboard=False)
         return [{k: v for k, v in e.items() if not k.startswith(("time/", "wall_time"))}
                 for e in read_metrics(tmp_path / manager)]
 

@@ -141,12 +141,12 @@ def test_a_new_run_refuses_a_folder_that_holds_another_run_and_leaves_it_as_it_w
 
 
 def test_the_trainer_itself_refuses_a_used_folder_before_writing(tmp_path):
-    from relayrl.training.trainer import train
+    from relayrl.training.trainer import run_trainer
 
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "notes.txt").write_text("mine\n")
     with pytest.raises(CheckpointError, match=r"is not empty \(notes\.txt\)"):
-        train(tiny(), run_dir=tmp_path / "run", tensorboard=False)
+        run_trainer(tiny(), run_dir=tmp_path / "run", tensorboard=False)
     assert snapshot(tmp_path / "run") == {"notes.txt": b"mine\n"}
 
 
@@ -160,11 +160,11 @@ def test_an_empty_existing_folder_is_a_fine_run_directory(tmp_path):
 
 @pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
 def test_every_file_of_a_run_follows_the_umask(tmp_path, umask):
-    from relayrl.training.trainer import train
+    from relayrl.training.trainer import run_trainer
 
     old = os.umask(umask)
     try:
-        train(tiny(), run_dir=tmp_path / "run", hooks=[("before_run", lambda ctx: write_experiment_record(
+        run_trainer(tiny(), run_dir=tmp_path / "run", hooks=[("before_run", lambda ctx: write_experiment_record(
             tmp_path / "run", ["relayrl", "train", "ppo"], []), {})])
     finally:
         os.umask(old)
@@ -180,13 +180,13 @@ def test_a_resume_with_nothing_left_writes_only_a_missing_summary(tmp_path, capl
     """Killed after its final checkpoint, before summary.json: the resume writes the summary and nothing else."""
     import logging
 
-    from relayrl.training.trainer import train
+    from relayrl.training.trainer import run_trainer
 
-    first = train(tiny(), run_dir=tmp_path / "run", tensorboard=False)
+    first = run_trainer(tiny(), run_dir=tmp_path / "run", tensorboard=False)
     (tmp_path / "run" / "summary.json").unlink()
     before = {k: v for k, v in snapshot(tmp_path / "run").items() if k != ".lock"}
     caplog.set_level(logging.INFO, logger="relayrl")
-    again = train(tiny(), run_dir=tmp_path / "run", resume=True, tensorboard=False)
+    again = run_trainer(tiny(), run_dir=tmp_path / "run", resume=True, tensorboard=False)
     assert "already complete, nothing to train" in caplog.text and "--total-steps" in caplog.text
     after = {k: v for k, v in snapshot(tmp_path / "run").items() if k != ".lock"}
     assert after.pop("summary.json") and after == before
@@ -198,16 +198,16 @@ def test_a_resume_of_a_run_that_reached_its_stop_value_says_how_to_go_on(tmp_pat
     import logging
 
     from relayrl.config import build_config
-    from relayrl.training.trainer import train
+    from relayrl.training.trainer import run_trainer
 
     config = build_config("ppo", {"env": {"id": "relayrl.testing.envs:relayrl-test/Faulty-v0"}},  # returns 10
                           ["env.num_envs=2", "ppo.num_steps=16", "ppo.batch_size=16", "ppo.epochs=1",
                            "eval.freq=32", "eval.episodes=1", "eval.num_envs=1"], {"total_steps": 640, "stop_value": 5})
-    first = train(config, run_dir=tmp_path / "run", tensorboard=False)
+    first = run_trainer(config, run_dir=tmp_path / "run", tensorboard=False)
     assert first["stop_reason"] == "stop_value" and first["env_steps"] == 32
     caplog.set_level(logging.INFO, logger="relayrl")
-    again = train(config, run_dir=tmp_path / "run", resume=True, tensorboard=False)
+    again = run_trainer(config, run_dir=tmp_path / "run", resume=True, tensorboard=False)
     assert again["env_steps"] == 32 and "reached stop value 5" in caplog.text and "--stop-value" in caplog.text
-    higher = train(config.model_copy(update={"stop_value": 20.0, "total_steps": 64}), run_dir=tmp_path / "run",
-                   resume=True, tensorboard=False)
+    higher = run_trainer(config.model_copy(update={"stop_value": 20.0, "total_steps": 64}), run_dir=tmp_path / "run",
+                         resume=True, tensorboard=False)
     assert higher["env_steps"] == 64  # a higher stop value: there is something to do again

@@ -154,14 +154,14 @@ def test_track_mirrors_the_run_config_metrics_and_summary(wandb_home, monkeypatc
 def test_a_run_that_fails_still_finishes_its_wandb_run(wandb_home, tiny_config):
     import wandb
 
-    from relayrl.launch import train
+    from relayrl import launch
 
     def boom(ctx):
         raise RuntimeError("the env broke")
 
     config = tiny_config("logging.wandb.enabled=true", "logging.wandb.mode=offline")
     with pytest.raises(RuntimeError, match="the env broke"):
-        train(config, run_dir=wandb_home / "run", hooks=[("after_iter", boom, {})])
+        launch.run(config, run_dir=wandb_home / "run", hooks=[("after_iter", boom, {})])
     assert wandb.run is None
     run = wandb_run(wandb_home / "run" / "wandb")
     assert run["exit_code"] == 1  # failed on W&B
@@ -242,8 +242,8 @@ def test_library_train_without_wandb_refuses_before_the_run_directory(no_wandb):
 @pytest.mark.parametrize("sets", [["logging.wandb.enabled=true", "logging.wandb.mode=disabled"],
                                   ["logging.wandb.project=mine", "logging.wandb.enabled=false"], []])
 def test_a_wandb_section_that_is_off_needs_no_package(no_wandb, tiny_config, sets):
-    from relayrl.launch import train
+    from relayrl import launch
 
     config = tiny_config(*sets, "eval.freq=0", total_steps=32)
-    summary = train(config, run_dir=no_wandb / "run")
+    summary = launch.run(config, run_dir=no_wandb / "run")
     assert summary["env_steps"] == 32 and not (no_wandb / "run" / WANDB_ID_FILE).exists()

@@ -49,7 +49,7 @@ def assert_visible(frame: np.ndarray) -> None:
 def test_eval_render_gif_has_every_frame_coloured_and_enlarged(minatar_run, tmp_path):
     from PIL import Image, ImageSequence
 
-    from relayrl.training.evaluate import evaluate_checkpoint
+    from relayrl.training.saved_policy import evaluate_checkpoint
 
     gif = tmp_path / "episode.gif"
     evaluate_checkpoint(minatar_run, episodes=1, render=str(gif))
@@ -65,7 +65,7 @@ def test_eval_render_gif_has_every_frame_coloured_and_enlarged(minatar_run, tmp_
 def test_eval_video_has_every_frame_coloured_and_enlarged(minatar_run, tmp_path):
     import imageio
 
-    from relayrl.training.evaluate import evaluate_checkpoint
+    from relayrl.training.saved_policy import evaluate_checkpoint
 
     result = evaluate_checkpoint(minatar_run, episodes=1, video=tmp_path / "videos")
     steps = episode_steps(minatar_run)

@@ -15,7 +15,7 @@ from relayrl.envs import make
 from relayrl.envs.packed import PackedDict
 from relayrl.net.spaces import SpaceDataError, space_from_data, space_to_data
 from relayrl.net.backend import relay_pool
-from relayrl.net.worker import RemoteWorker
+from relayrl.net.remote_worker import RemoteWorker
 from relayrl.testing.relay import running_relay, running_worker
 
 BANDIT = "relayrl.testing.envs:relayrl-test/DictBandit-v0"

@@ -13,7 +13,7 @@ from relayrl.config import build_config
 from relayrl.net import wire
 from relayrl.net.backend import relay_pool
 from relayrl.net.chunk_checks import Refusal
-from relayrl.net.worker import RemoteWorker
+from relayrl.net.remote_worker import RemoteWorker
 from relayrl.testing.masked import MaskedChoiceEnv
 from relayrl.testing.relay import running_relay, running_worker
 

@@ -135,11 +135,11 @@ def test_a_hung_shard_process_is_killed_and_replaced():
 
 
 def test_shards_need_rollout_workers_on_mp_or_ray(tmp_path):
+    from relayrl import launch
     from relayrl.config import build_config
     from relayrl.errors import ConfigError
-    from relayrl.launch import train
 
     config = build_config("dqn", None, ["backend=inline", "workers=2", "dqn.replay_shards=2", "eval.freq=0"],
                           {"total_steps": 1000})
     with pytest.raises(ConfigError, match=r"--backend mp\|ray --workers N.*replay_shards=0"):
-        train(config, run_dir=tmp_path / "run", tensorboard=False)
+        launch.run(config, run_dir=tmp_path / "run", tensorboard=False)

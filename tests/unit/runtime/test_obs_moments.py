@@ -6,7 +6,7 @@ import numpy as np
 from relayrl.config import build_config
 from relayrl.policy.normalizer import RunningMeanStd
 from relayrl.runtime.messages import LoadParams
-from relayrl.runtime.worker import RolloutWorker
+from relayrl.runtime.rollout_worker import RolloutWorker
 
 SETS = ["ppo.obs_norm=true", "env.num_envs=2", "ppo.num_steps=8"]
 

@@ -1,4 +1,4 @@
-"""relayrl.training.learner: hook ordering, frequency gating, train() and its counters."""
+"""relayrl.training.learner: hook ordering, frequency gating, learn() and its counters."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def test_hooks_run_by_priority_with_stable_ties():
                            ("g0", 0)]:
         kwargs = {} if priority is None else {"priority": priority}
         learner.register_hook("after_iter", recorder(log, name), **kwargs)
-    learner.train(batch=None)
+    learner.learn(batch=None)
     assert [name for name, _ in log] == ["g0", "b10", "d10", "a50", "c50", "e100", "f_default"]
 
 
@@ -57,8 +57,8 @@ def test_positions_are_separate_and_run_only_when_called():
     for position in POSITIONS:
         learner.register_hook(position, recorder(log, position))
     learner.call_hooks("before_run")
-    learner.train(batch=None)
-    learner.train(batch=None)
+    learner.learn(batch=None)
+    learner.learn(batch=None)
     learner.call_hooks("after_run")
     assert log == [("before_run", 0), ("before_iter", 1), ("after_iter", 1), ("before_iter", 2),
                    ("after_iter", 2), ("after_run", 2)]
@@ -71,7 +71,7 @@ def test_freq_gates_iteration_hooks():
     learner.register_hook("before_iter", recorder(log, "every2"), freq=2)
     learner.register_hook("after_iter", recorder(log, "every1"))
     for _ in range(7):
-        learner.train(batch=None)
+        learner.learn(batch=None)
     assert [it for name, it in log if name == "every3"] == [3, 6]
     assert [it for name, it in log if name == "every2"] == [2, 4, 6]
     assert [it for name, it in log if name == "every1"] == [1, 2, 3, 4, 5, 6, 7]
@@ -92,7 +92,7 @@ def test_freq_counts_iterations_from_resumed_context():
     log = []
     learner.register_hook("after_iter", recorder(log, "every5"), freq=5)
     for _ in range(7):
-        learner.train(batch=None)
+        learner.learn(batch=None)
     assert [it for _, it in log] == [5, 10]
 
 
@@ -124,28 +124,28 @@ def test_hook_name_defaults_to_function_name():
     assert [h.name for h in learner._hooks["after_run"]] == ["save_best", "custom"]
 
 
-def test_train_calls_learn_with_progress_and_updates_counters():
+def test_learn_calls_algo_learn_with_progress_and_updates_counters():
     algo = FakeAlgo()
     learner = Learner(algo)
     batch = {"obs": object()}
-    metrics = learner.train(batch, progress=0.25)
+    metrics = learner.learn(batch, progress=0.25)
     assert algo.calls == [(batch, 0.25)]
     assert algo.calls[0][0] is batch
     assert metrics == {"loss": 0.5}
     assert learner.ctx.iteration == 1
     assert learner.ctx.updates == 1  # no "updates" in metrics: one update
     assert learner.ctx.metrics == {"loss": 0.5}
-    learner.train(batch, progress=0.5)
+    learner.learn(batch, progress=0.5)
     assert algo.calls[-1][1] == 0.5
     assert (learner.ctx.iteration, learner.ctx.updates) == (2, 2)
     assert learner.ctx.metrics == {"loss": 1.0}
     assert learner.ctx.env_steps == 0  # env steps belong to the collector side
 
 
-def test_train_adds_reported_updates():
+def test_learn_adds_reported_updates():
     learner = Learner(FakeAlgo(updates_per_learn=8.0), HookContext(updates=100, iteration=10, env_steps=5))
-    learner.train(None)
-    learner.train(None)
+    learner.learn(None)
+    learner.learn(None)
     assert learner.ctx.updates == 116 and isinstance(learner.ctx.updates, int)
     assert learner.ctx.iteration == 12
     assert learner.ctx.env_steps == 5
@@ -158,8 +158,8 @@ def test_hooks_see_fresh_counters_and_metrics():
                                                                   dict(ctx.metrics))))
     learner.register_hook("after_iter", lambda ctx: seen.append(("after", ctx.iteration, ctx.updates,
                                                                  dict(ctx.metrics))))
-    learner.train(None)
-    learner.train(None)
+    learner.learn(None)
+    learner.learn(None)
     assert seen == [
         ("before", 1, 0, {}),
         ("after", 1, 3, {"loss": 0.5, "updates": 3}),
@@ -176,9 +176,9 @@ def test_hook_can_request_stop_through_context():
             ctx.stop_reason = "stop_value"
 
     learner.register_hook("after_iter", stopper)
-    learner.train(None)
+    learner.learn(None)
     assert learner.ctx.stop_reason is None
-    learner.train(None)
+    learner.learn(None)
     assert learner.ctx.stop_reason == "stop_value"
 
 
@@ -215,7 +215,7 @@ def test_max_training_steps_per_env_step_keeps_the_learner_behind_collection(cap
     for _ in range(60):
         due, steps = source.gather(learner.ctx.env_steps, learner.ctx.updates)
         learner.ctx.env_steps += steps
-        learner.train(due)
+        learner.learn(due)
         if cap is not None:
             assert learner.ctx.updates <= cap * learner.ctx.env_steps
     env_steps, updates = learner.ctx.env_steps, learner.ctx.updates
@@ -258,7 +258,7 @@ def test_the_replay_eviction_options_of_the_config_reach_the_buffer(option):
     for _ in range(40):
         due, steps = rounds.gather(learner.ctx.env_steps, learner.ctx.updates)
         learner.ctx.env_steps += steps
-        learner.train(due)
+        learner.learn(due)
     assert len(algo.seen) > 10 and rounds.buffer.evicted > 0
     if option == "max_use":
         used: set[int] = set()

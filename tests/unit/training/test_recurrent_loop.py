@@ -13,15 +13,15 @@ from relayrl.envs.agents import AgentEnv
 from relayrl.training.experience import AgentExperience
 from relayrl.errors import ConfigError
 from relayrl.io.checkpoint import load_checkpoint
-from relayrl.training.evaluate import evaluate_checkpoint, load_policy
-from relayrl.training.trainer import train
+from relayrl.training.saved_policy import evaluate_checkpoint, load_policy
+from relayrl.training.trainer import run_trainer
 
 RECURRENT = ("env.id=relayrl/CartPoleNoVel-v1", "ppo.recurrent=lstm", "ppo.recurrent_hidden=16", "ppo.seq_len=8",
              "ppo.batch_trajectories=4")
 
 
 def test_recurrent_ppo_trains_checkpoints_and_evaluates(tmp_path, tiny_config):
-    summary = train(tiny_config(*RECURRENT, total_steps=128), run_dir=tmp_path / "r", tensorboard=False)
+    summary = run_trainer(tiny_config(*RECURRENT, total_steps=128), run_dir=tmp_path / "r", tensorboard=False)
     assert summary["env_steps"] == 128 and summary["updates"] > 0
     ckpt = load_checkpoint(tmp_path / "r" / "checkpoints" / "last.safetensors")
     policy, _, env_id = load_policy(ckpt)
@@ -46,7 +46,7 @@ def test_memory_env_hides_the_velocities():
 
 
 class AgentEnvStub(AgentEnv):
-    """Just enough of an agent env (training/agents.py) to reach the loop's checks."""
+    """Just enough of an agent env (training/agent_collectors.py) to reach the loop's checks."""
 
     single_observation_space = gym.spaces.Box(-1, 1, (3,), np.float32)
     single_action_space = gym.spaces.Discrete(2)
@@ -61,8 +61,8 @@ class AgentEnvStub(AgentEnv):
 
 def test_agent_envs_refuse_recurrent_policies(tmp_path, tiny_config):
     with pytest.raises(ConfigError, match="ppo.recurrent=null"):
-        train(tiny_config("ppo.recurrent=gru"), run_dir=tmp_path / "r",
-              experience=AgentExperience(AgentEnvStub(), AgentEnvStub()))
+        run_trainer(tiny_config("ppo.recurrent=gru"), run_dir=tmp_path / "r",
+                    experience=AgentExperience(AgentEnvStub(), AgentEnvStub()))
     assert not (tmp_path / "r").exists()  # refused before the run directory is written
 
 
@@ -70,20 +70,20 @@ def test_a_mirror_spec_that_does_not_fit_the_env_stops_before_training(tmp_path,
     spec = tmp_path / "spec.yaml"
     spec.write_text("obs: [0.1, 1, 2]\nact: [1, 0.1]\n")
     with pytest.raises(ConfigError, match="3 entries but the observation has 4 elements"):
-        train(tiny_config("ppo.mirror=1.0", f"ppo.mirror_spec={spec}"), run_dir=tmp_path / "r")
+        run_trainer(tiny_config("ppo.mirror=1.0", f"ppo.mirror_spec={spec}"), run_dir=tmp_path / "r")
     assert not (tmp_path / "r").exists()
 
 
 def test_rollout_workers_carry_their_own_states(tmp_path, tiny_config, monkeypatch):
+    from relayrl import launch
     from relayrl.algos.ppo import PPO
-    from relayrl.launch import train as train_with_workers
 
     learned = []  # each rollout the learner got, with the weights that collected it (synchronous on-policy)
     learn = PPO.learn
     monkeypatch.setattr(PPO, "learn", lambda self, rollout, progress=0.0: learned.append(
         (rollout, copy.deepcopy(self.policy.model))) or learn(self, rollout, progress))
     config = tiny_config(*RECURRENT, "backend=inline", "workers=2", total_steps=256)
-    summary = train_with_workers(config, run_dir=tmp_path / "r", tensorboard=False)
+    summary = launch.run(config, run_dir=tmp_path / "r", tensorboard=False)
     assert summary["env_steps"] == 256 and len(learned) == 4  # 2 workers x 2 envs x 16 steps per rollout
 
     # each worker's collector keeps its envs' states; the chunks join along the env axis, states included:

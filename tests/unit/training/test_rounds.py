@@ -67,11 +67,11 @@ def test_replay_rounds_hand_over_the_updates_due_and_replay_updates_run_them():
     first, steps = rounds.gather(learner.ctx.env_steps, learner.ctx.updates)
     assert first == UpdatesDue(0) and steps == 5  # 5 < start_training: nothing due yet
     learner.ctx.env_steps += steps
-    learner.train(first)
+    learner.learn(first)
     assert algo.batches == [] and learner.ctx.updates == 0
     second, steps = rounds.gather(learner.ctx.env_steps, learner.ctx.updates)
     assert isinstance(second, UpdatesDue) and second.n == 2 * (10 - 8)  # 2 per step since the 8th
-    metrics = learner.train(second)
+    metrics = learner.learn(second)
     assert len(algo.batches) == second.n == metrics["updates"] == learner.ctx.updates
     assert all(len(batch["obs"]) == cfg.batch_size for batch in algo.batches)
     with pytest.raises(dataclasses.FrozenInstanceError):

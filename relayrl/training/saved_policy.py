@@ -1,4 +1,6 @@
-"""Evaluate a saved policy: ``relayrl eval RUN_DIR|CHECKPOINT``."""
+"""A saved policy, loaded and evaluated: ``load_policy`` rebuilds a checkpoint's policy (``relayrl.load``,
+``relayrl export``); ``evaluate_checkpoint`` is ``relayrl eval RUN_DIR|CHECKPOINT`` (the ``Evaluator`` of
+training/evaluator.py on fresh envs, a GIF or mp4 files of its episodes on request)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from relayrl.envs.registry import make
 from relayrl.errors import CheckpointError, ConfigError, EnvError, install_hint
 from relayrl.io.checkpoint import Checkpoint, explain_load_error, load_checkpoint
 from relayrl.io.video import VisibleFrames, write_gif
-from relayrl.training.agents import AgentEvaluator
+from relayrl.training.agent_collectors import AgentEvaluator
 from relayrl.training.evaluator import Evaluator
 
 

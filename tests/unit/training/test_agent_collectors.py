@@ -9,7 +9,7 @@ import pytest
 from relayrl.data.gae import compute_gae
 from relayrl.errors import ConfigError
 from relayrl.envs.agents import AgentEnv, AgentTurn
-from relayrl.training.agents import AgentEpisodes, AgentEvaluator, AgentRolloutCollector, AgentTransitionCollector
+from relayrl.training.agent_collectors import AgentEpisodes, AgentEvaluator, AgentRolloutCollector, AgentTransitionCollector
 from relayrl.core import Policy
 from relayrl.types import PolicyOutput
 
@@ -172,7 +172,7 @@ def test_the_evaluator_keeps_a_quota_per_agent(monkeypatch):
     assert sorted(result.lengths.tolist()) == [2, 3, 4] and sorted(result.returns.tolist()) == [2, 3, 4]
     result = AgentEvaluator(Periodic(), episodes=4, seed=0).evaluate(policy)  # agent 0 gives two
     assert sorted(result.lengths.tolist()) == [2, 2, 3, 4]
-    monkeypatch.setattr("relayrl.training.agents.MAX_EVAL_TURNS", 50)
+    monkeypatch.setattr("relayrl.training.agent_collectors.MAX_EVAL_TURNS", 50)
     with pytest.raises(Exception, match="did not finish 1 episodes in 50 turns"):
         AgentEvaluator(ScriptedAgents(), episodes=1, seed=0).evaluate(policy)  # agent 0 never ends
 

@@ -20,7 +20,7 @@ from relayrl.net import wire
 from relayrl.net.client import RelayClient
 from relayrl.net.compress import ActionBufferCompressor
 from relayrl.net.backend import relay_pool
-from relayrl.net.worker import RemoteWorker
+from relayrl.net.remote_worker import RemoteWorker
 from relayrl.runtime.pool import WorkerPool
 from relayrl.testing.relay import running_relay
 
@@ -427,7 +427,7 @@ def test_a_worker_on_another_env_hears_why_its_samples_are_not_used(relay, tmp_p
     """`relayrl worker --env MountainCarContinuous-v0` against a Pendulum-v1 trainer: every chunk is
     refused (observations 2 wide, not 3); the worker prints why once, counts them, and its log line
     says so; the trainer counts them by cause and learns nothing from them."""
-    monkeypatch.setattr("relayrl.net.worker.LOG_EVERY_S", 0.0)  # a progress line after every chunk
+    monkeypatch.setattr("relayrl.net.remote_worker.LOG_EVERY_S", 0.0)  # a progress line after every chunk
     source = trainer_source(relay.address)
     source.reset(0)
     stop = threading.Event()

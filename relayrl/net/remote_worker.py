@@ -59,7 +59,7 @@ from relayrl.net.chunk_checks import crc_of
 from relayrl.options import RunConfig
 from relayrl.policy.normalizer import RunningMeanStd
 from relayrl.runtime.messages import InsertTransitions, LoadParams
-from relayrl.runtime.worker import RolloutWorker
+from relayrl.runtime.rollout_worker import RolloutWorker
 from relayrl.types import Batch
 
 LATEST = "latest.safetensors"

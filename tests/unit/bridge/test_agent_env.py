@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from relayrl.bridge.agents import BridgeAgents
+from relayrl.bridge.agent_env import BridgeAgents
 from relayrl.errors import ConfigError, EnvError
 
 PARAMS_SIM = textwrap.dedent("""

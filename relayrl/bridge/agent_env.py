@@ -1,4 +1,4 @@
-"""A simulator's behaviour as an *agent env* for training (``relayrl/training/agents.py``).
+"""A simulator's behaviour as an *agent env* for training (``relayrl/training/agent_collectors.py``).
 
 ``relayrl train ppo --env "bridge:COMMAND"`` launches COMMAND (split like a shell would; the memory
 path is appended) and trains on one behaviour. ``env.kwargs`` may set ``behaviour`` (required when
@@ -27,9 +27,9 @@ from typing import Any, Sequence
 import gymnasium as gym
 import numpy as np
 
+from relayrl.bridge.env import BridgeEnv
 from relayrl.bridge.layout import ObsSpec
 from relayrl.bridge.sidechannel import EngineConfigurationChannel, EnvironmentParametersChannel
-from relayrl.bridge.trainer import BridgeEnv
 from relayrl.errors import ConfigError, EnvError
 from relayrl.envs.agents import AgentEnv, AgentTurn
 from relayrl.envs.masks import check_mask
@@ -169,7 +169,7 @@ def evaluate_bridge_checkpoint(ckpt: Any, config: Any, episodes: int, seed: int)
     from relayrl.algos import get_algo
     from relayrl.errors import CheckpointError
     from relayrl.io.checkpoint import explain_load_error
-    from relayrl.training.agents import AgentEvaluator
+    from relayrl.training.agent_collectors import AgentEvaluator
 
     options = {k: v for k, v in config.env.kwargs.items() if k in KWARGS}
     env = BridgeAgents(config.env.id[len(PREFIX):].strip(), **options)

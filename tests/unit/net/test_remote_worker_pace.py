@@ -23,7 +23,7 @@ from relayrl.envs.registry import make
 from relayrl.net import wire
 from relayrl.net.client import RelayClient
 from relayrl.net.backend import relay_pool
-from relayrl.net.worker import RemoteWorker
+from relayrl.net.remote_worker import RemoteWorker
 from relayrl.testing.relay import running_relay
 
 FAST = ["net.heartbeat_s=0.1", "net.timeout_s=2", "env.num_envs=1", "sac.steps_per_iteration=8"]
