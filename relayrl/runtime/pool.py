@@ -1,5 +1,5 @@
 """The learner's side of the rollout workers, whatever carries their chunks: the ``samples=`` source
-and ``publish=`` sink of ``train()``.
+and ``publish=`` sink of ``run_trainer()`` (training/trainer.py).
 
 A ``Backend`` (runtime/backends) is the transport: workers in this process (inline), local processes
 (mp), Ray actors (ray), or remote workers through a relay (``relayrl.net.backend``). Whatever the
