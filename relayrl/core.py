@@ -35,6 +35,7 @@ Deployment needs the policy only (``relayrl.load``)::
 
     policy = relayrl.load("runs/CartPole-v1_ppo_...")
     action = policy.predict(obs)                            # one observation or a batch; deterministic
+    graph = policy.export_graph()                           # relayrl export: predict as one torch module (or None)
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from relayrl.errors import EnvError
 from relayrl.types import Batch, Mode, PolicyOutput
 
 if TYPE_CHECKING:
+    from relayrl.policy.graph import PolicyGraph
     from relayrl.policy.normalizer import RunningMeanStd
     from relayrl.data.replay import Replay, ReplaySpec
 
@@ -156,6 +158,12 @@ class Policy(ABC):
         batch, single, mask = self.check_inputs(obs, action_mask)
         out = self.act_masked(batch, "eval" if deterministic else "collect", mask)
         return out.env_action[0] if single else out.env_action
+
+    def export_graph(self) -> PolicyGraph | None:
+        """``predict``'s deterministic policy as one traceable torch module, for ``relayrl export``: a
+        ``relayrl.policy.graph.PolicyGraph`` (its docstring says what the module takes and returns). The
+        default, None: the policy cannot be exported, and export says so, naming this method."""
+        return None
 
     def check_inputs(self, obs: Any, action_mask: Any = None) -> tuple[np.ndarray, bool, np.ndarray | None]:
         """``predict``'s arguments as (a batch of observations, whether it was one, [n, width] masks or None).

@@ -3,8 +3,10 @@
 The file holds the deterministic policy as one graph, observation in, action out, as ``predict``
 computes it: the observation normaliser with its statistics frozen (PPO/APPO ``obs_norm``), the
 encoders' image scaling, the network, and the action's post-processing (argmax for Discrete actions;
-for Box actions PPO's clip to the bounds, SAC's tanh squash scaled to them). A robot runs it with
-onnxruntime or ``torch.jit.load`` alone, without relayrl::
+for Box actions PPO's clip to the bounds, SAC's tanh squash scaled to them). Each policy builds that
+graph itself (``Policy.export_graph``: a ``relayrl.policy.graph.PolicyGraph``); this module traces it,
+checks it and writes it, knowing no algorithm. A robot runs it with onnxruntime or ``torch.jit.load``
+alone, without relayrl::
 
     session = onnxruntime.InferenceSession("policy.onnx")
     action = session.run(None, {"obs": obs[None]})[0][0]      # obs: the env's dtype; a batch axis first
@@ -43,6 +45,7 @@ from relayrl.core import Policy
 from relayrl.envs.packed import PackedDict
 from relayrl.errors import ConfigError, RelayRLError, install_hint
 from relayrl.io.atomic import atomic_write_text
+from relayrl.policy.graph import PolicyGraph
 
 Format = Literal["onnx", "torchscript"]
 FORMATS: tuple[str, ...] = ("onnx", "torchscript")
@@ -60,93 +63,11 @@ class Exported:
     format: str
 
 
-# ---------------------------------------------------------------- the graphs
+# ---------------------------------------------------------------- the graph
 
 
-class _Prepare(nn.Module):
-    """Raw observations [n, *obs_shape] -> what the network reads: normalised as ``RunningMeanStd.normalize``
-    computes it (in float64, then float32, so the result is the same to the bit) or cast to float32, then
-    flattened or kept in shape for an encoder."""
-
-    def __init__(self, policy: Policy, view: tuple[int, ...]):
-        super().__init__()
-        self.view = view
-        rms = policy.obs_rms
-        self.normalize = rms is not None
-        if rms is not None:
-            self.register_buffer("mean", torch.as_tensor(rms.mean, dtype=torch.float64))
-            self.register_buffer("std", torch.as_tensor(rms.std, dtype=torch.float64))
-            self.clip = float(rms.clip)
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        if self.normalize:
-            x = ((obs.to(torch.float64) - self.mean) / self.std).clamp(-self.clip, self.clip).to(torch.float32)
-        else:
-            x = obs.to(torch.float32)
-        return x.reshape((x.shape[0],) + self.view)
-
-
-class _Bounds(nn.Module):
-    def __init__(self, low: np.ndarray, high: np.ndarray, shape: tuple[int, ...]):
-        super().__init__()
-        self.shape = shape
-        self.register_buffer("low", torch.as_tensor(np.asarray(low, np.float32)))
-        self.register_buffer("high", torch.as_tensor(np.asarray(high, np.float32)))
-
-
-class _PPOGraph(_Bounds):
-    """PPO and APPO: argmax of the logits, or the Gaussian mean clipped to the bounds (``predict``'s env action)."""
-
-    def __init__(self, policy: Any):
-        discrete = policy.discrete
-        super().__init__(np.zeros(1) if discrete else policy.low, np.zeros(1) if discrete else policy.high,
-                         tuple(policy.action_shape))
-        self.prepare, self.model, self.discrete = _Prepare(policy, tuple(policy.obs_view)), policy.model, discrete
-
-    def act(self, out: torch.Tensor) -> torch.Tensor:
-        if self.discrete:
-            return out.argmax(-1)
-        return torch.minimum(torch.maximum(out.reshape((out.shape[0],) + self.shape), self.low), self.high)
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.act(self.model.actor(self.prepare(obs)))
-
-
-class _RecurrentPPOGraph(_PPOGraph):
-    """``predict(obs, state)``: one step of the recurrent network from an explicit state, the next state out."""
-
-    def forward(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        out, _, state = self.model(self.prepare(obs)[:, None], state, critic=False)
-        return self.act(out[:, 0]), state
-
-
-class _DQNGraph(nn.Module):
-    def __init__(self, policy: Any):
-        super().__init__()
-        self.prepare, self.model = _Prepare(policy, tuple(policy.obs_view)), policy.model
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.model(self.prepare(obs)).argmax(-1)
-
-
-class _SACGraph(_Bounds):
-    """tanh of the actor's mean, scaled from [-1, 1] to the action bounds."""
-
-    def __init__(self, policy: Any):
-        super().__init__(policy.low, policy.scale, tuple(policy.action_shape))  # (high holds the scale)
-        self.prepare, self.actor = _Prepare(policy, tuple(policy.obs_view)), policy.actor
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        action = torch.tanh(self.actor(self.prepare(obs))[0])
-        return self.low + (action.reshape((action.shape[0],) + self.shape) + 1) * self.high
-
-
-def _graph(policy: Policy) -> nn.Module:
-    """The deterministic policy of ``policy`` as a module; a ConfigError for a policy it cannot export."""
-    from relayrl.algos.dqn import DQNPolicy
-    from relayrl.algos.ppo import PPOPolicy
-    from relayrl.algos.sac import SACPolicy
-
+def _graph(policy: Policy) -> PolicyGraph:
+    """The deterministic policy of ``policy`` (``Policy.export_graph``); a ConfigError for a policy it cannot export."""
     space = policy.observation_space
     if isinstance(space, PackedDict) and any(f.dtype != np.uint8 for f in space.fields):
         others = ", ".join(f"{f.name!r} ({f.dtype})" for f in space.fields if f.dtype != np.uint8)
@@ -154,14 +75,19 @@ def _graph(policy: Policy) -> nn.Module:
                           "not uint8, and reading their packed bytes back (a dtype view) has no ONNX or TorchScript "
                           "op. Export works for array observations and for Dicts of uint8 keys (images); for this "
                           "policy, deploy with relayrl.load(RUN).predict")
-    if isinstance(policy, PPOPolicy):
-        return _RecurrentPPOGraph(policy) if policy.recurrent else _PPOGraph(policy)
-    if isinstance(policy, DQNPolicy):
-        return _DQNGraph(policy)
-    if isinstance(policy, SACPolicy):
-        return _SACGraph(policy)
-    raise ConfigError(f"cannot export a {type(policy).__name__}: export knows the policies of PPO, APPO, DQN and SAC "
-                      "(for your own algorithm, save its network with torch.jit or torch.onnx from its policy)")
+    graph = policy.export_graph()
+    if graph is None:
+        name = type(policy).__name__
+        raise ConfigError(f"cannot export a {name}: its export_graph() gives no graph (the relayrl.core.Policy "
+                          f"default, None): define {name}.export_graph() returning a relayrl.policy.graph.PolicyGraph, "
+                          "its deterministic forward as one torch module (relayrl/policy/graph.py shows one), or "
+                          "deploy with relayrl.load(RUN).predict")
+    if not (isinstance(graph, PolicyGraph) and isinstance(graph.module, nn.Module)):
+        got = f"a PolicyGraph of a {type(graph.module).__name__}" if isinstance(graph, PolicyGraph) else \
+            f"a {type(graph).__name__}"
+        raise ConfigError(f"{type(policy).__name__}.export_graph() returned {got}: return "
+                          "relayrl.policy.graph.PolicyGraph(module, post_processing) with module a torch.nn.Module")
+    return graph
 
 
 # ---------------------------------------------------------------- export
@@ -175,7 +101,8 @@ def export_policy(policy: Policy, path: str | Path, fmt: Format = "onnx",
         raise ConfigError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
     if fmt == "onnx":
         require_onnx()
-    graph = copy.deepcopy(_graph(policy)).eval().requires_grad_(False)  # (a deployment's outputs need no grad)
+    graph = _graph(policy)
+    module = copy.deepcopy(graph.module).eval().requires_grad_(False)  # (a deployment's outputs need no grad)
     path = Path(path)
     inputs = {"obs": _example(policy.observation_space, TRACE_BATCH, 0)}
     if policy.recurrent:
@@ -186,13 +113,13 @@ def export_policy(policy: Policy, path: str | Path, fmt: Format = "onnx",
     os.close(fd)
     tmp = Path(tmp_name)
     try:
-        _write(graph, tuple(inputs.values()), list(inputs), outputs, tmp, fmt)
+        _write(module, tuple(inputs.values()), list(inputs), outputs, tmp, fmt)
         _check(policy, tmp, fmt)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
     sidecar = path.with_name(path.name + ".json")
-    atomic_write_text(sidecar, json.dumps(_describe(policy, fmt, path, inputs, outputs, info or {}), indent=2) + "\n")
+    atomic_write_text(sidecar, json.dumps(_describe(policy, graph, fmt, path, inputs, outputs, info or {}), indent=2) + "\n")
     return Exported(path=path, sidecar=sidecar, format=fmt)
 
 
@@ -294,7 +221,7 @@ def _check(policy: Policy, path: Path, fmt: str) -> None:
                                "cannot be traced")
 
 
-def _describe(policy: Policy, fmt: str, path: Path, inputs: dict[str, torch.Tensor], outputs: list[str],
+def _describe(policy: Policy, graph: PolicyGraph, fmt: str, path: Path, inputs: dict[str, torch.Tensor], outputs: list[str],
               info: dict[str, Any]) -> dict[str, Any]:
     from relayrl.version import __version__
     from relayrl.net.spaces import space_to_data
@@ -315,18 +242,11 @@ def _describe(policy: Policy, fmt: str, path: Path, inputs: dict[str, torch.Tens
             **({"packed_fields": [{"key": f.name, "offset": f.offset, "nbytes": f.nbytes, "shape": list(f.shape),
                                    "dtype": f.dtype.name} for f in obs_space.fields]}
                if isinstance(obs_space, PackedDict) else {}),
-            "includes": _includes(policy)}
+            "includes": _includes(policy, graph)}
 
 
-def _includes(policy: Policy) -> list[str]:
+def _includes(policy: Policy, graph: PolicyGraph) -> list[str]:
     """What the graph does besides the network, for people reading the sidecar."""
     parts = ["observation normaliser (frozen statistics, clip "
              f"{policy.obs_rms.clip})"] if policy.obs_rms is not None else []
-    if isinstance(policy.action_space, gym.spaces.Discrete):
-        parts.append("argmax over the action's logits or Q values")
-    else:
-        from relayrl.algos.sac import SACPolicy
-
-        parts.append("tanh squash scaled to the action bounds" if isinstance(policy, SACPolicy) else
-                     "clip to the action bounds")
-    return parts
+    return [*parts, graph.post_processing]

@@ -33,6 +33,7 @@ from relayrl.policy import distributions as D
 from relayrl.policy.device import cpu_state, cpu_tree
 from relayrl.policy.encoder import EncoderRef
 from relayrl.policy.encoders import check_space, make_encoder
+from relayrl.policy.graph import ARGMAX, ObservationInput, PolicyGraph
 from relayrl.policy.networks import mlp
 from relayrl.types import Batch, Mode, PolicyOutput
 
@@ -196,6 +197,10 @@ class DQNPolicy(Policy):
         frac = min(1.0, env_steps / cfg.epsilon_decay_steps)
         self.epsilon = cfg.epsilon_start + frac * (cfg.epsilon_end - cfg.epsilon_start)
 
+    def export_graph(self) -> PolicyGraph:
+        """``predict`` as one module for ``relayrl export``: the greedy action of the Q network."""
+        return PolicyGraph(DQNGraph(self), ARGMAX)
+
     def get_weights(self) -> dict[str, Any]:
         return {"model": cpu_state(self.model)}
 
@@ -203,6 +208,17 @@ class DQNPolicy(Policy):
         self.model.load_state_dict(weights["model"])
         if version is not None:
             self.version = version
+
+
+class DQNGraph(nn.Module):
+    """``predict(obs)``: the argmax of the Q values (policy/graph.py)."""
+
+    def __init__(self, policy: DQNPolicy):
+        super().__init__()
+        self.observation, self.model = ObservationInput(policy.obs_rms, policy.obs_view), policy.model
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.model(self.observation(obs)).argmax(-1)
 
 
 def branch_argmax(q: torch.Tensor, branches: tuple[int, ...], mask: torch.Tensor | None = None) -> np.ndarray:

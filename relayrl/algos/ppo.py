@@ -34,6 +34,7 @@ from relayrl.policy.actor_critic import build_model, logp_entropy, sample_action
 from relayrl.policy.device import cpu_state, cpu_tree
 from relayrl.policy.encoder import EncoderRef
 from relayrl.policy.encoders import check_space, make_encoder
+from relayrl.policy.graph import ARGMAX, ObservationInput, PolicyGraph
 from relayrl.policy.mirror import MirrorSpec, NormalizedMirror, TorchMirror, mirror_terms
 from relayrl.policy.normalizer import RunningMeanStd
 from relayrl.types import COLUMN, Batch, Mode, PolicyOutput
@@ -347,6 +348,12 @@ class PPOPolicy(Policy):
             state = self._hidden[mode]
             self._hidden[mode] = state.masked_fill(torch.from_numpy(done).to(state.device)[:, None], 0.0)
 
+    def export_graph(self) -> PolicyGraph:
+        """``predict`` as one module for ``relayrl export``: the frozen normaliser, the network, then argmax or the
+        clip to the bounds; a recurrent policy's takes and returns its state."""
+        graph = RecurrentPPOGraph(self) if self.recurrent else PPOGraph(self)
+        return PolicyGraph(graph, ARGMAX if self.discrete else "clip to the action bounds")
+
     def to(self, device: torch.device) -> None:
         """Act and learn on ``device`` (the learner's; rollout workers' policies stay on the CPU)."""
         self.device = device
@@ -367,6 +374,35 @@ class PPOPolicy(Policy):
             self.obs_rms.load_state_dict(weights["obs_rms"])
         if version is not None:
             self.version = version
+
+
+class PPOGraph(nn.Module):
+    """``predict(obs)`` of a feed-forward PPO (or APPO) policy: argmax of the logits, or the Gaussian mean clipped
+    to the bounds (policy/graph.py)."""
+
+    def __init__(self, policy: PPOPolicy):
+        super().__init__()
+        self.observation, self.model = ObservationInput(policy.obs_rms, policy.obs_view), policy.model
+        self.discrete, self.shape = policy.discrete, tuple(policy.action_shape)
+        if not policy.discrete:
+            self.register_buffer("low", torch.tensor(policy.low))
+            self.register_buffer("high", torch.tensor(policy.high))
+
+    def act(self, out: torch.Tensor) -> torch.Tensor:
+        if self.discrete:
+            return out.argmax(-1)
+        return torch.minimum(torch.maximum(out.reshape((out.shape[0],) + self.shape), self.low), self.high)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.act(self.model.actor(self.observation(obs)))
+
+
+class RecurrentPPOGraph(PPOGraph):
+    """``predict(obs, state)``: one step of the recurrent network from an explicit state, the next state out."""
+
+    def forward(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out, _, state = self.model(self.observation(obs)[:, None], state, critic=False)
+        return self.act(out[:, 0]), state
 
 
 # ---------------------------------------------------------------- algorithm

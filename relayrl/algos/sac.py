@@ -26,6 +26,7 @@ from relayrl.options import ReplayLoopConfig
 from relayrl.policy.device import cpu_state, cpu_tree
 from relayrl.policy.encoder import EncoderRef
 from relayrl.policy.encoders import check_space, make_encoder
+from relayrl.policy.graph import ObservationInput, PolicyGraph
 from relayrl.policy.networks import mlp
 from relayrl.types import Batch, Mode, PolicyOutput
 
@@ -199,6 +200,10 @@ class SACPolicy(Policy):
     def set_progress(self, env_steps: int, total_steps: int) -> None:
         self.random_actions = env_steps < self.start_training
 
+    def export_graph(self) -> PolicyGraph:
+        """``predict`` as one module for ``relayrl export``: tanh of the actor's mean, scaled to the bounds."""
+        return PolicyGraph(SACGraph(self), "tanh squash scaled to the action bounds")
+
     def get_weights(self) -> dict[str, Any]:
         return {"actor": cpu_state(self.actor)}
 
@@ -206,6 +211,21 @@ class SACPolicy(Policy):
         self.actor.load_state_dict(weights["actor"])
         if version is not None:
             self.version = version
+
+
+class SACGraph(nn.Module):
+    """``predict(obs)``: tanh of the actor's mean, scaled from [-1, 1] to the action bounds (policy/graph.py)."""
+
+    def __init__(self, policy: SACPolicy):
+        super().__init__()
+        self.observation, self.actor = ObservationInput(policy.obs_rms, policy.obs_view), policy.actor
+        self.shape = tuple(policy.action_shape)
+        self.register_buffer("low", torch.tensor(policy.low))
+        self.register_buffer("scale", torch.tensor(policy.scale))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        action = torch.tanh(self.actor(self.observation(obs))[0])
+        return self.low + (action.reshape((action.shape[0],) + self.shape) + 1) * self.scale
 
 
 # ---------------------------------------------------------------- algorithm

@@ -41,7 +41,6 @@ import numpy as np
 
 from relayrl.errors import RelayRLError
 from relayrl.runtime.messages import BatchTrainingData, Heartbeat, InsertTransitions, SampleBatch, Stop
-from relayrl.runtime.shard import ReplayShard, ShardOptions
 from relayrl.runtime.sharding import ShardedSampling
 from relayrl.types import Batch
 
@@ -82,43 +81,6 @@ class Shards(ABC):
     def handle_of(self, k: int) -> Any:
         """What a node proxy needs to insert into shard k directly (None: inserts go through ``add``)."""
         return None
-
-
-class _Done:
-    """A local call's result (a handle, hashed by identity as Ray's are by id)."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any):
-        self.value = value
-
-
-class LocalShards(Shards):
-    """Shards in the learner's own process (tests, and a baseline for the benchmarks)."""
-
-    def __init__(self, options: ShardOptions, num_shards: int):
-        self.options, self.num_shards = options, num_shards
-        self.shards: list[ReplayShard | None] = [None] * num_shards
-
-    def start(self, k: int, snapshot_path: str | None) -> None:
-        self.shards[k] = ReplayShard(k, self.options, snapshot_path)
-
-    def call(self, k: int, method: str, *args: Any) -> Any:
-        shard = self.shards[k]
-        if shard is None:
-            return _Done(ShardLost(f"shard {k} is not running"))
-        return _Done(getattr(shard, method)(*args))
-
-    def ready(self, handles: list[Any], timeout: float) -> list[Any]:
-        return list(handles)
-
-    def get(self, handle: Any) -> Any:
-        if isinstance(handle.value, ShardLost):
-            raise handle.value
-        return handle.value
-
-    def kill(self, k: int) -> None:
-        self.shards[k] = None
 
 
 class ReplayService:

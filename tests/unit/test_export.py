@@ -19,6 +19,7 @@ from relayrl.core import Policy
 from relayrl.errors import ConfigError
 from relayrl.export import export_policy
 from relayrl.policy.encoders import SmallCNN
+from relayrl.policy.graph import ARGMAX, ObservationInput, PolicyGraph
 from relayrl.training.trainer import run_trainer
 from relayrl.types import PolicyOutput
 
@@ -154,6 +155,55 @@ class ScriptedPolicy(Policy):
 def test_a_policy_it_does_not_know_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="cannot export a ScriptedPolicy"):
         export_policy(ScriptedPolicy(), tmp_path / "p.pt", "torchscript")
+    assert not list(tmp_path.iterdir())
+
+
+class LinearGraph(torch.nn.Module):
+    def __init__(self, policy):
+        super().__init__()
+        self.observation, self.net = ObservationInput(None, (-1,)), policy.net
+
+    def forward(self, obs):
+        return self.net(self.observation(obs)).argmax(-1)
+
+
+class LinearPolicy(ScriptedPolicy):
+    """A policy export knows nothing of: it declares its graph (``Policy.export_graph``), as an algorithm of yours."""
+
+    def __init__(self):
+        torch.manual_seed(0)
+        self.net = torch.nn.Linear(5, 3)
+        self.action_space = gym.spaces.Discrete(3)
+
+    def act(self, obs, mode="collect"):
+        with torch.no_grad():
+            action = self.net(torch.as_tensor(obs, dtype=torch.float32)).argmax(-1).numpy()
+        return PolicyOutput(action=action, env_action=action)
+
+    def export_graph(self):
+        return PolicyGraph(LinearGraph(self), ARGMAX)
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
+def test_a_policy_of_your_own_exports_through_its_export_graph(tmp_path, fmt):
+    policy = LinearPolicy()
+    exported = export_policy(policy, tmp_path / f"policy.{fmt}", fmt)
+    obs = observations(VECTOR)
+    (got,), want = run_exported(exported.path, fmt, obs), policy.predict(obs)
+    np.testing.assert_array_equal(got, want)
+    assert len(np.unique(want)) > 1
+    assert json.loads(exported.sidecar.read_text())["includes"] == [ARGMAX]
+
+
+class WrongGraphPolicy(LinearPolicy):
+    def export_graph(self):
+        return LinearGraph(self)  # the module itself, not a PolicyGraph
+
+
+def test_an_export_graph_that_is_no_policy_graph_is_refused_naming_what_to_return(tmp_path):
+    with pytest.raises(ConfigError, match=r"WrongGraphPolicy.export_graph\(\) returned a LinearGraph: return "
+                                          r"relayrl.policy.graph.PolicyGraph\(module, post_processing\)"):
+        export_policy(WrongGraphPolicy(), tmp_path / "p.pt", "torchscript")
     assert not list(tmp_path.iterdir())
 
 

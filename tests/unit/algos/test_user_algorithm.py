@@ -173,3 +173,56 @@ def test_a_module_registers_under_its_own_reference_and_a_builtin_name_stays_the
     mine = get_algo(f"{module}:ppo")
     assert mine.algo_cls.__name__ == "Reinforce" and get_algo("ppo").algo_cls.__name__ == "PPO"
     assert build_config(f"{module}:ppo", None, ["ppo.lr=0.5"]).ppo.lr == 0.5  # the section is the name
+
+
+EXPORTABLE = """
+    from torch import nn
+    from relayrl.policy.graph import ARGMAX, ObservationInput, PolicyGraph
+
+    class Greedy(nn.Module):
+        def __init__(self, policy):
+            super().__init__()
+            self.observation, self.actor = ObservationInput(policy.obs_rms, (-1,)), policy.actor
+
+        def forward(self, obs):
+            return self.actor(self.observation(obs)).argmax(-1)
+
+    class ExportablePolicy(ReinforcePolicy):
+        def export_graph(self):
+            return PolicyGraph(Greedy(self), ARGMAX)
+
+    register("exportable", ReinforceConfig, Reinforce, ExportablePolicy, on_policy=True)
+    """
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
+def test_export_takes_its_policy_by_the_graph_it_declares_and_names_the_method_when_it_declares_none(tmp_path,
+                                                                                                   capsys):
+    import gymnasium as gym
+    import numpy as np
+    import torch
+
+    import relayrl
+    from relayrl.cli import main
+    from relayrl.export import export_policy
+    from relayrl.training.trainer import run_trainer
+
+    space = gym.make("CartPole-v1").observation_space
+    config = build_config(REF)  # the example's policy declares no graph: refused, naming what to define
+    policy = get_algo(REF).build_policy(config.algo_config, space, gym.spaces.Discrete(2))
+    with pytest.raises(ConfigError, match=r"cannot export a ReinforcePolicy: .*define ReinforcePolicy.export_graph\(\) "
+                                          r"returning a relayrl.policy.graph.PolicyGraph") as info:
+        export_policy(policy, tmp_path / "refused.pt", "torchscript")
+    assert "\n" not in str(info.value) and not list(tmp_path.glob("refused*"))
+
+    ref = f"{user_module(tmp_path, EXPORTABLE)}:exportable"  # one that declares its graph: a run of it exports
+    run = tmp_path / "run"
+    run_trainer(build_config(ref, None, ["env.num_envs=2", "exportable.num_steps=16", "eval.freq=0", "eval.episodes=1",
+                                   "eval.num_envs=1"], {"total_steps": 64}), run_dir=run, tensorboard=False)
+    assert main(["export", str(run), "--format", "torchscript"]) == 0
+    assert "policy.pt" in capsys.readouterr().out
+    obs = np.random.default_rng(3).normal(0.0, 2.0, (50, *space.shape)).astype(np.float32)
+    got = torch.jit.load(str(run / "policy.pt"))(torch.from_numpy(obs)).numpy()
+    want = relayrl.load(run).predict(obs)
+    np.testing.assert_array_equal(got, want)
+    assert len(np.unique(want)) > 1  # (the check is not of a constant policy)

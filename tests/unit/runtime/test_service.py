@@ -5,8 +5,9 @@ import pytest
 
 from relayrl.errors import RelayRLError
 from relayrl.runtime.messages import InsertTransitions
-from relayrl.runtime.service import LocalShards, ReplayService
+from relayrl.runtime.service import ReplayService
 from relayrl.runtime.shard import ShardOptions
+from relayrl.testing.shards import LocalShards
 
 
 def batch(start, n):
