@@ -1,6 +1,6 @@
 """Env steps (and time) to an eval mean of -200 on Pendulum-v1: relayrl's default REDQ against relayrl's default
 SAC, both evaluating 5 deterministic episodes every 1,000 env steps, seeds alternating. The issue's figure:
-REDQ's env steps <= 0.5 x SAC's (REDQ trades updates, 20 per env step, for samples).
+REDQ's env steps <= 0.5 x SAC's (REDQ trades updates, 5 per env step by default, for samples).
 
     python benchmarks/redq_pendulum.py            # seeds 0-4
 """

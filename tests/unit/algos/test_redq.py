@@ -80,9 +80,9 @@ def test_actor_and_temperature_learn_every_policy_delay_updates_the_critics_and_
     assert algo.policy.version == 8
 
 
-def test_defaults_are_the_papers():
+def test_defaults_are_the_papers_ensemble_and_one_actor_update_per_env_step():
     cfg = build_config("redq").redq
-    assert (cfg.num_critics, cfg.num_min, cfg.updates_per_step) == (10, 2, 20)
+    assert (cfg.num_critics, cfg.num_min) == (10, 2) and cfg.policy_delay == cfg.updates_per_step
 
 
 def test_state_dict_round_trip_continues_identically():
