@@ -22,6 +22,7 @@ from relayrl.algos.sac import EncodedTwinQ, SACConfig, SACPolicy, TwinQ
 from relayrl.core import Algorithm
 from relayrl.data.dtypes import to_tensor
 from relayrl.errors import ConfigError, NonFiniteError
+from relayrl.policy.encoder import EncoderRef
 from relayrl.policy.device import cpu_tree
 from relayrl.policy.encoders import make_encoder
 from relayrl.types import Batch
@@ -41,6 +42,11 @@ class REDQConfig(SACConfig):
     updates_per_step: float = Field(5.0, gt=0)
     """Updates per env step (the update-to-data ratio G; REDQ's sample efficiency comes from a high one: the paper
     uses 20)."""
+    encoder: EncoderRef = None
+    """Your own network: "package.module:function", a function (observation_space, action_space) returning a
+    torch.nn.Module that maps observations [n, *obs_shape] (float32) to features [n, F]; the actor gets one, the
+    ensemble's critics share another (their heads stay num_critics), the target is a copy; hidden_sizes sizes the
+    heads (docs/library.md, "Your own network"). null: the built-in choice from the observation space."""
     policy_delay: int = Field(5, ge=1)
     """Update the actor and the temperature once every this many critic updates (= updates_per_step: once per env
     step, as the paper)."""
