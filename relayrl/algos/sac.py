@@ -73,23 +73,26 @@ class SACConfig(ReplayLoopConfig):
 
 
 class TwinQ(nn.Module):
-    """Two Q networks as one: weights stacked on a leading axis of 2, evaluated with batched matmuls."""
+    """Two Q networks as one (or ``critics`` of them: REDQ's ensemble): weights stacked on a leading axis,
+    evaluated with batched matmuls."""
 
-    def __init__(self, in_dim: int, hidden: list[int]):
+    def __init__(self, in_dim: int, hidden: list[int], critics: int = 2):
         super().__init__()
+        self.critics = critics
         sizes = [in_dim, *hidden, 1]
         self.weights = nn.ParameterList()
         self.biases = nn.ParameterList()
         for a, b in zip(sizes[:-1], sizes[1:]):
-            w = torch.empty(2, a, b)
-            for k in range(2):  # the default Linear init, per critic
+            w = torch.empty(critics, a, b)
+            for k in range(critics):  # the default Linear init, per critic
                 nn.init.kaiming_uniform_(w[k].T, a=math.sqrt(5))
             self.weights.append(nn.Parameter(w))
-            self.biases.append(nn.Parameter(torch.empty(2, 1, b).uniform_(-1 / math.sqrt(a), 1 / math.sqrt(a))))
+            self.biases.append(nn.Parameter(torch.empty(critics, 1, b).uniform_(-1 / math.sqrt(a),
+                                                                                 1 / math.sqrt(a))))
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor, frozen: bool = False) -> torch.Tensor:
-        """Q values of both critics, shape [2, batch]. ``frozen``: gradients reach the inputs only."""
-        h = torch.cat([obs, action], -1).expand(2, -1, -1)
+        """Q values of every critic, shape [critics, batch]. ``frozen``: gradients reach the inputs only."""
+        h = torch.cat([obs, action], -1).expand(self.critics, -1, -1)
         last = len(self.weights) - 1
         for i, (w, b) in enumerate(zip(self.weights, self.biases)):
             if frozen:
@@ -125,8 +128,8 @@ class EncodedTwinQ(TwinQ):
     """Both critics' heads on the features of one encoder of your own (``encoder``): the twins still differ in
     their heads (as DrQ and SAC-AE share the critics' encoder), and the encoder costs one pass, not two."""
 
-    def __init__(self, encoder: nn.Module, features: int, act_dim: int, hidden: list[int]):
-        super().__init__(features + act_dim, hidden)
+    def __init__(self, encoder: nn.Module, features: int, act_dim: int, hidden: list[int], critics: int = 2):
+        super().__init__(features + act_dim, hidden, critics)
         self.encoder = encoder
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor, frozen: bool = False) -> torch.Tensor:
@@ -154,14 +157,15 @@ class EncodedActor(Actor):
 
 class SACPolicy(Policy):
     """Samples in "collect" mode, tanh(mean) in "eval"; actions are learned in [-1, 1] and scaled to
-    the env's bounds for ``env_action``. Uniform random actions until ``start_training`` env steps."""
+    the env's bounds for ``env_action``. Uniform random actions until ``start_training`` env steps.
+    ``label`` and ``section`` name the algorithm in messages (REDQ acts with this policy too)."""
+
+    label: ClassVar[str] = "SAC"
+    section: ClassVar[str] = "sac"
 
     def __init__(self, obs_space: gym.Space, act_space: gym.Space, cfg: SACConfig):
-        if not isinstance(act_space, gym.spaces.Box):
-            raise EnvError(f"SAC needs a Box (continuous) action space, got {act_space}: use DQN or PPO")
-        check_space(obs_space, "sac.encoder")
-        if not (np.all(np.isfinite(act_space.low)) and np.all(np.isfinite(act_space.high))):
-            raise EnvError(f"SAC squashes actions into the action bounds, which must be finite: {act_space}")
+        check_box_actions(act_space, self.label)
+        check_space(obs_space, f"{self.section}.encoder")
         self.observation_space, self.action_space = obs_space, act_space
         self.obs_dtype = stored_dtype(obs_space.dtype)  # (refuses dtypes no network can read)
         self.act_dim = int(np.prod(act_space.shape))
@@ -170,7 +174,7 @@ class SACPolicy(Policy):
         self.low = act_space.low.astype(np.float32)
         self.scale = ((act_space.high - act_space.low) / 2).astype(np.float32)
         # yours (encoder), a built-in one for images and categories, or None (flat observations: the MLPs)
-        encoder = make_encoder(cfg.encoder, obs_space, act_space, "sac.encoder")
+        encoder = make_encoder(cfg.encoder, obs_space, act_space, f"{self.section}.encoder")
         if encoder is None:
             self.actor: Actor = Actor(int(np.prod(obs_space.shape)), self.act_dim, cfg.hidden_sizes)
         else:
@@ -211,6 +215,14 @@ class SACPolicy(Policy):
         self.actor.load_state_dict(weights["actor"])
         if version is not None:
             self.version = version
+
+
+def check_box_actions(act_space: gym.Space, label: str) -> None:
+    """Refuse what a squashed continuous policy cannot act in: a non-Box action space, or unbounded actions."""
+    if not isinstance(act_space, gym.spaces.Box):
+        raise EnvError(f"{label} needs a Box (continuous) action space, got {act_space}: use DQN or PPO")
+    if not (np.all(np.isfinite(act_space.low)) and np.all(np.isfinite(act_space.high))):
+        raise EnvError(f"{label} squashes actions into the action bounds, which must be finite: {act_space}")
 
 
 class SACGraph(nn.Module):

@@ -73,11 +73,11 @@ def test_the_config_probe_pattern_catches_config_probes_only():  # (so the test 
     assert [line for line in passed if config_probes(line)] == []
 
 
-@pytest.mark.parametrize("name", ["ppo", "appo", "dqn", "sac"])
+@pytest.mark.parametrize("name", ["ppo", "appo", "dqn", "sac", "td3", "redq"])
 def test_each_builtin_algorithm_builds_its_policy_apart(name):
     entry = get_algo(name)
     cfg = getattr(default_config(name), name)
-    obs_space, act_space = SPACES.get(name, SPACES["dqn"])
+    obs_space, act_space = SPACES.get(name, SPACES["sac" if name in ("td3", "redq") else "dqn"])
     policy = entry.build_policy(cfg, obs_space, act_space)
     assert isinstance(policy, Policy) and issubclass(entry.algo_cls, Algorithm)
     modules = [m for m in vars(policy).values() if isinstance(m, torch.nn.Module)]
@@ -87,7 +87,7 @@ def test_each_builtin_algorithm_builds_its_policy_apart(name):
     obs = obs_space.sample()
     np.testing.assert_array_equal(policy.predict(obs), algo.policy.predict(obs))
     assert policy.version == 3
-    assert sorted(available()) == sorted(["appo", "dqn", "ppo", "sac"])
+    assert sorted(available()) == sorted(["appo", "dqn", "ppo", "sac", "td3", "redq"])
 
 
 def test_predict_takes_one_observation_or_a_batch_and_refuses_other_shapes():

@@ -36,6 +36,8 @@ CASES = {
     "dqn-dueling": ("dqn", VECTOR, gym.spaces.Discrete(4), ["dqn.dueling=true", "dqn.hidden_sizes=[32,32]"]),
     "dqn-categories": ("dqn", gym.spaces.Discrete(7), gym.spaces.Discrete(3), ["dqn.hidden_sizes=[32]"]),
     "sac-box": ("sac", VECTOR, gym.spaces.Box(-2.0, 3.0, (2,), np.float32), ["sac.hidden_sizes=[32,32]"]),
+    "td3-box": ("td3", VECTOR, gym.spaces.Box(-2.0, 3.0, (2,), np.float32), ["td3.hidden_sizes=[32,32]"]),
+    "redq-image": ("redq", IMAGE, gym.spaces.Box(-1.0, 1.0, (2,), np.float32), ["redq.hidden_sizes=[32]"]),
 }
 
 

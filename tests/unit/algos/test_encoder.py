@@ -67,7 +67,8 @@ def nets(tmp_path, monkeypatch):
     sys.modules.pop(name, None)
 
 
-CASES = {"ppo": "CartPole-v1", "appo": "CartPole-v1", "dqn": "CartPole-v1", "sac": "Pendulum-v1"}
+CASES = {"ppo": "CartPole-v1", "appo": "CartPole-v1", "dqn": "CartPole-v1", "sac": "Pendulum-v1",
+         "td3": "Pendulum-v1", "redq": "Pendulum-v1"}
 
 
 @pytest.mark.parametrize("algo", list(CASES))
@@ -79,7 +80,7 @@ def test_each_algorithm_puts_its_heads_on_the_encoder_and_builds_its_policy_alon
     learner = entry.algo_cls(cfg, env.observation_space, env.action_space, 2)
     worker = entry.build_policy(cfg, env.observation_space, env.action_space)  # as rollout workers and load do
     for policy in (learner.policy, worker):  # the encoder is in the network that acts
-        network = policy.actor if algo == "sac" else policy.model
+        network = policy.model if algo in ("ppo", "appo", "dqn") else policy.actor
         assert any(isinstance(m, nn.LayerNorm) for m in network.modules())
     worker.set_weights(learner.policy.get_weights(), version=3)
     obs = np.stack([env.observation_space.sample() for _ in range(5)])
@@ -96,11 +97,12 @@ def test_images_reach_the_encoder_as_images_not_flattened(nets):
     assert len(policy.model.actor_head) == 1  # hidden_sizes []: one linear layer on the features
 
 
-@pytest.mark.parametrize("algo", ["dqn", "sac"])
+@pytest.mark.parametrize("algo", ["dqn", "sac", "td3", "redq"])
 def test_off_policy_updates_train_the_encoder_and_keep_a_separate_target_copy(nets, algo):
     torch.manual_seed(0)
     env = gym.make(CASES[algo])
-    cfg = getattr(build_config(algo, {algo: {"encoder": f"{nets}:mlp"}}), algo)
+    every_update = {"policy_delay": 1} if algo in ("td3", "redq") else {}  # (their actor learns every update)
+    cfg = getattr(build_config(algo, {algo: {"encoder": f"{nets}:mlp", **every_update}}), algo)
     learner = get_algo(algo).algo_cls(cfg, env.observation_space, env.action_space, 1)
     n = 32
     rng = np.random.default_rng(0)
