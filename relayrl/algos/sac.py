@@ -156,12 +156,15 @@ class SACPolicy(Policy):
     """Samples in "collect" mode, tanh(mean) in "eval"; actions are learned in [-1, 1] and scaled to
     the env's bounds for ``env_action``. Uniform random actions until ``start_training`` env steps."""
 
+    label: ClassVar[str] = "SAC"  # the algorithm's name in messages (CrossQ's policy is this one, another actor)
+    section: ClassVar[str] = "sac"  # its config section
+
     def __init__(self, obs_space: gym.Space, act_space: gym.Space, cfg: SACConfig):
         if not isinstance(act_space, gym.spaces.Box):
-            raise EnvError(f"SAC needs a Box (continuous) action space, got {act_space}: use DQN or PPO")
-        check_space(obs_space, "sac.encoder")
+            raise EnvError(f"{self.label} needs a Box (continuous) action space, got {act_space}: use DQN or PPO")
+        check_space(obs_space, f"{self.section}.encoder")
         if not (np.all(np.isfinite(act_space.low)) and np.all(np.isfinite(act_space.high))):
-            raise EnvError(f"SAC squashes actions into the action bounds, which must be finite: {act_space}")
+            raise EnvError(f"{self.label} squashes actions into the action bounds, which must be finite: {act_space}")
         self.observation_space, self.action_space = obs_space, act_space
         self.obs_dtype = stored_dtype(obs_space.dtype)  # (refuses dtypes no network can read)
         self.act_dim = int(np.prod(act_space.shape))
@@ -170,11 +173,8 @@ class SACPolicy(Policy):
         self.low = act_space.low.astype(np.float32)
         self.scale = ((act_space.high - act_space.low) / 2).astype(np.float32)
         # yours (encoder), a built-in one for images and categories, or None (flat observations: the MLPs)
-        encoder = make_encoder(cfg.encoder, obs_space, act_space, "sac.encoder")
-        if encoder is None:
-            self.actor: Actor = Actor(int(np.prod(obs_space.shape)), self.act_dim, cfg.hidden_sizes)
-        else:
-            self.actor = EncodedActor(*encoder, self.act_dim, cfg.hidden_sizes)
+        encoder = make_encoder(cfg.encoder, obs_space, act_space, f"{self.section}.encoder")
+        self.actor: Actor = self.make_actor(int(np.prod(obs_space.shape)), encoder, cfg)
         self.encoded = encoder is not None
         # what the networks read: flattened observations, or [n, *obs_shape] as an encoder takes them
         self.obs_view: tuple[int, ...] = (-1,) if encoder is None else tuple(obs_space.shape)
@@ -182,6 +182,12 @@ class SACPolicy(Policy):
         self.random_actions = cfg.start_training > 0  # uniform actions before learning starts
         self.version = 0
         self.rng = np.random.default_rng(int(torch.randint(2**31, ()).item()))
+
+    def make_actor(self, obs_dim: int, encoder: tuple[nn.Module, int] | None, cfg: SACConfig) -> Actor:
+        """The actor on flat observations of ``obs_dim`` values, or on ``encoder``'s features (module, width)."""
+        if encoder is None:
+            return Actor(obs_dim, self.act_dim, cfg.hidden_sizes)
+        return EncodedActor(*encoder, self.act_dim, cfg.hidden_sizes)
 
     @torch.inference_mode()
     def act(self, obs: np.ndarray, mode: Mode = "collect") -> PolicyOutput:
