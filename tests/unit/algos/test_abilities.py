@@ -9,6 +9,7 @@ import pytest
 import torch
 from pydantic import Field
 
+from relayrl.algos.crossq import CrossQ
 from relayrl.algos.dqn import DQN
 from relayrl.algos.sac import SAC
 from relayrl.config import AlgoConfig, build_config
@@ -53,13 +54,15 @@ def test_the_built_in_configs_state_their_own():
     assert dqn.transitions_before_learning() == 48 and dqn.timing_sizes() == ([16, 4], 48)  # a batch first
     sac = build_config("sac", None, ["sac.start_training=500", "sac.batch_size=32"]).sac
     assert sac.transitions_before_learning() == 500 and sac.timing_sizes() == ([64, 64], 32)
+    crossq = build_config("crossq", None, ["crossq.critic_hidden_sizes=[48]", "crossq.batch_size=32"]).crossq
+    assert crossq.timing_sizes() == ([48], 64)  # the critics' joint batch of (s, a) and (s', a')
 
 
-@pytest.mark.parametrize("algo", ["dqn", "sac"])
+@pytest.mark.parametrize("algo", ["dqn", "sac", "crossq"])
 def test_learn_reports_priorities_once_and_leaves_its_batch_as_given(algo):
     torch.manual_seed(0)
     act = gym.spaces.Discrete(2) if algo == "dqn" else gym.spaces.Box(-1, 1, (1,), np.float32)
-    learner = (DQN if algo == "dqn" else SAC)(getattr(build_config(algo, None, []), algo), OBS, act, 1)
+    learner = {"dqn": DQN, "sac": SAC, "crossq": CrossQ}[algo](getattr(build_config(algo, None, []), algo), OBS, act, 1)
     rng, n = np.random.default_rng(0), 16
     batch = {"obs": rng.normal(size=(n, 3)).astype(np.float32), "next_obs": rng.normal(size=(n, 3)).astype(np.float32),
              "action": rng.integers(0, 2, n) if algo == "dqn" else rng.uniform(-1, 1, (n, 1)).astype(np.float32),

@@ -35,7 +35,7 @@ def test_auto_takes_cuda_only_where_there_is_one_and_the_algorithm_learns_on_it(
     assert resolve_device("cpu", ("cpu", "cuda"), "dqn") == torch.device("cpu")
     assert resolve_device("auto", ("cpu", "cuda"), "dqn").type == ("cuda" if CUDA else "cpu")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the decision on a CUDA machine
-    for algo in ("dqn", "sac", "ppo", "appo"):  # every built-in learns on CUDA
+    for algo in ("dqn", "sac", "crossq", "ppo", "appo"):  # every built-in learns on CUDA
         assert resolve_device("auto", get_algo(algo).algo_cls.devices, algo).type == "cuda"
     assert resolve_device("auto", Algorithm.devices, "reinforce").type == "cpu"  # a user's algorithm, by default
     with pytest.raises(ConfigError, match="reinforce learns on the CPU only: use --device cpu"):
@@ -69,6 +69,8 @@ MASKED = "relayrl.testing.masked:relayrl-test/MaskedChoice-v0"
 ON_POLICY = ["num_steps=16", "batch_size=16", "epochs=1", "hidden_sizes=[16]"]
 TRAINS = {  # algo, env, its settings: each learner path once (feed-forward image, recurrent, masked, V-trace)
     "sac": ("sac", "Pendulum-v1", ["sac.start_training=64", "sac.batch_size=16", "sac.hidden_sizes=[16, 16]"]),
+    "crossq": ("crossq", "Pendulum-v1", ["crossq.start_training=64", "crossq.batch_size=16",
+                                         "crossq.hidden_sizes=[16, 16]", "crossq.critic_hidden_sizes=[16, 16]"]),
     "ppo-image": ("ppo", IMAGES, [f"ppo.{s}" for s in ON_POLICY]),
     "ppo-recurrent": ("ppo", "CartPole-v1", [f"ppo.{s}" for s in ON_POLICY] + ["ppo.recurrent=lstm", "ppo.seq_len=8"]),
     "ppo-masked": ("ppo", MASKED, [f"ppo.{s}" for s in ON_POLICY] + ["env.kwargs={nvec: [3, 4]}"]),
@@ -89,7 +91,7 @@ def test_trains_on_the_resolved_device(tmp_path, case, device):
     assert MaskedChoiceEnv.forbidden_taken == before  # the masks reached the policy wherever it acts
 
 
-@pytest.mark.parametrize("algo", ["dqn", "sac", "ppo", "appo"])
+@pytest.mark.parametrize("algo", ["dqn", "sac", "crossq", "ppo", "appo"])
 def test_published_weights_are_cpu_tensors_wherever_the_learner_is(algo):
     obs = gym.spaces.Box(-1, 1, (3,), np.float32)
     act = gym.spaces.Discrete(2) if algo in ("dqn", "ppo", "appo") else gym.spaces.Box(-1, 1, (1,))

@@ -67,7 +67,8 @@ def nets(tmp_path, monkeypatch):
     sys.modules.pop(name, None)
 
 
-CASES = {"ppo": "CartPole-v1", "appo": "CartPole-v1", "dqn": "CartPole-v1", "sac": "Pendulum-v1"}
+CASES = {"ppo": "CartPole-v1", "appo": "CartPole-v1", "dqn": "CartPole-v1", "sac": "Pendulum-v1",
+         "crossq": "Pendulum-v1"}
 
 
 @pytest.mark.parametrize("algo", list(CASES))
@@ -79,7 +80,7 @@ def test_each_algorithm_puts_its_heads_on_the_encoder_and_builds_its_policy_alon
     learner = entry.algo_cls(cfg, env.observation_space, env.action_space, 2)
     worker = entry.build_policy(cfg, env.observation_space, env.action_space)  # as rollout workers and load do
     for policy in (learner.policy, worker):  # the encoder is in the network that acts
-        network = policy.actor if algo == "sac" else policy.model
+        network = policy.actor if algo in ("sac", "crossq") else policy.model
         assert any(isinstance(m, nn.LayerNorm) for m in network.modules())
     worker.set_weights(learner.policy.get_weights(), version=3)
     obs = np.stack([env.observation_space.sample() for _ in range(5)])
@@ -118,6 +119,24 @@ def test_off_policy_updates_train_the_encoder_and_keep_a_separate_target_copy(ne
     assert learner.target.encoder is not networks[-1].encoder
     if algo == "dqn":  # a hard copy every target_update_period updates: untouched by one update
         assert all(torch.equal(p, q) for p, q in zip(learner.target.encoder.parameters(), target_before))
+
+
+def test_crossq_updates_train_the_encoders_of_actor_and_critics(nets):
+    torch.manual_seed(0)
+    env = gym.make("Pendulum-v1")
+    learner = get_algo("crossq").algo_cls(build_config("crossq", {"crossq": {"encoder": f"{nets}:mlp"}}).crossq,
+                                          env.observation_space, env.action_space, 1)
+    rng, n = np.random.default_rng(0), 32
+    obs = rng.normal(size=(n, 3)).astype(np.float32)
+    batch = {"obs": obs, "next_obs": obs[::-1].copy(), "action": rng.uniform(-1, 1, (n, 1)).astype(np.float32),
+             "reward": rng.normal(size=n).astype(np.float32), "terminated": np.zeros(n, np.float32),
+             "discount": np.full(n, 0.99, np.float32)}
+    networks = [learner.policy.actor, learner.critic]
+    before = [[p.detach().clone() for p in net.encoder.parameters()] for net in networks]
+    learner.learn(batch)  # (the first update steps the actor too)
+    for net, old in zip(networks, before):
+        assert any(not torch.equal(p, q) for p, q in zip(net.encoder.parameters(), old))
+    assert learner.policy.actor.encoder is not learner.critic.encoder
 
 
 @pytest.mark.parametrize("factory, expected", [
