@@ -230,7 +230,8 @@ class CrossQPolicy(SACPolicy):
 
     label, section = "CrossQ", "crossq"
 
-    def make_actor(self, obs_dim: int, encoder: tuple[nn.Module, int] | None, cfg: CrossQConfig) -> Actor:  # type: ignore[override]
+    def make_actor(self, obs_dim: int, encoder: tuple[nn.Module, int] | None,  # type: ignore[override]
+                   cfg: CrossQConfig) -> Actor:
         if encoder is None:
             return RenormActor(obs_dim, self.act_dim, cfg.hidden_sizes, cfg.bn_momentum, cfg.bn_warmup)
         return EncodedRenormActor(*encoder, self.act_dim, cfg.hidden_sizes, cfg.bn_momentum, cfg.bn_warmup)

@@ -28,9 +28,10 @@ def make(*sets):
 
 def batch(n=32, seed=0):
     rng = np.random.default_rng(seed)
-    return {"obs": rng.normal(2.0, 3.0, (n, 3)).astype(np.float32), "action": rng.uniform(-1, 1, (n, 2)).astype(np.float32),
-            "reward": rng.normal(size=n).astype(np.float32), "next_obs": rng.normal(2.0, 3.0, (n, 3)).astype(np.float32),
-            "terminated": rng.random(n) < 0.2, "discount": np.full(n, 0.99, np.float32)}
+    return {"obs": rng.normal(2.0, 3.0, (n, 3)).astype(np.float32),
+            "action": rng.uniform(-1, 1, (n, 2)).astype(np.float32), "reward": rng.normal(size=n).astype(np.float32),
+            "next_obs": rng.normal(2.0, 3.0, (n, 3)).astype(np.float32), "terminated": rng.random(n) < 0.2,
+            "discount": np.full(n, 0.99, np.float32)}
 
 
 def test_batch_renorm_normalises_with_the_batch_then_acts_with_running_statistics():
