@@ -158,10 +158,11 @@ class EncodedActor(Actor):
 class SACPolicy(Policy):
     """Samples in "collect" mode, tanh(mean) in "eval"; actions are learned in [-1, 1] and scaled to
     the env's bounds for ``env_action``. Uniform random actions until ``start_training`` env steps.
-    ``label`` and ``section`` name the algorithm in messages (REDQ acts with this policy too)."""
+    ``label`` and ``section`` name the algorithm in messages (REDQ acts with this policy too; CrossQ's is
+    this one with another actor, ``make_actor``)."""
 
-    label: ClassVar[str] = "SAC"
-    section: ClassVar[str] = "sac"
+    label: ClassVar[str] = "SAC"  # the algorithm's name in messages
+    section: ClassVar[str] = "sac"  # its config section
 
     def __init__(self, obs_space: gym.Space, act_space: gym.Space, cfg: SACConfig):
         check_box_actions(act_space, self.label)
@@ -175,10 +176,7 @@ class SACPolicy(Policy):
         self.scale = ((act_space.high - act_space.low) / 2).astype(np.float32)
         # yours (encoder), a built-in one for images and categories, or None (flat observations: the MLPs)
         encoder = make_encoder(cfg.encoder, obs_space, act_space, f"{self.section}.encoder")
-        if encoder is None:
-            self.actor: Actor = Actor(int(np.prod(obs_space.shape)), self.act_dim, cfg.hidden_sizes)
-        else:
-            self.actor = EncodedActor(*encoder, self.act_dim, cfg.hidden_sizes)
+        self.actor: Actor = self.make_actor(int(np.prod(obs_space.shape)), encoder, cfg)
         self.encoded = encoder is not None
         # what the networks read: flattened observations, or [n, *obs_shape] as an encoder takes them
         self.obs_view: tuple[int, ...] = (-1,) if encoder is None else tuple(obs_space.shape)
@@ -186,6 +184,12 @@ class SACPolicy(Policy):
         self.random_actions = cfg.start_training > 0  # uniform actions before learning starts
         self.version = 0
         self.rng = np.random.default_rng(int(torch.randint(2**31, ()).item()))
+
+    def make_actor(self, obs_dim: int, encoder: tuple[nn.Module, int] | None, cfg: SACConfig) -> Actor:
+        """The actor on flat observations of ``obs_dim`` values, or on ``encoder``'s features (module, width)."""
+        if encoder is None:
+            return Actor(obs_dim, self.act_dim, cfg.hidden_sizes)
+        return EncodedActor(*encoder, self.act_dim, cfg.hidden_sizes)
 
     @torch.inference_mode()
     def act(self, obs: np.ndarray, mode: Mode = "collect") -> PolicyOutput:

@@ -164,7 +164,7 @@ def test_version_and_help_speak_to_users():
     top = relayrl("--help")
     assert top.returncode == 0 and "DESIGN.md" not in top.stdout and "exit codes: 0 done" in top.stdout
     train_help = relayrl("train", "--help").stdout
-    assert all(name in train_help for name in ("ppo", "appo", "dqn", "sac"))
+    assert all(name in train_help for name in ("ppo", "appo", "dqn", "sac", "crossq"))
 
 
 def test_eval_on_an_env_of_other_spaces_names_the_shapes_that_differ(tmp_path, tiny_config):

@@ -52,9 +52,11 @@ def test_the_built_in_configs_state_their_own():
     assert dqn.transitions_before_learning() == 48 and dqn.timing_sizes() == ([16, 4], 48)  # a batch first
     sac = build_config("sac", None, ["sac.start_training=500", "sac.batch_size=32"]).sac
     assert sac.transitions_before_learning() == 500 and sac.timing_sizes() == ([64, 64], 32)
+    crossq = build_config("crossq", None, ["crossq.critic_hidden_sizes=[48]", "crossq.batch_size=32"]).crossq
+    assert crossq.timing_sizes() == ([48], 64)  # the critics' joint batch of (s, a) and (s', a')
 
 
-@pytest.mark.parametrize("algo", ["dqn", "sac", "td3", "redq"])
+@pytest.mark.parametrize("algo", ["dqn", "sac", "td3", "redq", "crossq"])
 def test_learn_reports_priorities_once_and_leaves_its_batch_as_given(algo):
     torch.manual_seed(0)
     act = gym.spaces.Discrete(2) if algo == "dqn" else gym.spaces.Box(-1, 1, (1,), np.float32)

@@ -35,7 +35,7 @@ def test_auto_takes_cuda_only_where_there_is_one_and_the_algorithm_learns_on_it(
     assert resolve_device("cpu", ("cpu", "cuda"), "dqn") == torch.device("cpu")
     assert resolve_device("auto", ("cpu", "cuda"), "dqn").type == ("cuda" if CUDA else "cpu")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the decision on a CUDA machine
-    for algo in ("dqn", "sac", "ppo", "appo", "td3", "redq"):  # every built-in learns on CUDA
+    for algo in ("dqn", "sac", "crossq", "ppo", "appo", "td3", "redq"):  # every built-in learns on CUDA
         assert resolve_device("auto", get_algo(algo).algo_cls.devices, algo).type == "cuda"
     assert resolve_device("auto", Algorithm.devices, "reinforce").type == "cpu"  # a user's algorithm, by default
     with pytest.raises(ConfigError, match="reinforce learns on the CPU only: use --device cpu"):
@@ -72,6 +72,8 @@ TRAINS = {  # algo, env, its settings: each learner path once (feed-forward imag
     "td3": ("td3", "Pendulum-v1", ["td3.start_training=64", "td3.batch_size=16", "td3.hidden_sizes=[16, 16]"]),
     "redq": ("redq", "Pendulum-v1", ["redq.start_training=64", "redq.batch_size=16", "redq.hidden_sizes=[16, 16]",
                                      "redq.updates_per_step=2", "redq.policy_delay=2"]),
+    "crossq": ("crossq", "Pendulum-v1", ["crossq.start_training=64", "crossq.batch_size=16",
+                                         "crossq.hidden_sizes=[16, 16]", "crossq.critic_hidden_sizes=[16, 16]"]),
     "ppo-image": ("ppo", IMAGES, [f"ppo.{s}" for s in ON_POLICY]),
     "ppo-recurrent": ("ppo", "CartPole-v1", [f"ppo.{s}" for s in ON_POLICY] + ["ppo.recurrent=lstm", "ppo.seq_len=8"]),
     "ppo-masked": ("ppo", MASKED, [f"ppo.{s}" for s in ON_POLICY] + ["env.kwargs={nvec: [3, 4]}"]),
@@ -92,7 +94,7 @@ def test_trains_on_the_resolved_device(tmp_path, case, device):
     assert MaskedChoiceEnv.forbidden_taken == before  # the masks reached the policy wherever it acts
 
 
-@pytest.mark.parametrize("algo", ["dqn", "sac", "ppo", "appo", "td3", "redq"])
+@pytest.mark.parametrize("algo", ["dqn", "sac", "crossq", "ppo", "appo", "td3", "redq"])
 def test_published_weights_are_cpu_tensors_wherever_the_learner_is(algo):
     obs = gym.spaces.Box(-1, 1, (3,), np.float32)
     act = gym.spaces.Discrete(2) if algo in ("dqn", "ppo", "appo") else gym.spaces.Box(-1, 1, (1,))

@@ -78,12 +78,13 @@ def test_on_policy_algorithms_collect_uint8_dict_rows_and_a_learning_step_trains
     assert any(not torch.equal(p, q) for p, q in zip(cnn.parameters(), before))
 
 
-@pytest.mark.parametrize("algo, manager", [("dqn", "subproc"), ("sac", "sync")])
+@pytest.mark.parametrize("algo, manager", [("dqn", "subproc"), ("sac", "sync"), ("crossq", "sync")])
 def test_off_policy_algorithms_train_on_a_dict_env(tmp_path, algo, manager):
     env = {"num_envs": 2, "manager": manager, **({"workers": 2} if manager == "subproc" else {})}
-    if algo == "sac":
+    if algo in ("sac", "crossq"):
         env["kwargs"] = {"actions": "box"}
-    config = {"env": env, algo: {"start_training": 64, "batch_size": 32, "hidden_sizes": [32]},
+    critic = {"critic_hidden_sizes": [32]} if algo == "crossq" else {}
+    config = {"env": env, algo: {"start_training": 64, "batch_size": 32, "hidden_sizes": [32], **critic},
               "eval": {"freq": 0, "episodes": 4, "num_envs": 2}, "threads": 1}
     run = relayrl.train(algo, BANDIT, config, total_steps=256, seed=0, run_dir=tmp_path / "run", tensorboard=False)
     assert run.summary["updates"] > 0 and run.summary["last_eval_return"] is not None

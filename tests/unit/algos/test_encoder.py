@@ -68,7 +68,7 @@ def nets(tmp_path, monkeypatch):
 
 
 CASES = {"ppo": "CartPole-v1", "appo": "CartPole-v1", "dqn": "CartPole-v1", "sac": "Pendulum-v1",
-         "td3": "Pendulum-v1", "redq": "Pendulum-v1"}
+         "td3": "Pendulum-v1", "redq": "Pendulum-v1", "crossq": "Pendulum-v1"}
 
 
 @pytest.mark.parametrize("algo", list(CASES))
@@ -120,6 +120,24 @@ def test_off_policy_updates_train_the_encoder_and_keep_a_separate_target_copy(ne
     assert learner.target.encoder is not networks[-1].encoder
     if algo == "dqn":  # a hard copy every target_update_period updates: untouched by one update
         assert all(torch.equal(p, q) for p, q in zip(learner.target.encoder.parameters(), target_before))
+
+
+def test_crossq_updates_train_the_encoders_of_actor_and_critics(nets):
+    torch.manual_seed(0)
+    env = gym.make("Pendulum-v1")
+    learner = get_algo("crossq").algo_cls(build_config("crossq", {"crossq": {"encoder": f"{nets}:mlp"}}).crossq,
+                                          env.observation_space, env.action_space, 1)
+    rng, n = np.random.default_rng(0), 32
+    obs = rng.normal(size=(n, 3)).astype(np.float32)
+    batch = {"obs": obs, "next_obs": obs[::-1].copy(), "action": rng.uniform(-1, 1, (n, 1)).astype(np.float32),
+             "reward": rng.normal(size=n).astype(np.float32), "terminated": np.zeros(n, np.float32),
+             "discount": np.full(n, 0.99, np.float32)}
+    networks = [learner.policy.actor, learner.critic]
+    before = [[p.detach().clone() for p in net.encoder.parameters()] for net in networks]
+    learner.learn(batch)  # (the first update steps the actor too)
+    for net, old in zip(networks, before):
+        assert any(not torch.equal(p, q) for p, q in zip(net.encoder.parameters(), old))
+    assert learner.policy.actor.encoder is not learner.critic.encoder
 
 
 @pytest.mark.parametrize("factory, expected", [

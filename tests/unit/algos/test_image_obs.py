@@ -56,19 +56,21 @@ def test_on_policy_algorithms_collect_images_and_a_learning_step_trains_their_cn
     assert all(changed(e, b) for e, b in zip(encoders, before))
 
 
-@pytest.mark.parametrize("algo", ["dqn", "sac", "td3", "redq"])
+@pytest.mark.parametrize("algo", ["dqn", "sac", "td3", "redq", "crossq"])
 @pytest.mark.parametrize("space", [gym.spaces.Box(0, 255, (36, 36, 2), np.uint8), gym.spaces.Discrete(5)],
                          ids=["nature-cnn", "one-hot"])
 def test_off_policy_algorithms_learn_through_the_built_in_encoders(algo, space):
     torch.manual_seed(0)
     actions = gym.spaces.Discrete(3) if algo == "dqn" else gym.spaces.Box(-1, 1, (2,))
     every_update = {"policy_delay": 1} if algo in ("td3", "redq") else {}  # (their actor learns every update)
-    cfg = getattr(build_config(algo, {algo: {"hidden_sizes": [16, 16], **every_update}}), algo)
+    critic = {"critic_hidden_sizes": [16, 16]} if algo == "crossq" else {}
+    cfg = getattr(build_config(algo, {algo: {"hidden_sizes": [16, 16], **every_update, **critic}}), algo)
     learner = get_algo(algo).algo_cls(cfg, space, actions, 1)
     expected = OneHot if isinstance(space, gym.spaces.Discrete) else NatureCNN
     networks = [learner.policy.model] if algo == "dqn" else [learner.policy.actor, learner.critic]
     assert all(isinstance(net.encoder, expected) for net in networks)
-    assert learner.target.encoder is not networks[-1].encoder
+    if algo != "crossq":  # (CrossQ has no target network)
+        assert learner.target.encoder is not networks[-1].encoder
     n, rng = 8, np.random.default_rng(0)
     space.seed(0)
     obs = np.stack([space.sample() for _ in range(2 * n)])

@@ -33,9 +33,11 @@ SMALL = {
             "dqn.hidden_sizes=[16, 16]"],
     "sac": ["sac.start_training=48", "sac.batch_size=16", "sac.steps_per_iteration=8", "sac.buffer_size=1000",
             "sac.hidden_sizes=[16, 16]"],
+    "crossq": ["crossq.start_training=48", "crossq.batch_size=16", "crossq.steps_per_iteration=8",
+               "crossq.buffer_size=1000", "crossq.hidden_sizes=[16, 16]", "crossq.critic_hidden_sizes=[16, 16]"],
 }
 CASES = [("ppo", "discrete"), ("ppo", "box"), ("appo", "discrete"), ("appo", "box"), ("dqn", "discrete"),
-         ("sac", "box")]
+         ("sac", "box"), ("crossq", "box")]
 
 
 def config_for(algo: str, env_id: str, sets: list[str], total_steps: int, **env_kwargs):
@@ -61,7 +63,7 @@ def test_every_algorithm_trains_on_observations_of_every_dtype(tmp_path, algo, a
     config = config_for(algo, ENV, [], 192, dtype=dtype, shape=SHAPES[dtype], actions=actions)
     summary = launch.run(config, run_dir=tmp_path / "run", quiet=True, tensorboard=False)
     assert_trained(summary, tmp_path / "run")
-    if algo in ("dqn", "sac"):  # what the replay holds: float64 as float32, uint8 as uint8
+    if algo in ("dqn", "sac", "crossq"):  # what the replay holds: float64 as float32, uint8 as uint8
         buffer = ReplayBuffer(1000, layout=choose_layout(SHAPES[dtype]))  # the layout the loop chose
         buffer.load(tmp_path / "run" / "checkpoints" / "replay.safetensors")
         spec = buffer.storage.spec
