@@ -75,14 +75,14 @@ def test_the_losses_are_expectile_value_td_q_and_advantage_weighted_actor():
 def test_iql_learns_the_best_actions_of_mixed_data_where_bc_learns_their_mean():
     data, rng = mixed_dataset(), np.random.default_rng(2)
     learners = {"bc": build("bc"), "iql": build()}
-    for _ in range(800):
+    for _ in range(400):  # (seeds 0-3: IQL's error 0.08-0.11, a fifth to a quarter of BC's)
         rows = rng.integers(0, len(data["obs"]), 256)
         minibatch = {k: v[rows] for k, v in data.items()}
         for algo in learners.values():
             algo.learn(minibatch)
     obs = np.random.default_rng(3).uniform(-1, 1, (500, 2)).astype(np.float32)
     error = {name: np.abs(algo.policy.predict(obs) - best_action(obs)).mean() for name, algo in learners.items()}
-    assert error["iql"] < 0.5 * error["bc"], error
+    assert error["iql"] < 0.5 * error["bc"] and error["iql"] < 0.2, error
 
 
 def test_a_checkpoint_round_trip_continues_exactly(tmp_path):
