@@ -36,6 +36,9 @@ CASES = {
     "dqn-dueling": ("dqn", VECTOR, gym.spaces.Discrete(4), ["dqn.dueling=true", "dqn.hidden_sizes=[32,32]"]),
     "dqn-categories": ("dqn", gym.spaces.Discrete(7), gym.spaces.Discrete(3), ["dqn.hidden_sizes=[32]"]),
     "sac-box": ("sac", VECTOR, gym.spaces.Box(-2.0, 3.0, (2,), np.float32), ["sac.hidden_sizes=[32,32]"]),
+    "bc-image": ("bc", IMAGE, gym.spaces.Discrete(4, start=1), ["bc.hidden_sizes=[32]"]),
+    "bc-box": ("bc", VECTOR, gym.spaces.Box(-2.0, 3.0, (2,), np.float32), ["bc.hidden_sizes=[32,32]"]),
+    "iql-box": ("iql", VECTOR, gym.spaces.Box(-2.0, 3.0, (2,), np.float32), ["iql.hidden_sizes=[32,32]"]),
 }
 
 

@@ -102,3 +102,21 @@ def test_bc_refuses_action_spaces_it_cannot_imitate():
         build(gym.spaces.MultiBinary(3))
     with pytest.raises(EnvError, match="must be finite"):
         build(gym.spaces.Box(-np.inf, np.inf, (2,), np.float32))
+
+
+@pytest.mark.parametrize("name, act_space", [("bc", gym.spaces.Discrete(3)), ("iql", BOX)])
+@pytest.mark.parametrize("obs_space", [gym.spaces.Box(0, 255, (36, 36, 2), np.uint8), gym.spaces.Discrete(5)],
+                         ids=["image", "category"])
+def test_offline_learners_read_images_and_categories_through_the_encoders(name, act_space, obs_space):
+    torch.manual_seed(0)
+    algo = get_algo(name).build_algorithm(getattr(default_config(name), name), obs_space, act_space, 1)
+    obs_space.seed(0), act_space.seed(0)
+    obs = np.stack([np.asarray(obs_space.sample(), obs_space.dtype) for _ in range(8)])
+    actions = np.stack([np.asarray(act_space.sample()) for _ in range(8)])
+    data = check_dataset({"obs": obs, "action": actions, "reward": np.ones(8), "next_obs": obs,
+                          "terminated": np.zeros(8, bool)}, obs_space, act_space, "test")
+    before = {k: v.clone() for k, v in algo.policy.get_weights()[next(iter(algo.policy.get_weights()))].items()}
+    assert np.isfinite(list(algo.learn(data).values())).all()
+    after = algo.policy.get_weights()[next(iter(algo.policy.get_weights()))]
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert algo.policy.predict(obs).shape == (8, *act_space.shape)
