@@ -117,3 +117,27 @@ def test_collect_mode_samples_around_the_mean_within_the_bounds():
 def test_iql_refuses_discrete_actions():
     with pytest.raises(EnvError, match="IQL learns continuous"):
         build(act_space=gym.spaces.Discrete(3))
+
+
+@pytest.mark.parametrize("name", ["bc", "iql"])
+def test_weights_and_checkpoints_are_cpu_tensors_wherever_the_learner_is(name):
+    from relayrl.policy.device import resolve_device
+
+    algo = build(name)
+    algo.to(resolve_device("auto", algo.devices, name))  # CUDA where there is one
+    algo.learn(batch())
+    for tree in (algo.policy.get_weights(), algo.state_dict()):
+        tensors = [v for v in _leaves(tree) if torch.is_tensor(v)]
+        assert tensors and all(t.device.type == "cpu" for t in tensors)
+    assert algo.policy.act(batch()["obs"], "eval").action.shape == (8, 1)
+
+
+def _leaves(tree):
+    if isinstance(tree, dict):
+        for value in tree.values():
+            yield from _leaves(value)
+    elif isinstance(tree, (list, tuple)):
+        for value in tree:
+            yield from _leaves(value)
+    else:
+        yield tree
