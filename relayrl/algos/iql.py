@@ -65,6 +65,9 @@ class IQLConfig(OfflineConfig):
     """Q networks' learning rate (Adam)."""
     value_lr: float = Field(1e-3, gt=0)
     """Value network's learning rate (Adam)."""
+    actor_cosine: bool = True
+    """Anneal the actor's learning rate to 0 over total_steps by a cosine (CORL's iql.py): the policy settles
+    instead of following the critics' noise to the last update."""
     reward_scale: float = Field(1.0, gt=0)
     """Rewards are multiplied by this before learning (the advantages' scale meets beta: CORL scales locomotion
     returns to a range of 1000)."""
@@ -184,6 +187,11 @@ class IQL(Algorithm):
                                        {"params": list(self.critic.parameters()), "lr": cfg.critic_lr},
                                        {"params": list(self.value.parameters()), "lr": cfg.value_lr}], fused=True)
         self.updates = 0
+        self.done = 0.0  # the fraction of total_steps done when the round began (set_progress)
+
+    def set_progress(self, env_steps: int, total_steps: int) -> None:
+        """Offline: the updates done and total_steps (training/offline.py), for the actor's cosine schedule."""
+        self.done = min(1.0, env_steps / total_steps) if total_steps else 0.0
 
     def to(self, device: torch.device) -> None:
         self.device = self.policy.device = device
@@ -211,6 +219,8 @@ class IQL(Algorithm):
         weight = torch.exp(cfg.beta * advantage.detach()).clamp(max=EXP_ADV_MAX)
         actor_loss = -(weight * policy.actor.log_prob(obs, action)).mean()
         loss = value_loss + q_loss + actor_loss
+        if cfg.actor_cosine:  # where the round began (set_progress), not where the loop counts it ended
+            self.optim.param_groups[0]["lr"] = cfg.actor_lr * 0.5 * (1.0 + math.cos(math.pi * self.done))
         if not torch.isfinite(loss):
             raise NonFiniteError(f"IQL loss became {loss.item()} (value {value_loss.item()}, Q {q_loss.item()}, actor "
                                  f"{actor_loss.item()}): lower the learning rates or iql.reward_scale")

@@ -42,6 +42,7 @@ class OfflineRounds(Rounds[UpdatesDue]):
 
     def gather(self, env_steps: int, updates: int) -> tuple[UpdatesDue, int]:
         """The round's updates, which are also its steps on the loop's clock (module docstring)."""
+        self.learning.algo.set_progress(env_steps, self.total_steps)  # (updates done: e.g. IQL's actor schedule)
         due = max(0, min(self.cfg.updates_per_round, self.total_steps - env_steps))
         return UpdatesDue(due), due
 

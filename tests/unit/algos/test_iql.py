@@ -89,7 +89,7 @@ def test_a_checkpoint_round_trip_continues_exactly(tmp_path):
     a = build()
     a.learn(batch())
     save_checkpoint(tmp_path / "c", {"algo": a.state_dict()}, {})
-    b = build(actor_lr=0.5)
+    b = build(value_lr=0.5)  # (the optimiser state, its learning rates included, comes from the checkpoint)
     b.load_state_dict(load_checkpoint(tmp_path / "c").state["algo"])
     a.learn(batch(seed=2)), b.learn(batch(seed=2))
     obs = batch(seed=3)["obs"]
@@ -141,3 +141,12 @@ def _leaves(tree):
             yield from _leaves(value)
     else:
         yield tree
+
+
+def test_the_actors_learning_rate_follows_a_cosine_over_the_updates():
+    algo = build(actor_lr=1e-3, critic_lr=2e-3)
+    algo.set_progress(500, 1000)  # (the offline loop: updates done, total_steps)
+    algo.learn(batch())
+    assert algo.optim.param_groups[0]["lr"] == pytest.approx(0.5e-3)
+    assert algo.optim.param_groups[1]["lr"] == 2e-3  # the critics' stays
+    assert build(actor_cosine=False).optim.param_groups[0]["lr"] == 1e-3
