@@ -145,6 +145,9 @@ class OfflineConfig(AlgoConfig):
                               "FILE.npz`, or an off-policy run's directory; docs/offline.md)")
 
     def check_placement(self, name: str, placement: Placement) -> None:
+        if placement == "agents":
+            raise ConfigError(f"{name} evaluates on local Gymnasium envs of --env, not on a simulator bridge's or "
+                              "PettingZoo's agents: train it with a Gymnasium env of the same spaces")
         if placement != "envs":
             raise ConfigError(f"{name} learns from a dataset in this process and collects nothing: drop "
                               "--workers/--backend/--server (it evaluates on local envs of --env)")
