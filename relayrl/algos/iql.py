@@ -11,7 +11,8 @@ As CORL's iql.py (which follows the paper's code): the three losses are computed
 before the update (V of s' for the Q target, the advantage for the actor), so here they touch disjoint
 parameters and take one backward pass and one fused Adam step. Defaults: the paper's locomotion ones (expectile
 0.7, beta 3.0, batch 256, tau 0.005, gamma 0.99) but Pendulum's sizes, as relayrl's SAC: 64x64 networks and Adam
-1e-3 (the paper's 3e-4 needed about three times the updates on Pendulum; use it with 256x256 on MuJoCo). The
+1e-3 (the paper's 3e-4 needed about three times the updates on Pendulum; use it with 256x256 on MuJoCo), and
+rewards scaled by 0.1 (``reward_scale``, as CORL normalises them). The
 actor is CORL's Gaussian with a state-independent log std and a tanh mean (in [-1, 1], scaled to the bounds).
 
 Reads top to bottom: config, networks, policy, the algorithm, registration.
@@ -68,9 +69,11 @@ class IQLConfig(OfflineConfig):
     actor_cosine: bool = True
     """Anneal the actor's learning rate to 0 over total_steps by a cosine (CORL's iql.py): the policy settles
     instead of following the critics' noise to the last update."""
-    reward_scale: float = Field(1.0, gt=0)
-    """Rewards are multiplied by this before learning (the advantages' scale meets beta: CORL scales locomotion
-    returns to a range of 1000)."""
+    reward_scale: float = Field(0.1, gt=0)
+    """Rewards are multiplied by this before learning: the advantages' scale meets beta. 0.1 brings Pendulum's
+    rewards (down to -16 a step) to the order of 1 that CORL's normalised locomotion rewards have (returns scaled
+    to a range of 1000 over 1000 steps); at 1.0 its advantages' noise saturates the weights and the policy
+    degrades with longer training on small datasets. Set it so a step's reward is about 1 in magnitude."""
     hidden_sizes: list[int] = Field(default_factory=lambda: [64, 64])
     """Hidden layer sizes of the actor, of each Q network and of the value network (64x64, as relayrl's SAC, for
     Pendulum: a quarter of the paper's 256x256 cost per update on a CPU; use 256x256 for MuJoCo tasks)."""
