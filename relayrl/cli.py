@@ -93,6 +93,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--out", type=Path, metavar="FILE",
                    help="where to write (default RUN_DIR/policy.onnx or .pt; beside a checkpoint, its name)")
 
+    p = sub.add_parser("collect", help="run a run's policy for N episodes and write them as an offline dataset (.npz)",
+                       description="Run the policy of a run (its best checkpoint, else the last) or checkpoint in its "
+                                   "env and write the transitions as an .npz that bc and iql learn from "
+                                   "(--set bc.dataset=FILE.npz). Never overwrites a file.", epilog=EPILOG)
+    p.add_argument("path", metavar="RUN_DIR|CHECKPOINT", type=Path)
+    p.add_argument("--episodes", type=int, default=10)
+    p.add_argument("-o", "--out", type=Path, required=True, metavar="FILE.npz", help="the dataset to write (a new file)")
+    p.add_argument("--stochastic", action="store_true",
+                   help="act with the run's exploration (collect mode) instead of deterministically")
+    p.add_argument("--env", help="collect on another env id (same spaces)")
+    p.add_argument("--seed", type=int, default=0)
+
     p = sub.add_parser("plot", help="draw learning curves of one or more runs (runs that differ only in seed: their mean)")
     p.add_argument("runs", metavar="RUN_DIR", type=Path, nargs="+")
     p.add_argument("-o", "--output", type=Path, default=Path("curve.png"))
@@ -151,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_working_folder()  # "module:name" envs, algorithms and networks import from here, as with python -m
     try:
         return {"train": cmd_train, "eval": cmd_eval, "export": cmd_export, "plot": cmd_plot, "config": cmd_config,
-                "serve": cmd_serve, "worker": cmd_worker, "keys": cmd_keys}[args.command](args)
+                "serve": cmd_serve, "worker": cmd_worker, "keys": cmd_keys, "collect": cmd_collect}[args.command](args)
     except RelayRLError as exc:
         print(f"relayrl: error: {exc}", file=sys.stderr)
         return exc.exit_code or EXIT_FAILED  # an error never exits 0 (a simulator's normal close is 0 for it,
@@ -318,6 +330,16 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     exported = export_run(args.path, args.format, args.out)
     print(f"wrote {exported.path} ({exported.format}) and {exported.sidecar}")
+    return 0
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    from relayrl.training.collect import collect_dataset
+
+    out = collect_dataset(args.path, args.episodes, args.out, stochastic=args.stochastic, seed=args.seed,
+                          env_id=args.env)
+    print(f"wrote {out['path']}: {out['transitions']} transitions of {out['episodes']} episodes on {out['env']}, return "
+          f"{out['return_mean']:.2f} (min {out['return_min']:.2f}, max {out['return_max']:.2f})")
     return 0
 
 

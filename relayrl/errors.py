@@ -30,6 +30,12 @@ class CheckpointError(RelayRLError):
     exit_code = 2
 
 
+class DatasetError(RelayRLError):
+    """An offline dataset is missing, unreadable, or does not fit the env it is to be learned for."""
+
+    exit_code = 2
+
+
 class NonFiniteError(RelayRLError):
     """Training produced a NaN or infinite loss; the last good checkpoint is kept."""
 

@@ -126,6 +126,33 @@ class ReplayLoopConfig(AlgoConfig):
     source with a non-blocking ``poll()``; the local collector has none and ignores it."""
 
 
+class OfflineConfig(AlgoConfig):
+    """Options of the offline loop (training/offline.py), shared by every offline algorithm's config (BC, IQL):
+    updates from a dataset, no env steps; ``total_steps`` and ``eval.freq`` count updates."""
+
+    dataset: str | None = None
+    """The transitions to learn from (required): an .npz (`relayrl collect` writes one), an off-policy run's
+    directory (its replay snapshot), or a Minari dataset folder (docs/offline.md)."""
+    batch_size: int = Field(256, ge=1)
+    """Minibatch size per update."""
+    updates_per_round: int = Field(1000, ge=1)
+    """Updates between two log lines (one round of the loop; total_steps counts updates)."""
+
+    def check(self, name: str) -> None:
+        if self.dataset is None:
+            raise ConfigError(f"{name} learns from a dataset and takes no env steps, and none was given: set "
+                              f"{name}.dataset=PATH (an .npz of transitions, e.g. written by `relayrl collect RUN -o "
+                              "FILE.npz`, or an off-policy run's directory; docs/offline.md)")
+
+    def check_placement(self, name: str, placement: Placement) -> None:
+        if placement == "agents":
+            raise ConfigError(f"{name} evaluates on local Gymnasium envs of --env, not on a simulator bridge's or "
+                              "PettingZoo's agents: train it with a Gymnasium env of the same spaces")
+        if placement != "envs":
+            raise ConfigError(f"{name} learns from a dataset in this process and collects nothing: drop "
+                              "--workers/--backend/--server (it evaluates on local envs of --env)")
+
+
 class EnvConfig(Section):
     id: str = "CartPole-v1"
     """Gymnasium environment id."""

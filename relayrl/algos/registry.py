@@ -24,6 +24,7 @@ class AlgoEntry:
     on_policy: bool
     defaults: dict = field(default_factory=dict)  # overrides of the common options, e.g. {"env": {"num_envs": 1}}
     asynchronous: bool = False  # on-policy learning from chunks of older versions (APPO): workers never wait
+    offline: bool = False  # learns from a dataset only, no env steps (BC, IQL: training/offline.py)
 
     def build_algorithm(self, cfg: Any, obs_space: Any, act_space: Any, num_envs: int) -> Any:
         """The algorithm (and its policy) for envs of these spaces: ``relayrl.core.Algorithm.__init__``."""
@@ -43,7 +44,7 @@ REGISTERED: dict[str, AlgoEntry] = {}  # by key: the name (built-ins) or "module
 
 
 def register(name: str, config_cls: type, algo_cls: type, policy_cls: type, *, on_policy: bool,
-             defaults: dict | None = None, asynchronous: bool = False) -> AlgoEntry:
+             defaults: dict | None = None, asynchronous: bool = False, offline: bool = False) -> AlgoEntry:
     """Register an algorithm under ``name`` (a module of relayrl) or ``"module:name"`` (any other module).
 
     Called at the top level of the algorithm's module. The classes are checked here: a config that is
@@ -52,15 +53,16 @@ def register(name: str, config_cls: type, algo_cls: type, policy_cls: type, *, o
     """
     module = sys._getframe(1).f_globals.get("__name__", "")
     key = name if module == "relayrl" or module.startswith("relayrl.") else f"{module}:{name}"
-    _check(key, name, config_cls, algo_cls, policy_cls, on_policy)
-    entry = AlgoEntry(name, config_cls, algo_cls, policy_cls, on_policy, defaults or {}, asynchronous)
+    _check(key, name, config_cls, algo_cls, policy_cls, on_policy, offline)
+    entry = AlgoEntry(name, config_cls, algo_cls, policy_cls, on_policy, defaults or {}, asynchronous, offline)
     REGISTERED[key] = entry
     return entry
 
 
-def _check(key: str, name: str, config_cls: type, algo_cls: type, policy_cls: type, on_policy: bool) -> None:
+def _check(key: str, name: str, config_cls: type, algo_cls: type, policy_cls: type, on_policy: bool,
+           offline: bool = False) -> None:
     from relayrl.core import Algorithm, Policy
-    from relayrl.options import AlgoConfig, ReplayLoopConfig, RunConfig
+    from relayrl.options import AlgoConfig, OfflineConfig, ReplayLoopConfig, RunConfig
 
     where = f"algorithm {key!r}: register({name!r}, ...)"
     if not name.isidentifier() or name.startswith(("_", "model_")) or name in RunConfig.model_fields \
@@ -74,7 +76,11 @@ def _check(key: str, name: str, config_cls: type, algo_cls: type, policy_cls: ty
     if on_policy and "num_steps" not in config_cls.model_fields:
         raise ConfigError(f"{where}: the config class {_qualname(config_cls)} has no num_steps, the rollout "
                           "length on-policy collection needs: add `num_steps: int = Field(64, ge=1)`")
-    if not on_policy and not issubclass(config_cls, ReplayLoopConfig):
+    if offline and (on_policy or not issubclass(config_cls, OfflineConfig)):
+        raise ConfigError(f"{where}: an offline algorithm (offline=True, on_policy=False) needs a config class that "
+                          f"subclasses relayrl.options.OfflineConfig (the offline loop's options); "
+                          f"{_qualname(config_cls)} does not")
+    if not on_policy and not offline and not issubclass(config_cls, ReplayLoopConfig):
         raise ConfigError(f"{where}: an off-policy algorithm's config class must subclass "
                           f"relayrl.config.ReplayLoopConfig (the replay loop's options); "
                           f"{_qualname(config_cls)} does not")

@@ -42,6 +42,7 @@ from relayrl.options import RunConfig
 from relayrl.policy.device import resolve_device
 from relayrl.training.experience import Experience, GymExperience, SourceExperience
 from relayrl.training.learner import HookContext, Learner
+from relayrl.training.offline import OfflineRounds
 from relayrl.training.offpolicy import ReplayRounds, replay_layout
 from relayrl.training.onpolicy import OnPolicyRounds
 from relayrl.training.progress import ProgressDisplay
@@ -218,12 +219,17 @@ class Trainer:
                 return
         elif previous is not None:
             _load_previous(previous, self.algo, config)
-        samples = experience.source(self.algo.policy, cfg, self.on_policy)
-        publish = None if experience.shares_policy else samples.publish
-        self.rounds: Rounds = (OnPolicyRounds(self.algo, samples, publish) if self.on_policy else
-                               ReplayRounds(self.algo, samples, cfg, seed=config.seed, total_steps=config.total_steps,
-                                            publish=publish,
-                                            layout=replay_layout(experience.observation_space, cfg.replay_layout)))
+        if entry.offline:  # updates from a dataset, no collection (its dataset is checked here, before any file)
+            publish = None
+            self.rounds: Rounds = OfflineRounds(self.algo, cfg, experience.observation_space, experience.action_space,
+                                                seed=config.seed, total_steps=config.total_steps)
+        else:
+            samples = experience.source(self.algo.policy, cfg, self.on_policy)
+            publish = None if experience.shares_policy else samples.publish
+            self.rounds = (OnPolicyRounds(self.algo, samples, publish) if self.on_policy else
+                           ReplayRounds(self.algo, samples, cfg, seed=config.seed, total_steps=config.total_steps,
+                                        publish=publish,
+                                        layout=replay_layout(experience.observation_space, cfg.replay_layout)))
         if resume:
             self.rounds.restore(self.run_dir / "checkpoints", source_state)
         self.publish = publish

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2] / "relayrl"
 SPACES = {"dqn": (gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(2)),
           "sac": (gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Box(-2, 2, (1,), np.float32))}
 SPACES["crossq"] = SPACES["sac"]
+SPACES["iql"] = SPACES["sac"]
 PROBE = re.compile(r"\b(?:has|get)attr\(\s*(?:self\.)?(\w+)")
 CONTRACT_OBJECTS = re.compile(r"policy|algo$|algorithm|source|samples|collector|learning|pool")
 
@@ -74,7 +75,7 @@ def test_the_config_probe_pattern_catches_config_probes_only():  # (so the test 
     assert [line for line in passed if config_probes(line)] == []
 
 
-@pytest.mark.parametrize("name", ["ppo", "appo", "dqn", "sac", "td3", "redq", "crossq"])
+@pytest.mark.parametrize("name", ["ppo", "appo", "dqn", "sac", "td3", "redq", "crossq", "bc", "iql"])
 def test_each_builtin_algorithm_builds_its_policy_apart(name):
     entry = get_algo(name)
     cfg = getattr(default_config(name), name)
@@ -88,7 +89,7 @@ def test_each_builtin_algorithm_builds_its_policy_apart(name):
     obs = obs_space.sample()
     np.testing.assert_array_equal(policy.predict(obs), algo.policy.predict(obs))
     assert policy.version == 3
-    assert sorted(available()) == sorted(["appo", "dqn", "ppo", "sac", "td3", "redq", "crossq"])
+    assert sorted(available()) == sorted(["appo", "dqn", "ppo", "sac", "td3", "redq", "crossq", "bc", "iql"])
 
 
 def test_predict_takes_one_observation_or_a_batch_and_refuses_other_shapes():

@@ -38,6 +38,9 @@ CASES = {
     "sac-box": ("sac", VECTOR, gym.spaces.Box(-2.0, 3.0, (2,), np.float32), ["sac.hidden_sizes=[32,32]"]),
     "td3-box": ("td3", VECTOR, gym.spaces.Box(-2.0, 3.0, (2,), np.float32), ["td3.hidden_sizes=[32,32]"]),
     "redq-image": ("redq", IMAGE, gym.spaces.Box(-1.0, 1.0, (2,), np.float32), ["redq.hidden_sizes=[32]"]),
+    "bc-image": ("bc", IMAGE, gym.spaces.Discrete(4, start=1), ["bc.hidden_sizes=[32]"]),
+    "bc-box": ("bc", VECTOR, gym.spaces.Box(-2.0, 3.0, (2,), np.float32), ["bc.hidden_sizes=[32,32]"]),
+    "iql-box": ("iql", VECTOR, gym.spaces.Box(-2.0, 3.0, (2,), np.float32), ["iql.hidden_sizes=[32,32]"]),
 }
 
 
