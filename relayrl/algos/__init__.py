@@ -25,7 +25,7 @@ from relayrl.usercode import import_module
 
 __all__ = ["BUILTIN", "AlgoEntry", "available", "get_algo", "register"]
 
-BUILTIN = ("ppo", "appo", "dqn", "sac")
+BUILTIN = ("ppo", "appo", "dqn", "sac", "a2c", "pqn")
 
 
 def available() -> list[str]:
