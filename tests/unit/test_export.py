@@ -36,6 +36,10 @@ CASES = {
     "dqn-dueling": ("dqn", VECTOR, gym.spaces.Discrete(4), ["dqn.dueling=true", "dqn.hidden_sizes=[32,32]"]),
     "dqn-categories": ("dqn", gym.spaces.Discrete(7), gym.spaces.Discrete(3), ["dqn.hidden_sizes=[32]"]),
     "sac-box": ("sac", VECTOR, gym.spaces.Box(-2.0, 3.0, (2,), np.float32), ["sac.hidden_sizes=[32,32]"]),
+    "a2c-box-obs_norm": ("a2c", VECTOR, gym.spaces.Box(-0.5, 2.0, (2,), np.float32), ["a2c.obs_norm=true"]),
+    "a2c-gru": ("a2c", VECTOR, gym.spaces.Discrete(3), ["a2c.recurrent=gru", "a2c.recurrent_hidden=16"]),
+    "pqn-layer-norm": ("pqn", VECTOR, gym.spaces.Discrete(4), ["pqn.hidden_sizes=[32,32]"]),
+    "pqn-image": ("pqn", IMAGE, gym.spaces.Discrete(4), ["pqn.hidden_sizes=[]"]),
 }
 
 

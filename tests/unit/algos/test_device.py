@@ -35,7 +35,7 @@ def test_auto_takes_cuda_only_where_there_is_one_and_the_algorithm_learns_on_it(
     assert resolve_device("cpu", ("cpu", "cuda"), "dqn") == torch.device("cpu")
     assert resolve_device("auto", ("cpu", "cuda"), "dqn").type == ("cuda" if CUDA else "cpu")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the decision on a CUDA machine
-    for algo in ("dqn", "sac", "ppo", "appo"):  # every built-in learns on CUDA
+    for algo in ("dqn", "sac", "ppo", "appo", "a2c", "pqn"):  # every built-in learns on CUDA
         assert resolve_device("auto", get_algo(algo).algo_cls.devices, algo).type == "cuda"
     assert resolve_device("auto", Algorithm.devices, "reinforce").type == "cpu"  # a user's algorithm, by default
     with pytest.raises(ConfigError, match="reinforce learns on the CPU only: use --device cpu"):
@@ -73,6 +73,9 @@ TRAINS = {  # algo, env, its settings: each learner path once (feed-forward imag
     "ppo-recurrent": ("ppo", "CartPole-v1", [f"ppo.{s}" for s in ON_POLICY] + ["ppo.recurrent=lstm", "ppo.seq_len=8"]),
     "ppo-masked": ("ppo", MASKED, [f"ppo.{s}" for s in ON_POLICY] + ["env.kwargs={nvec: [3, 4]}"]),
     "appo-masked": ("appo", MASKED, [f"appo.{s}" for s in ON_POLICY]),
+    "a2c-recurrent": ("a2c", "CartPole-v1", ["a2c.num_steps=16", "a2c.hidden_sizes=[16]", "a2c.recurrent=gru"]),
+    "pqn-image": ("pqn", IMAGES, ["pqn.num_steps=16", "pqn.epochs=1", "pqn.hidden_sizes=[16]"]),
+    "pqn-masked": ("pqn", MASKED, ["pqn.num_steps=16", "pqn.epochs=1", "pqn.hidden_sizes=[16]"]),
 }
 
 
@@ -89,12 +92,12 @@ def test_trains_on_the_resolved_device(tmp_path, case, device):
     assert MaskedChoiceEnv.forbidden_taken == before  # the masks reached the policy wherever it acts
 
 
-@pytest.mark.parametrize("algo", ["dqn", "sac", "ppo", "appo"])
+@pytest.mark.parametrize("algo", ["dqn", "sac", "ppo", "appo", "a2c", "pqn"])
 def test_published_weights_are_cpu_tensors_wherever_the_learner_is(algo):
     obs = gym.spaces.Box(-1, 1, (3,), np.float32)
-    act = gym.spaces.Discrete(2) if algo in ("dqn", "ppo", "appo") else gym.spaces.Box(-1, 1, (1,))
+    act = gym.spaces.Discrete(2) if algo in ("dqn", "ppo", "appo", "a2c", "pqn") else gym.spaces.Box(-1, 1, (1,))
     entry = get_algo(algo)
-    learner = entry.algo_cls(getattr(build_config(algo), algo), obs, act, 1)
+    learner = entry.algo_cls(getattr(build_config(algo), algo), obs, act, 2)  # (pqn refuses a single env)
     device = resolve_device("auto", learner.devices, algo)
     learner.to(device)
     if not entry.on_policy:  # one update on the device

@@ -33,9 +33,11 @@ SMALL = {
             "dqn.hidden_sizes=[16, 16]"],
     "sac": ["sac.start_training=48", "sac.batch_size=16", "sac.steps_per_iteration=8", "sac.buffer_size=1000",
             "sac.hidden_sizes=[16, 16]"],
+    "a2c": ["a2c.num_steps=16", "a2c.hidden_sizes=[16, 16]"],
+    "pqn": ["pqn.num_steps=16", "pqn.epochs=2", "pqn.hidden_sizes=[16, 16]"],
 }
 CASES = [("ppo", "discrete"), ("ppo", "box"), ("appo", "discrete"), ("appo", "box"), ("dqn", "discrete"),
-         ("sac", "box")]
+         ("sac", "box"), ("a2c", "box"), ("pqn", "discrete")]
 
 
 def config_for(algo: str, env_id: str, sets: list[str], total_steps: int, **env_kwargs):
