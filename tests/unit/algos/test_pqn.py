@@ -11,12 +11,15 @@ import pytest
 import torch
 from torch import nn
 
+import relayrl
 from relayrl.algos import get_algo
 from relayrl.algos.pqn import PQN
 from relayrl.cli import main
 from relayrl.config import build_config
+from relayrl.envs import make
 from relayrl.envs.managers import make_vec
 from relayrl.errors import ConfigError, EnvError
+from relayrl.policy.encoders import DictEncoder
 from relayrl.training.collector import OnPolicyCollector
 
 OBS = gym.spaces.Box(-1, 1, (3,), np.float32)
@@ -121,3 +124,15 @@ def test_the_cli_refuses_in_one_line_with_exit_2_and_writes_nothing(tmp_path, mo
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "runs").exists()
+
+
+def test_trains_on_a_dict_env_through_its_encoders_and_the_loaded_policy_predicts_from_a_raw_dict(tmp_path):
+    bandit = "relayrl.testing.envs:relayrl-test/DictBandit-v0"  # image uint8 + cue float32 + noise Discrete
+    config = {"env": {"num_envs": 2, "manager": "sync"}, "pqn": {"num_steps": 16, "hidden_sizes": [16]},
+              "eval": {"freq": 0, "episodes": 2, "num_envs": 2}, "threads": 1}
+    run = relayrl.train("pqn", bandit, config, total_steps=128, seed=0, run_dir=tmp_path / "run", tensorboard=False)
+    assert run.summary["updates"] > 0 and run.summary["last_eval_return"] is not None
+    policy = relayrl.load(run.run_dir)
+    assert isinstance(policy.model.encoder.encoder, DictEncoder)  # (inside OnPacked, which unpacks the rows)
+    obs, _ = make(bandit, pack_dict=False).reset(seed=0)
+    assert np.shape(policy.predict(obs)) == ()
