@@ -39,8 +39,7 @@ class A2CConfig(AlgoConfig):
     aliases: ClassVar[dict[str, str]] = {
         "learning_rate": "lr", "n_steps": "num_steps", "ent_coef": "entropy_coef", "max_grad_norm": "grad_clip",
         "discount": "gamma", "lam": "gae_lambda", "normalize_advantages": "normalize_advantage", "alpha": "rms_alpha",
-        "eps": "rms_eps", "norm_obs": "obs_norm", "net_arch": "hidden_sizes", "features_extractor_class": "encoder",
-        "use_rms_prop": "rms_alpha"}
+        "eps": "rms_eps", "norm_obs": "obs_norm", "net_arch": "hidden_sizes", "features_extractor_class": "encoder"}
 
     num_steps: int = Field(5, ge=1)
     """Vector steps collected per update (the rollout holds num_steps x env.num_envs steps; SB3's n_steps 5)."""
