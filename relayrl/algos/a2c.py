@@ -163,7 +163,7 @@ class A2C(Algorithm):
         y, v = ret.reshape(-1), rollout["value"].reshape(-1)
         var_y = float(np.var(y))
         return {"loss/policy": policy_loss.item(), "loss/value": value_loss.item(), "loss/entropy": entropy_mean.item(),
-                "grad_norm": float(grad_norm), "lr": lr, "updates": 1.0,
+                "grad_norm": grad_norm.item(), "lr": lr, "updates": 1.0,
                 "explained_variance": float("nan") if var_y == 0 else 1.0 - float(np.var(y - v)) / var_y}
 
     def tensor(self, array: np.ndarray) -> torch.Tensor:

@@ -226,3 +226,36 @@ def flat_tensors(tree, key=""):
         return {key: tree}
     items = tree.items() if isinstance(tree, dict) else enumerate(tree) if isinstance(tree, (list, tuple)) else ()
     return {k: t for name, value in items for k, t in flat_tensors(value, f"{key}.{name}").items()}
+
+
+@pytest.mark.filterwarnings("ignore:.*to a meta parameter")
+@pytest.mark.parametrize("algo, obs_space, sets", [
+    ("a2c", IMAGE, []), ("a2c", BOX, ["a2c.recurrent=gru"]),
+    ("pqn", IMAGE, ["pqn.epochs=1", "pqn.minibatches=2"]), ("pqn", BOX, ["pqn.epochs=1", "pqn.minibatches=2"])],
+    ids=["a2c-image", "a2c-gru", "pqn-image", "pqn"])
+def test_a2c_and_pqn_learn_paths_keep_every_tensor_on_the_learners_device(stand_in_device, algo, obs_space, sets):
+    """A2C's and PQN's acting (collect with masks, eval, values), learn() and checkpoint round trip on a device that
+    is not the CPU."""
+    def learner():
+        built = get_algo(algo).algo_cls(getattr(build_config(algo, None, sets), algo), obs_space,
+                                        gym.spaces.Discrete(3), 4)
+        built.policy.act_dim = 3  # (rollout_of's mask width)
+        built.policy.obs_shape = obs_space.shape
+        return built
+
+    trained = learner()
+    trained.learn(rollout_of(trained, True))
+    moved = learner()
+    moved.to(stand_in_device)
+    assert moved.learn(rollout_of(moved, True))["updates"] > 0
+    moved.load_state_dict(trained.state_dict())
+    assert all(v.device == stand_in_device for s in moved.optim.state.values() for v in s.values() if torch.is_tensor(v)
+               and v.ndim)
+    policy, rollout = moved.policy, rollout_of(moved, True)
+    obs = rollout["obs"][0]
+    for mode in ("collect", "eval"):
+        assert policy.act(obs, mode, action_mask=rollout["action_mask"][0]).action.shape == (4,)
+    assert policy.value(obs).shape == (4,)
+    assert moved.learn(rollout, progress=0.5)["updates"] > 0
+    state = flat_tensors(moved.state_dict())
+    assert state and all(t.device.type == "cpu" for t in state.values())
