@@ -87,7 +87,7 @@ class Policy(ABC):
     device: torch.device = torch.device("cpu")  # where its networks run (the learner's device; workers: CPU)
     version: int = 0
 
-    masks_actions: ClassVar[bool] = False  # act() honours action_mask (PPO, APPO, DQN)
+    masks_actions: ClassVar[bool] = False  # act() honours action_mask (PPO, APPO, A2C, PQN, DQN)
 
     @abstractmethod
     def act(self, obs: np.ndarray, mode: Mode = "collect", action_mask: np.ndarray | None = None) -> PolicyOutput:
@@ -106,8 +106,8 @@ class Policy(ABC):
             if action_mask.all():  # a mask that allows everything restricts nothing (a bridge behaviour's default)
                 return self.act(obs, mode)
             raise EnvError(f"the env gives action masks, but {type(self).__name__} cannot honour them and would "
-                           "take forbidden actions: train with ppo, appo or dqn, or set masks_actions = True on the "
-                           "policy and restrict act(obs, mode, action_mask) to the allowed actions")
+                           "take forbidden actions: train with ppo, appo, a2c, pqn or dqn, or set masks_actions = True "
+                           "on the policy and restrict act(obs, mode, action_mask) to the allowed actions")
         return self.act(obs, mode, action_mask=action_mask)
 
     @abstractmethod

@@ -307,7 +307,7 @@ class RunConfig(Section):
     """Options shared by every algorithm; each algorithm adds a section named after it."""
 
     algo: str
-    """Algorithm: a built-in name (ppo, appo, dqn, sac) or your own as package.module:name (docs/library.md)."""
+    """Algorithm: a built-in name (ppo, appo, a2c, pqn, dqn, sac) or your own as package.module:name (docs/library.md)."""
     seed: int = 0
     """Seed for torch and the environments (env k gets seed + k)."""
     total_steps: int = Field(1_000_000, ge=1)
@@ -324,7 +324,7 @@ class RunConfig(Section):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where the learner's networks and each update's batch live (auto: CUDA when torch finds a CUDA
     device and the algorithm learns on it, else the CPU). Rollout workers act on the CPU with the
-    published weights, which are always CPU tensors. DQN, SAC, PPO and APPO learn on CUDA."""
+    published weights, which are always CPU tensors. DQN, SAC, PPO, APPO, A2C and PQN learn on CUDA."""
     backend: Literal["auto", "inline", "mp", "ray"] = "auto"
     """Where rollout workers run: inline (this process), mp (local processes), ray (a Ray cluster);
     auto: inline for one worker, mp for more."""

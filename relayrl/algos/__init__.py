@@ -25,7 +25,7 @@ from relayrl.usercode import import_module
 
 __all__ = ["BUILTIN", "AlgoEntry", "available", "get_algo", "register"]
 
-BUILTIN = ("ppo", "appo", "dqn", "sac", "td3", "redq", "crossq", "bc", "iql")
+BUILTIN = ("ppo", "appo", "dqn", "sac", "td3", "redq", "crossq", "a2c", "pqn", "bc", "iql")
 
 
 def available() -> list[str]:

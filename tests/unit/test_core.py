@@ -75,7 +75,7 @@ def test_the_config_probe_pattern_catches_config_probes_only():  # (so the test 
     assert [line for line in passed if config_probes(line)] == []
 
 
-@pytest.mark.parametrize("name", ["ppo", "appo", "dqn", "sac", "td3", "redq", "crossq", "bc", "iql"])
+@pytest.mark.parametrize("name", ["ppo", "appo", "dqn", "sac", "td3", "redq", "crossq", "a2c", "pqn", "bc", "iql"])
 def test_each_builtin_algorithm_builds_its_policy_apart(name):
     entry = get_algo(name)
     cfg = getattr(default_config(name), name)
@@ -84,12 +84,12 @@ def test_each_builtin_algorithm_builds_its_policy_apart(name):
     assert isinstance(policy, Policy) and issubclass(entry.algo_cls, Algorithm)
     modules = [m for m in vars(policy).values() if isinstance(m, torch.nn.Module)]
     assert modules and not any(isinstance(v, torch.optim.Optimizer) for v in vars(policy).values())
-    algo = entry.algo_cls(cfg, obs_space, act_space, 1)
+    algo = entry.algo_cls(cfg, obs_space, act_space, 2)  # (pqn refuses a single env)
     policy.set_weights(algo.policy.get_weights(), version=3)  # the same weights fit the policy built alone
     obs = obs_space.sample()
     np.testing.assert_array_equal(policy.predict(obs), algo.policy.predict(obs))
     assert policy.version == 3
-    assert sorted(available()) == sorted(["appo", "dqn", "ppo", "sac", "td3", "redq", "crossq", "bc", "iql"])
+    assert sorted(available()) == sorted(["ppo", "appo", "dqn", "sac", "td3", "redq", "crossq", "a2c", "pqn", "bc", "iql"])
 
 
 def test_predict_takes_one_observation_or_a_batch_and_refuses_other_shapes():

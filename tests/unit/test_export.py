@@ -41,6 +41,10 @@ CASES = {
     "bc-image": ("bc", IMAGE, gym.spaces.Discrete(4, start=1), ["bc.hidden_sizes=[32]"]),
     "bc-box": ("bc", VECTOR, gym.spaces.Box(-2.0, 3.0, (2,), np.float32), ["bc.hidden_sizes=[32,32]"]),
     "iql-box": ("iql", VECTOR, gym.spaces.Box(-2.0, 3.0, (2,), np.float32), ["iql.hidden_sizes=[32,32]"]),
+    "a2c-box-obs_norm": ("a2c", VECTOR, gym.spaces.Box(-0.5, 2.0, (2,), np.float32), ["a2c.obs_norm=true"]),
+    "a2c-gru": ("a2c", VECTOR, gym.spaces.Discrete(3), ["a2c.recurrent=gru", "a2c.recurrent_hidden=16"]),
+    "pqn-layer-norm": ("pqn", VECTOR, gym.spaces.Discrete(4), ["pqn.hidden_sizes=[32,32]"]),
+    "pqn-image": ("pqn", IMAGE, gym.spaces.Discrete(4), ["pqn.hidden_sizes=[]"]),
 }
 
 

@@ -36,14 +36,16 @@ def build(algo, act_space, *sets):
     return entry.algo_cls(config.algo_config, OBS, act_space, 4)
 
 
-@pytest.mark.parametrize("algo", ["ppo", "appo", "dqn"])
+@pytest.mark.parametrize("algo", ["ppo", "appo", "dqn", "a2c", "pqn"])
 @pytest.mark.parametrize("act_space", [gym.spaces.Discrete(6), gym.spaces.MultiDiscrete([3, 4])],
                          ids=["discrete", "multidiscrete"])
 def test_forbidden_actions_are_never_sampled_nor_chosen(algo, act_space):
+    if algo == "pqn" and isinstance(act_space, gym.spaces.MultiDiscrete):
+        pytest.skip("pqn acts in Discrete spaces only (test_pqn.py checks the refusal)")
     torch.manual_seed(0)
     agent = build(algo, act_space)
     policy = agent.policy
-    policy.set_progress(0, 1)  # DQN: epsilon 1, every action a random one
+    policy.set_progress(0, 1)  # DQN, PQN: epsilon 1, every action a random one
     branches = tuple(int(n) for n in np.atleast_1d(act_space.nvec if hasattr(act_space, "nvec") else act_space.n))
     rng = np.random.default_rng(0)
     obs = rng.uniform(-1, 1, (500, 3)).astype(np.float32)
@@ -52,7 +54,7 @@ def test_forbidden_actions_are_never_sampled_nor_chosen(algo, act_space):
         out = policy.act(obs, mode, action_mask=mask)
         assert out.action.shape == (len(obs), *act_space.shape)
         assert allowed(out.action, mask, branches), mode
-    if algo != "dqn":  # the stored logp is the masked distribution's, as the loss computes it
+    if algo not in ("dqn", "pqn"):  # the stored logp is the masked distribution's, as the loss computes it
         out = policy.act(obs, "collect", action_mask=mask)
         logits = policy.model.actor(torch.from_numpy(obs))
         logp, entropy = policy.logp_entropy(logits, torch.from_numpy(out.action), torch.from_numpy(mask))
@@ -60,7 +62,7 @@ def test_forbidden_actions_are_never_sampled_nor_chosen(algo, act_space):
         assert torch.isfinite(entropy).all() and (entropy <= len(branches) * np.log(2) + 1e-4).all()
 
 
-@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+@pytest.mark.parametrize("algo", ["ppo", "dqn", "pqn"])
 def test_predict_takes_a_mask_for_one_observation_or_a_batch(algo):
     policy = build(algo, gym.spaces.Discrete(4)).policy
     only = np.array([False, False, True, False])

@@ -35,7 +35,7 @@ def test_auto_takes_cuda_only_where_there_is_one_and_the_algorithm_learns_on_it(
     assert resolve_device("cpu", ("cpu", "cuda"), "dqn") == torch.device("cpu")
     assert resolve_device("auto", ("cpu", "cuda"), "dqn").type == ("cuda" if CUDA else "cpu")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the decision on a CUDA machine
-    for algo in ("dqn", "sac", "crossq", "ppo", "appo", "td3", "redq"):  # every built-in learns on CUDA
+    for algo in ("dqn", "sac", "crossq", "ppo", "appo", "td3", "redq", "a2c", "pqn"):  # every built-in learns on CUDA
         assert resolve_device("auto", get_algo(algo).algo_cls.devices, algo).type == "cuda"
     assert resolve_device("auto", Algorithm.devices, "reinforce").type == "cpu"  # a user's algorithm, by default
     with pytest.raises(ConfigError, match="reinforce learns on the CPU only: use --device cpu"):
@@ -78,6 +78,9 @@ TRAINS = {  # algo, env, its settings: each learner path once (feed-forward imag
     "ppo-recurrent": ("ppo", "CartPole-v1", [f"ppo.{s}" for s in ON_POLICY] + ["ppo.recurrent=lstm", "ppo.seq_len=8"]),
     "ppo-masked": ("ppo", MASKED, [f"ppo.{s}" for s in ON_POLICY] + ["env.kwargs={nvec: [3, 4]}"]),
     "appo-masked": ("appo", MASKED, [f"appo.{s}" for s in ON_POLICY]),
+    "a2c-recurrent": ("a2c", "CartPole-v1", ["a2c.num_steps=16", "a2c.hidden_sizes=[16]", "a2c.recurrent=gru"]),
+    "pqn-image": ("pqn", IMAGES, ["pqn.num_steps=16", "pqn.epochs=1", "pqn.hidden_sizes=[16]"]),
+    "pqn-masked": ("pqn", MASKED, ["pqn.num_steps=16", "pqn.epochs=1", "pqn.hidden_sizes=[16]"]),
 }
 
 
@@ -94,12 +97,12 @@ def test_trains_on_the_resolved_device(tmp_path, case, device):
     assert MaskedChoiceEnv.forbidden_taken == before  # the masks reached the policy wherever it acts
 
 
-@pytest.mark.parametrize("algo", ["dqn", "sac", "crossq", "ppo", "appo", "td3", "redq"])
+@pytest.mark.parametrize("algo", ["dqn", "sac", "crossq", "ppo", "appo", "td3", "redq", "a2c", "pqn"])
 def test_published_weights_are_cpu_tensors_wherever_the_learner_is(algo):
     obs = gym.spaces.Box(-1, 1, (3,), np.float32)
-    act = gym.spaces.Discrete(2) if algo in ("dqn", "ppo", "appo") else gym.spaces.Box(-1, 1, (1,))
+    act = gym.spaces.Discrete(2) if algo in ("dqn", "ppo", "appo", "a2c", "pqn") else gym.spaces.Box(-1, 1, (1,))
     entry = get_algo(algo)
-    learner = entry.algo_cls(getattr(build_config(algo), algo), obs, act, 1)
+    learner = entry.algo_cls(getattr(build_config(algo), algo), obs, act, 2)  # (pqn refuses a single env)
     device = resolve_device("auto", learner.devices, algo)
     learner.to(device)
     if not entry.on_policy:  # one update on the device
@@ -228,3 +231,36 @@ def flat_tensors(tree, key=""):
         return {key: tree}
     items = tree.items() if isinstance(tree, dict) else enumerate(tree) if isinstance(tree, (list, tuple)) else ()
     return {k: t for name, value in items for k, t in flat_tensors(value, f"{key}.{name}").items()}
+
+
+@pytest.mark.filterwarnings("ignore:.*to a meta parameter")
+@pytest.mark.parametrize("algo, obs_space, sets", [
+    ("a2c", IMAGE, []), ("a2c", BOX, ["a2c.recurrent=gru"]),
+    ("pqn", IMAGE, ["pqn.epochs=1", "pqn.minibatches=2"]), ("pqn", BOX, ["pqn.epochs=1", "pqn.minibatches=2"])],
+    ids=["a2c-image", "a2c-gru", "pqn-image", "pqn"])
+def test_a2c_and_pqn_learn_paths_keep_every_tensor_on_the_learners_device(stand_in_device, algo, obs_space, sets):
+    """A2C's and PQN's acting (collect with masks, eval, values), learn() and checkpoint round trip on a device that
+    is not the CPU."""
+    def learner():
+        built = get_algo(algo).algo_cls(getattr(build_config(algo, None, sets), algo), obs_space,
+                                        gym.spaces.Discrete(3), 4)
+        built.policy.act_dim = 3  # (rollout_of's mask width)
+        built.policy.obs_shape = obs_space.shape
+        return built
+
+    trained = learner()
+    trained.learn(rollout_of(trained, True))
+    moved = learner()
+    moved.to(stand_in_device)
+    assert moved.learn(rollout_of(moved, True))["updates"] > 0
+    moved.load_state_dict(trained.state_dict())
+    assert all(v.device == stand_in_device for s in moved.optim.state.values() for v in s.values() if torch.is_tensor(v)
+               and v.ndim)
+    policy, rollout = moved.policy, rollout_of(moved, True)
+    obs = rollout["obs"][0]
+    for mode in ("collect", "eval"):
+        assert policy.act(obs, mode, action_mask=rollout["action_mask"][0]).action.shape == (4,)
+    assert policy.value(obs).shape == (4,)
+    assert moved.learn(rollout, progress=0.5)["updates"] > 0
+    state = flat_tensors(moved.state_dict())
+    assert state and all(t.device.type == "cpu" for t in state.values())

@@ -52,17 +52,19 @@ def test_ppo_learns_a_task_that_needs_both_keys_and_the_loaded_policy_predicts_f
     assert policy.predict(batch).shape == (3,)  # a batch of Dicts: each key with a leading axis
 
 
-ON_POLICY = [("ppo", {}), ("ppo", {"recurrent": "gru", "seq_len": 8, "batch_trajectories": 2}), ("appo", {})]
+ON_POLICY = [("ppo", {}), ("ppo", {"recurrent": "gru", "seq_len": 8, "batch_trajectories": 2}), ("appo", {}),
+             ("a2c", {})]
 
 
-@pytest.mark.parametrize("algo, options", ON_POLICY, ids=["ppo", "ppo-gru", "appo"])
+@pytest.mark.parametrize("algo, options", ON_POLICY, ids=["ppo", "ppo-gru", "appo", "a2c"])
 @pytest.mark.parametrize("manager", ["sync", "subproc"])
 def test_on_policy_algorithms_collect_uint8_dict_rows_and_a_learning_step_trains_every_key_s_encoder(
         algo, options, manager):
     if manager == "subproc" and algo != "ppo":
         pytest.skip("one subproc case is enough: the manager carries rows, the algorithm does not see it")
     torch.manual_seed(0)
-    cfg = getattr(build_config(algo, {algo: {"num_steps": 16, "batch_size": 16, "epochs": 1, **options}}), algo)
+    sizes = {} if algo == "a2c" else {"batch_size": 16, "epochs": 1}  # (a2c: one step on the whole rollout)
+    cfg = getattr(build_config(algo, {algo: {"num_steps": 16, **sizes, **options}}), algo)
     with make_vec(BANDIT, 2, manager=manager, **({"workers": 2} if manager == "subproc" else {})) as venv:
         space = venv.single_observation_space
         learner = get_algo(algo).algo_cls(cfg, space, venv.single_action_space, 2)

@@ -35,9 +35,11 @@ SMALL = {
             "sac.hidden_sizes=[16, 16]"],
     "crossq": ["crossq.start_training=48", "crossq.batch_size=16", "crossq.steps_per_iteration=8",
                "crossq.buffer_size=1000", "crossq.hidden_sizes=[16, 16]", "crossq.critic_hidden_sizes=[16, 16]"],
+    "a2c": ["a2c.num_steps=16", "a2c.hidden_sizes=[16, 16]"],
+    "pqn": ["pqn.num_steps=16", "pqn.epochs=2", "pqn.hidden_sizes=[16, 16]"],
 }
 CASES = [("ppo", "discrete"), ("ppo", "box"), ("appo", "discrete"), ("appo", "box"), ("dqn", "discrete"),
-         ("sac", "box"), ("crossq", "box")]
+         ("sac", "box"), ("crossq", "box"), ("a2c", "box"), ("pqn", "discrete")]
 
 
 def config_for(algo: str, env_id: str, sets: list[str], total_steps: int, **env_kwargs):

@@ -22,15 +22,16 @@ T, N = 8, 2
 
 
 def config(algo: str, address: str, tmp_path, *sets: str):
-    algo_sets = [f"ppo.num_steps={T}", "ppo.batch_size=16"] if algo == "ppo" else \
-        ["dqn.steps_per_iteration=8", "dqn.batch_size=8"]
+    algo_sets = {"ppo": [f"ppo.num_steps={T}", "ppo.batch_size=16"], "a2c": [f"a2c.num_steps={T}"],
+                 "pqn": [f"pqn.num_steps={T}"], "dqn": ["dqn.steps_per_iteration=8", "dqn.batch_size=8"]}[algo]
     return build_config(algo, None, ["net.heartbeat_s=0.1", "net.timeout_s=5", "net.connect_timeout_s=10",
                                      f"env.num_envs={N}", f"net.weights_dir={tmp_path / 'weights'}", *algo_sets,
                                      *sets], {"net.server": address, "env.id": ENV})
 
 
 @pytest.mark.timeout(60)  # (a trainer that refused the masked chunks would wait for a rollout for ever)
-@pytest.mark.parametrize("algo, column", [("ppo", "action_mask"), ("dqn", "next_action_mask")])
+@pytest.mark.parametrize("algo, column", [("ppo", "action_mask"), ("dqn", "next_action_mask"), ("a2c", "action_mask"),
+                                          ("pqn", "action_mask")])
 def test_a_masked_env_sends_its_masks_and_the_learner_takes_them(tmp_path, algo, column):
     MaskedChoiceEnv.forbidden_taken = 0
     with running_relay() as relay:
@@ -51,11 +52,11 @@ def test_a_masked_env_sends_its_masks_and_the_learner_takes_them(tmp_path, algo,
             source.close()
     mask = batch[column]
     assert mask.dtype == bool and mask.shape[-1] == 5 and (mask.sum(-1) == 2).all()  # two options allowed per step
-    if algo == "ppo":
+    if algo != "dqn":
         chosen = np.take_along_axis(mask, batch["action"][..., None].astype(int), -1)
         assert chosen.all()  # every action taken was allowed by the mask stored with it
     assert MaskedChoiceEnv.forbidden_taken == 0
-    assert np.isfinite(learner.learn(batch)["loss/policy" if algo == "ppo" else "loss/td"])
+    assert np.isfinite(learner.learn(batch)["loss/policy" if algo in ("ppo", "a2c") else "loss/td"])
 
 
 def test_a_mask_of_the_wrong_width_is_refused_by_cause(tmp_path):
