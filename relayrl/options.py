@@ -307,7 +307,7 @@ class RunConfig(Section):
     """Options shared by every algorithm; each algorithm adds a section named after it."""
 
     algo: str
-    """Algorithm: a built-in name (ppo, appo, a2c, pqn, dqn, sac) or your own as package.module:name (docs/library.md)."""
+    """Algorithm: a built-in name (ppo, appo, a2c, pqn, dqn, sac, td3, redq, crossq; offline: bc, iql) or your own as package.module:name (docs/library.md)."""
     seed: int = 0
     """Seed for torch and the environments (env k gets seed + k)."""
     total_steps: int = Field(1_000_000, ge=1)
