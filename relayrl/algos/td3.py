@@ -18,14 +18,14 @@ from pydantic import Field
 from torch import nn
 
 from relayrl.algos.registry import register
-from relayrl.algos.sac import EncodedTwinQ, TwinQ, check_box_actions
-from relayrl.core import Algorithm, Policy
-from relayrl.data.dtypes import stored_dtype, to_tensor
+from relayrl.algos.sac import EncodedTwinQ, SACPolicy, TwinQ
+from relayrl.core import Algorithm
+from relayrl.data.dtypes import to_tensor
 from relayrl.errors import NonFiniteError
 from relayrl.options import ReplayLoopConfig
-from relayrl.policy.device import cpu_state, cpu_tree
+from relayrl.policy.device import cpu_tree
 from relayrl.policy.encoder import EncoderRef
-from relayrl.policy.encoders import check_space, make_encoder
+from relayrl.policy.encoders import make_encoder
 from relayrl.policy.graph import ObservationInput, PolicyGraph
 from relayrl.policy.networks import mlp
 from relayrl.types import Batch, Mode, PolicyOutput
@@ -89,32 +89,22 @@ class DeterministicActor(nn.Module):
 # ---------------------------------------------------------------- policy
 
 
-class TD3Policy(Policy):
+class TD3Policy(SACPolicy):
     """The actor's action plus Gaussian noise (clipped to [-1, 1]) in "collect" mode, the actor's action in "eval";
-    actions are scaled to the env's bounds for ``env_action``. Uniform random actions until ``start_training``."""
+    actions are scaled to the env's bounds for ``env_action``. Uniform random actions until ``start_training``.
+    SAC's policy (spaces, encoders, scaling, weights) with a deterministic actor."""
+
+    label: ClassVar[str] = "TD3"
+    section: ClassVar[str] = "td3"
 
     def __init__(self, obs_space: gym.Space, act_space: gym.Space, cfg: TD3Config):
-        check_box_actions(act_space, "TD3")
-        check_space(obs_space, "td3.encoder")
-        self.observation_space, self.action_space = obs_space, act_space
-        self.obs_dtype = stored_dtype(obs_space.dtype)  # (refuses dtypes no network can read)
-        self.act_dim = int(np.prod(act_space.shape))
-        self.action_shape = tuple(act_space.shape)
-        self.action_dtype = np.dtype(np.float32)
-        self.low = act_space.low.astype(np.float32)
-        self.scale = ((act_space.high - act_space.low) / 2).astype(np.float32)
-        encoder = make_encoder(cfg.encoder, obs_space, act_space, "td3.encoder")
-        if encoder is None:
-            self.actor = DeterministicActor(int(np.prod(obs_space.shape)), self.act_dim, cfg.hidden_sizes)
-        else:
-            self.actor = DeterministicActor(encoder[1], self.act_dim, cfg.hidden_sizes, encoder[0])
-        self.encoded = encoder is not None
-        self.obs_view: tuple[int, ...] = (-1,) if encoder is None else tuple(obs_space.shape)
+        super().__init__(obs_space, act_space, cfg)
         self.noise = cfg.exploration_noise
-        self.start_training = cfg.start_training
-        self.random_actions = cfg.start_training > 0
-        self.version = 0
-        self.rng = np.random.default_rng(int(torch.randint(2**31, ()).item()))
+
+    def make_actor(self, obs_dim: int, encoder: tuple[nn.Module, int] | None, cfg: TD3Config) -> DeterministicActor:
+        if encoder is None:
+            return DeterministicActor(obs_dim, self.act_dim, cfg.hidden_sizes)
+        return DeterministicActor(encoder[1], self.act_dim, cfg.hidden_sizes, encoder[0])
 
     @torch.inference_mode()
     def act(self, obs: np.ndarray, mode: Mode = "collect") -> PolicyOutput:
@@ -129,20 +119,9 @@ class TD3Policy(Policy):
         action = action.reshape(n, *self.action_shape)
         return PolicyOutput(action=action, env_action=self.low + (action + 1) * self.scale)
 
-    def set_progress(self, env_steps: int, total_steps: int) -> None:
-        self.random_actions = env_steps < self.start_training
-
     def export_graph(self) -> PolicyGraph:
         """``predict`` as one module for ``relayrl export``: the actor's action scaled to the bounds."""
         return PolicyGraph(TD3Graph(self), "tanh action scaled to the action bounds")
-
-    def get_weights(self) -> dict[str, Any]:
-        return {"actor": cpu_state(self.actor)}
-
-    def set_weights(self, weights: dict[str, Any], version: int | None = None) -> None:
-        self.actor.load_state_dict(weights["actor"])
-        if version is not None:
-            self.version = version
 
 
 class TD3Graph(nn.Module):
