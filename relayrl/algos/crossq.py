@@ -96,6 +96,30 @@ class CrossQConfig(ReplayLoopConfig):
 R_MAX, D_MAX, EPS = 3.0, 5.0, 1e-3  # batch renormalisation's clips (SBX's) and the variance epsilon
 
 
+class BatchNormalise(torch.autograd.Function):
+    """``(x - mean) / sqrt(var + EPS)`` over the second-to-last axis, with the batch statistics; returns the
+    normalised x and (without gradient) the mean, the biased variance and 1 / std. The backward pass is the
+    closed form, ``inv_std * (g - mean(g) - x_hat * mean(g * x_hat))``: on CPU a third of autograd's cost through
+    the same ops, and two passes rather than ``torch.var_mean``, which is ~15x slower over a non-last axis (it
+    was a fifth of an update's time)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        mean = x.mean(-2, keepdim=True)
+        centred = x - mean
+        var = centred.square().mean(-2, keepdim=True)
+        inv_std = torch.rsqrt(var + EPS)
+        normed = centred * inv_std
+        ctx.save_for_backward(normed, inv_std)
+        ctx.mark_non_differentiable(mean, var, inv_std)
+        return normed, mean, var, inv_std
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor, *_: Any) -> torch.Tensor:
+        normed, inv_std = ctx.saved_tensors
+        return inv_std * (grad - grad.mean(-2, keepdim=True) - normed * (grad * normed).mean(-2, keepdim=True))
+
+
 class BatchRenorm(nn.Module):
     """Batch renormalisation (Ioffe 2017) over the second-to-last axis of [..., n, features] inputs.
 
@@ -122,16 +146,13 @@ class BatchRenorm(nn.Module):
         weight, bias = (self.weight.detach(), self.bias.detach()) if frozen else (self.weight, self.bias)
         if not (self.training if train is None else train):
             return torch.addcmul(bias, x - self.running_mean, weight * torch.rsqrt(self.running_var + EPS))
-        var, mean = torch.var_mean(x, -2, keepdim=True, correction=0)
-        inv_std = torch.rsqrt(var + EPS)
+        x, mean, var, inv_std = BatchNormalise.apply(x)
         if self.counted >= self.warmup:
             with torch.no_grad():
                 running_inv_std = torch.rsqrt(self.running_var + EPS)
                 r = (running_inv_std / inv_std).clamp(1 / R_MAX, R_MAX)
                 d = ((mean - self.running_mean) * running_inv_std).clamp(-D_MAX, D_MAX)
-            x = torch.addcmul(d, x - mean, inv_std * r)
-        else:
-            x = (x - mean) * inv_std
+            x = torch.addcmul(d, x, r)
         with torch.no_grad():
             self.running_mean.lerp_(mean, 1 - self.momentum)
             self.running_var.lerp_(var, 1 - self.momentum)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from relayrl.algos.crossq import BatchRenorm, CrossQ
+from relayrl.algos.crossq import EPS, BatchNormalise, BatchRenorm, CrossQ
 from relayrl.config import build_config
 from relayrl.errors import EnvError
 from relayrl.export import export_policy
@@ -46,6 +46,18 @@ def test_batch_renorm_normalises_with_the_batch_then_acts_with_running_statistic
     torch.testing.assert_close(norm(x, train=False), expected)
     norm.eval()
     torch.testing.assert_close(norm(x[:1]), expected[:1])  # one row: running statistics, not its own
+
+
+def test_the_closed_form_backward_of_batch_normalisation_is_autograds():
+    """BatchNormalise's hand-written backward against autograd through the plain formula, per [lead, n, F] slice."""
+    x = torch.randn(2, 16, 3, dtype=torch.float64) * 4 + 1
+    assert torch.autograd.gradcheck(lambda t: BatchNormalise.apply(t)[0], (x.clone().requires_grad_(),))
+    grad = torch.randn_like(x)
+    ours, plain = x.clone().requires_grad_(), x.clone().requires_grad_()
+    BatchNormalise.apply(ours)[0].backward(grad)
+    var, mean = torch.var_mean(plain, -2, keepdim=True, correction=0)
+    ((plain - mean) / torch.sqrt(var + EPS)).backward(grad)
+    torch.testing.assert_close(ours.grad, plain.grad)
 
 
 def test_batch_renorm_corrects_toward_the_running_statistics_after_warmup():
