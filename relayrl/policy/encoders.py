@@ -103,6 +103,12 @@ def is_image(space: gym.Space) -> bool:
     return isinstance(space, gym.spaces.Box) and len(space.shape) == 3 and _image_dtype(space) is not None
 
 
+def holds_image(space: gym.Space) -> bool:
+    """The observations are a picture, or a packed Dict one of whose fields is."""
+    leaves = [field.space for field in space.fields] if isinstance(space, PackedDict) else [space]
+    return any(is_image(leaf) for leaf in leaves)
+
+
 def choose(space: gym.Space, key: str = "ppo.encoder") -> str:
     """The built-in network for ``space``: "mlp" (no encoder: the MLP on flattened observations),
     "nature_cnn", "small_cnn", "one_hot" or "dict" (a packed Dict: one per key); an EnvError naming the

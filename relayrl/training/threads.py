@@ -20,9 +20,8 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from relayrl.envs.packed import PackedDict
 from relayrl.options import RunConfig
-from relayrl.policy.encoders import is_image
+from relayrl.policy.encoders import holds_image
 from relayrl.policy.networks import mlp
 
 
@@ -70,8 +69,7 @@ IMAGE_THREADS = 4  # at most, for a CNN learner: one per core up to this
 def default_threads(space: gym.Space) -> int:
     """``threads: null``: one per core (up to ``IMAGE_THREADS``) when the observations hold an image, which a
     CNN reads (measured on 2 cores: DQN on MinAtar ~15% faster, PPO on Pong 1.5x), else 1."""
-    leaves = [field.space for field in space.fields] if isinstance(space, PackedDict) else [space]
-    return min(os.cpu_count() or 1, IMAGE_THREADS) if any(is_image(leaf) for leaf in leaves) else 1
+    return min(os.cpu_count() or 1, IMAGE_THREADS) if holds_image(space) else 1
 
 
 def resolve_threads(config: RunConfig, algo: Any) -> RunConfig:
