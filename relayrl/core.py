@@ -122,6 +122,13 @@ class Policy(ABC):
         """V(obs) for policies with a critic (on-policy collection bootstraps from it)."""
         raise TypeError(f"{type(self).__name__} has no value function: on-policy collection needs an actor-critic")
 
+    def value_masked(self, obs: np.ndarray, action_mask: np.ndarray | None, rows: np.ndarray | None = None
+                     ) -> np.ndarray:
+        """``value`` where the env allows only ``action_mask``'s actions ([n, width] bool; None: every action): what
+        on-policy collection bootstraps from. Default ``value(obs, rows)``: a critic's V(obs) does not depend on the
+        mask; a policy whose value is a max over actions (PQN's max_a Q) takes it over the allowed ones."""
+        return self.value(obs) if rows is None else self.value(obs, rows)
+
     def set_progress(self, env_steps: int, total_steps: int) -> None:
         """Where the run is, for exploration schedules (DQN's epsilon, SAC's random warm-up). Default: none."""
 

@@ -13,8 +13,9 @@ pools, the relay's chunk checks): ``value`` holds max_a Q(s_t) under the mask th
 max_a Q of the next observation (of the final one where an episode was truncated), and ``logp`` the log-probability
 of the action under the epsilon-greedy policy (recorded, not learned from). The lambda-returns are then GAE's
 returns (data/gae.py) with V(s) = max_a Q(s, a): G_t = r_t + gamma ((1 - lambda) V(s_t+1) + lambda G_t+1), cut at
-episode ends, bootstrapped at truncations. The max at the rollout's last observation and at truncations runs over
-every action (``Policy.value`` takes no mask).
+episode ends, bootstrapped at truncations. Under action masks every max runs over the actions allowed at that
+observation (``value_masked``, given the env's mask at the rollout's last observation and at truncations), as
+DQN's target does.
 
 Defaults: CleanRL's pqn.py (RAdam, 4 epochs of 4 minibatches, lambda 0.65, max_grad_norm 10, LayerNorm MLP 120x84,
 epsilon 1 -> 0.05, MSE loss) with 16 envs of 32 steps, a constant lr of 1e-3 and epsilon decayed over 10,000 env
@@ -171,10 +172,17 @@ class PQNPolicy(Policy):
         return PolicyOutput(action=action_np, env_action=action_np + self.start if self.start else action_np,
                             logp=prob.log().float().cpu().numpy(), value=value.float().cpu().numpy(), obs=stored)
 
-    @torch.inference_mode()
     def value(self, obs: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
-        """max_a Q(obs, a): what the returns bootstrap from."""
-        return self.q_values(to_stored(obs)).max(-1).values.float().cpu().numpy()
+        """max_a Q(obs, a) over every action."""
+        return self.value_masked(obs, None)
+
+    @torch.inference_mode()
+    def value_masked(self, obs: np.ndarray, action_mask: np.ndarray | None, rows: np.ndarray | None = None
+                     ) -> np.ndarray:
+        """max_a Q(obs, a) over the allowed actions (``action_mask``; None: all): what the returns bootstrap from,
+        as DQN's target max runs over the actions allowed at the next observation."""
+        mask = None if action_mask is None else torch.from_numpy(action_mask).to(self.device)
+        return D.mask_logits(self.q_values(to_stored(obs)), mask).max(-1).values.float().cpu().numpy()
 
     def set_progress(self, env_steps: int, total_steps: int) -> None:
         """Linear epsilon decay over ``epsilon_decay_steps`` env steps."""

@@ -150,8 +150,8 @@ class AgentRolloutCollector(SampleSource):
         outcome = np.array([steps.outcome[s] for s in order.tolist()], np.float64)
         reward, term, trunc, boot = outcome[:, 0], outcome[:, 1] > 0, outcome[:, 2] > 0, outcome[:, 3]
         current = self._turn  # agents deciding now act next in the following rollout
-        current_values = dict(zip(current.ids.tolist(), self.policy.value(current.obs).tolist())) \
-            if len(current.ids) else {}
+        current_values = dict(zip(current.ids.tolist(), self.policy.value_masked(  # (PQN: max over allowed actions)
+            current.obs, current.action_mask).tolist())) if len(current.ids) else {}
         next_value = np.zeros(len(order), np.float32)
         cut = np.zeros(len(order), bool)  # the trace stops here inside the rollout: bootstrap
         for i, slot in enumerate(order.tolist()):

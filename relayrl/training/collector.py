@@ -91,17 +91,19 @@ class OnPolicyCollector(SampleSource):
                       result.reward, result.terminated, result.truncated, hidden, self._mask)
             truncated = result.truncated & ~result.terminated
             if np.count_nonzero(truncated):
-                store.bootstrap(t, truncated, self._value(result.final_obs[truncated], truncated))
+                final_mask = None if result.final_action_mask is None else result.final_action_mask[truncated]
+                store.bootstrap(t, truncated, self._value(result.final_obs[truncated], truncated, final_mask))
             self._obs = self._track(result)
-        return store.finish(self._value(self._obs, None))
+        return store.finish(self._value(self._obs, None, self._mask))
 
     def pull(self) -> tuple[Batch, int]:
         rollout = self.collect()
         return rollout, rollout["reward"].size
 
-    def _value(self, obs: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
-        # a recurrent critic continues the state of the envs these observations belong to
-        return self.policy.value(obs, rows) if self.recurrent else self.policy.value(obs)
+    def _value(self, obs: np.ndarray, rows: np.ndarray | None, mask: np.ndarray | None) -> np.ndarray:
+        # a recurrent critic continues the state of the envs these observations belong to; ``mask``: the actions
+        # allowed at ``obs`` (PQN's max_a Q runs over those only)
+        return self.policy.value_masked(obs, mask, rows if self.recurrent else None)
 
     def _track(self, result) -> np.ndarray:
         self.episodes.track(result)

@@ -14,6 +14,7 @@ import time
 import pytest
 
 from relayrl.config import build_config
+from relayrl.io.metrics import read_metrics
 from relayrl.net.backend import relay_pool
 
 from relay_procs import SLOW_PENDULUM, finish, free_port, relayrl, stop, tails, wait_listening  # same folder
@@ -280,21 +281,34 @@ def test_a_killed_trainer_resumes_and_keeps_the_samples_queued_meanwhile(tmp_pat
         stop(relay, *[p for p in (trainer, worker) if p is not None])
 
 
-def test_dqn_trains_from_a_remote_worker(tmp_path):
-    """Discrete actions through the relay: a DQN trainer (this process) and a worker process."""
+REMOTE = {  # algorithm: (env, the options trainer and worker share, the trainer's own)
+    "dqn": ("CartPole-v1", ["dqn.start_training=300"], ["dqn.update_model_interval=20"]),
+    "td3": ("Pendulum-v1", ["td3.start_training=300", "td3.hidden_sizes=[16,16]"], ["td3.batch_size=64"]),
+    "pqn": ("CartPole-v1", ["env.num_envs=4", "pqn.num_steps=16", "pqn.hidden_sizes=[16]"], []),
+}
+
+
+@pytest.mark.parametrize("algo", list(REMOTE))
+def test_an_algorithm_trains_from_a_remote_worker(tmp_path, algo):
+    """A trainer (this process) and a worker process through the relay: DQN's discrete actions, TD3's continuous
+    ones (issue 25's off-policy algorithms send what SAC's workers send), PQN's rollouts (on-policy: the chunk checks
+    take a rollout of max_a Q values as they take PPO's)."""
     from relayrl import launch
     from relayrl.testing.relay import running_relay
 
+    env, shared, own = REMOTE[algo]
     with running_relay() as r:
-        worker = relayrl("worker", "--server", r.address, "--env", "CartPole-v1", "--algo", "dqn",
-                         "--set=net.heartbeat_s=0.2", "--set=dqn.start_training=300",
+        worker = relayrl("worker", "--server", r.address, "--env", env, "--algo", algo,
+                         "--set=net.heartbeat_s=0.2", *[f"--set={s}" for s in shared],
                          "--set=net.max_steps_per_update=200", f"--set=net.weights_dir={tmp_path / 'w'}")
         try:
-            config = build_config("dqn", None, ["dqn.start_training=300", "eval.freq=0", "eval.episodes=2",
-                                                "eval.num_envs=2", "net.heartbeat_s=0.2", "dqn.update_model_interval=20"],
-                                  {"env.id": "CartPole-v1", "net.server": r.address, "total_steps": 1500})
+            config = build_config(algo, None, shared + own + ["eval.freq=0", "eval.episodes=2", "eval.num_envs=2",
+                                                              "net.heartbeat_s=0.2"],
+                                  {"env.id": env, "net.server": r.address, "total_steps": 1500})
             summary = launch.run(config, run_dir=tmp_path / "run", tensorboard=False)
             assert summary["backend"] == "relay" and summary["env_steps"] >= 1500 and summary["updates"] > 0
             assert (tmp_path / "w" / "latest.safetensors").is_file()
+            rows = [r for r in read_metrics(tmp_path / "run") if "net/refused" in r]
+            assert rows and rows[-1]["net/refused"] == 0  # every chunk passed the trainer's checks
         finally:
             stop(worker)

@@ -131,8 +131,17 @@ def test_a_hung_worker_is_replaced_by_its_node_proxy(cluster, tmp_path):
     ("dqn", ["env.num_envs=2", "dqn.start_training=200", "dqn.hidden_sizes=[16]"]),
     # (APPO's lagging workers are in the default suite on mp: test_runtime.py)
     pytest.param("appo", ["env.num_envs=2", "appo.num_steps=32"], marks=pytest.mark.extended),
+    # issue 25's: synchronous on-policy PQN in the default suite (a rollout other than PPO's through the proxies)
+    ("pqn", ["env.num_envs=2", "pqn.num_steps=16", "pqn.hidden_sizes=[16]"]),
+    pytest.param("a2c", ["env.num_envs=2", "a2c.num_steps=8"], marks=pytest.mark.extended),
+    pytest.param("td3", ["td3.start_training=300", "td3.hidden_sizes=[16,16]"], marks=pytest.mark.extended),
+    pytest.param("redq", ["redq.start_training=300", "redq.hidden_sizes=[16,16]", "redq.num_critics=3",
+                          "redq.updates_per_step=1"], marks=pytest.mark.extended),
+    pytest.param("crossq", ["crossq.start_training=300", "crossq.hidden_sizes=[16,16]",
+                            "crossq.critic_hidden_sizes=[16,16]"], marks=pytest.mark.extended),
 ])
 def test_asynchronous_algorithms_run_on_ray_workers(cluster, tmp_path, algo, sets):
+    """(Also the synchronous on-policy algorithms other than PPO, whose own tests are above.)"""
     config = build_config(algo, None, sets + ["backend=ray", "workers=2", "eval.freq=0", "eval.episodes=2",
                                               "eval.num_envs=2"], {"total_steps": 1500, "seed": 0})
     summary, backend, info = _run(config, tmp_path)

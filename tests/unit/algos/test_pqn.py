@@ -136,3 +136,32 @@ def test_trains_on_a_dict_env_through_its_encoders_and_the_loaded_policy_predict
     assert isinstance(policy.model.encoder.encoder, DictEncoder)  # (inside OnPacked, which unpacks the rows)
     obs, _ = make(bandit, pack_dict=False).reset(seed=0)
     assert np.shape(policy.predict(obs)) == ()
+
+
+def test_under_action_masks_the_returns_bootstrap_from_the_max_over_allowed_actions_only(monkeypatch):
+    """Q(s, a) = 10 a everywhere (the output layer's bias alone), on an env that allows 2 of its 5 options each step
+    and truncates its episodes at 10 steps: every next_value of a rollout, also at the truncations (the final
+    observation's mask) and at the rollout's last observation, is the largest Q of an action allowed there, as
+    DQN's target max (test_action_masks.py), never the 40 of an action the env forbids."""
+    venv = make_vec("relayrl.testing.masked:relayrl-test/MaskedChoice-v0", 2, manager="sync")
+    try:
+        algo = build("pqn.hidden_sizes=[8]", act_space=venv.single_action_space,
+                     obs_space=venv.single_observation_space, num_envs=2)
+        with torch.no_grad():
+            algo.policy.model.q[-1].weight.zero_()
+            algo.policy.model.q[-1].bias.copy_(torch.arange(5.0) * 10)
+        results = []
+        step = venv.step
+        monkeypatch.setattr(venv, "step", lambda action: results.append(step(action)) or results[-1])
+        collector = OnPolicyCollector(venv, algo.policy, num_steps=16)
+        collector.reset(seed=0)
+        rollout = collector.collect()
+    finally:
+        venv.close()
+    # the actions allowed at the observation that followed each step: the final one's where an episode ended
+    allowed = np.stack([np.where((r.terminated | r.truncated)[:, None], r.final_action_mask, r.action_mask)
+                        for r in results])
+    expected = np.where(allowed, np.arange(5.0) * 10, -np.inf).max(-1)
+    assert rollout["truncated"][9].all() and not allowed[[9, 15], :, 4].all()  # forbidden at a truncation or the end
+    np.testing.assert_allclose(rollout["next_value"], expected)
+    np.testing.assert_allclose(rollout["value"], np.where(rollout["action_mask"], np.arange(5.0) * 10, -np.inf).max(-1))
