@@ -24,9 +24,10 @@ import json
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from common import launch
+from common import Comparison
 
 # Shared settings (relayrl key -> SB3 argument in the functions below).
 PPO = {"env.num_envs": 8, "ppo.num_steps": 128, "ppo.epochs": 4, "ppo.batch_size": 256, "ppo.actor_lr": 2.5e-4,
@@ -40,14 +41,14 @@ DQN = {"env.num_envs": 1, "dqn.buffer_size": 100_000, "dqn.batch_size": 32, "dqn
        "dqn.hidden_sizes": []}
 
 
-def run_relayrl(algo: str, game: str, seed: int, steps: int, eval_every: int, episodes: int) -> dict:
+def relayrl_curve(algo: str, sets: dict, seed: int, args: argparse.Namespace) -> dict:
+    """relayrl's ``algo`` with ``sets`` on ``MinAtar/<--game>-v1`` for ``--steps``, evaluated as the options say."""
     from relayrl.config import build_config
     from relayrl.training.trainer import run_trainer
 
-    sets = {**(PPO if algo == "ppo" else DQN), "eval.freq": eval_every, "eval.episodes": episodes,
-            "eval.num_envs": 1}
+    sets = {**sets, "eval.freq": args.eval_every, "eval.episodes": args.eval_episodes, "eval.num_envs": 1}
     config = build_config(algo, None, [f"{k}={json.dumps(v)}" for k, v in sets.items()],
-                          {"env.id": f"MinAtar/{game}-v1", "seed": seed, "total_steps": steps})
+                          {"env.id": f"MinAtar/{args.game}-v1", "seed": seed, "total_steps": args.steps})
     with tempfile.TemporaryDirectory() as tmp:
         run_trainer(config, run_dir=tmp, tensorboard=False, quiet=True)
         events = [json.loads(line) for line in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
@@ -55,7 +56,12 @@ def run_relayrl(algo: str, game: str, seed: int, steps: int, eval_every: int, ep
                       if e["event"] == "eval"]}
 
 
-def run_sb3(algo: str, game: str, seed: int, steps: int, eval_every: int, episodes: int) -> dict:
+def run_relayrl(seed: int, args: argparse.Namespace) -> dict:
+    return relayrl_curve(args.algo, PPO if args.algo == "ppo" else DQN, seed, args)
+
+
+def sb3_curve(algo: str, seed: int, args: argparse.Namespace) -> dict:
+    """SB3's ``algo`` ("ppo" or "dqn") with the settings above, on the same env and CNN as relayrl: its curve."""
     import gymnasium as gym
     import torch
     from stable_baselines3 import DQN as SB3DQN
@@ -76,7 +82,7 @@ def run_sb3(algo: str, game: str, seed: int, steps: int, eval_every: int, episod
         def forward(self, obs: torch.Tensor) -> torch.Tensor:
             return self.cnn(obs)
 
-    env_id = f"MinAtar/{game}-v1"
+    env_id, steps, eval_every, episodes = f"MinAtar/{args.game}-v1", args.steps, args.eval_every, args.eval_episodes
     curve: list[tuple[int, float, float]] = []
     start = [0.0]
 
@@ -108,6 +114,10 @@ def run_sb3(algo: str, game: str, seed: int, steps: int, eval_every: int, episod
     start[0] = time.perf_counter()
     model.learn(total_timesteps=steps, callback=callback)
     return {"curve": curve}
+
+
+def run_sb3(seed: int, args: argparse.Namespace) -> dict:
+    return sb3_curve(args.algo, seed, args)
 
 
 def first_reaching(curve: list, target: float) -> tuple[float, float] | None:
@@ -155,41 +165,49 @@ def plot(results: dict[str, list[dict]], title: str, out: str) -> None:
     fig.savefig(out, dpi=100)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+class Curves:
+    """A row per run (its last evaluation and best return); then ``summarise``, ``--json`` and ``--plot``."""
+
+    def __init__(self, title: Callable[[argparse.Namespace], str]):
+        self.title = title
+
+    def header(self) -> None:
+        return None
+
+    def row(self, seed: int, which: str, result: dict) -> str:
+        last = result["curve"][-1]
+        return (f"seed {seed} {which:>8}: {last[0]} env steps in {last[1]:.1f} s, final eval {last[2]:.2f}, "
+                f"best {max(x[2] for x in result['curve']):.2f}")
+
+    def summary(self, results: dict[str, list[dict]], args: argparse.Namespace) -> None:
+        if args.json:
+            Path(args.json).write_text(json.dumps(results))
+        summarise(results, args.target)
+        if args.plot:
+            plot(results, self.title(args), args.plot)
+
+
+def curve_options(steps: int, eval_every: int) -> Callable[[argparse.ArgumentParser], None]:
+    """The MinAtar scripts' options, with their defaults of ``--steps`` and ``--eval-every``."""
+
+    def options(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--game", default="Breakout")
+        parser.add_argument("--steps", type=int, default=steps)
+        parser.add_argument("--eval-every", type=int, default=eval_every)
+        parser.add_argument("--eval-episodes", type=int, default=10)
+        parser.add_argument("--target", type=float, default=None)
+        parser.add_argument("--plot", default=None, help="write the curves to this PNG")
+        parser.add_argument("--json", default=None, help="write the raw curves to this file")
+
+    return options
+
+
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--algo", choices=["ppo", "dqn"], default="ppo")
-    parser.add_argument("--game", default="Breakout")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=100_000)
-    parser.add_argument("--eval-every", type=int, default=10_000)
-    parser.add_argument("--eval-episodes", type=int, default=10)
-    parser.add_argument("--target", type=float, default=None)
-    parser.add_argument("--plot", default=None, help="write the curves to this PNG")
-    parser.add_argument("--json", default=None, help="write the raw curves to this file")
-    parser.add_argument("--child", choices=["relayrl", "sb3"], help=argparse.SUPPRESS)
-    parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    shared = (args.algo, args.game)
-    if args.child:
-        run = run_relayrl if args.child == "relayrl" else run_sb3
-        print("RESULT " + json.dumps(run(*shared, args.seed, args.steps, args.eval_every, args.eval_episodes)))
-        return
-    extra = ["--algo", args.algo, "--game", args.game, "--steps", str(args.steps), "--eval-every",
-             str(args.eval_every), "--eval-episodes", str(args.eval_episodes)]
-    results: dict[str, list[dict]] = {"relayrl": [], "sb3": []}
-    for seed in args.seeds:
-        for which in ("relayrl", "sb3"):
-            r = launch(__file__, which, seed, *extra)
-            results[which].append(r)
-            last = r["curve"][-1]
-            print(f"seed {seed} {which:>8}: {last[0]} env steps in {last[1]:.1f} s, final eval {last[2]:.2f}, "
-                  f"best {max(x[2] for x in r['curve']):.2f}", flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps(results))
-    summarise(results, args.target)
-    if args.plot:
-        plot(results, f"{args.algo.upper()} on MinAtar/{args.game}-v1, seeds {args.seeds}", args.plot)
+    curve_options(100_000, 10_000)(parser)
 
 
 if __name__ == "__main__":
-    main()
+    Comparison(__file__, __doc__, {"relayrl": run_relayrl, "sb3": run_sb3},
+               Curves(lambda args: f"{args.algo.upper()} on MinAtar/{args.game}-v1, seeds {args.seeds}"),
+               seeds=[0, 1, 2], options=options).main()
