@@ -7,7 +7,7 @@ but the env, the budget and the evaluation cadence: what a user who names an ima
 mean over the run's evaluations: how soon it learns) and the env steps per second.
 
     python benchmarks/image_defaults.py --algos ppo a2c pqn dqn appo --env MinAtar/Breakout-v1 --seeds 0 1 --threads 1
-    python benchmarks/image_defaults.py --algos ppo --env ALE/Breakout-v5 --steps 100000 --seeds 0
+    python benchmarks/image_defaults.py --algos ppo --env ALE/Breakout-v5 --steps 100000 --seeds 0 --train-returns
     python benchmarks/image_defaults.py --algos ppo --configs defaults   # what relayrl picks now, alone
 
 Only algorithms with Discrete actions are measured: MinAtar and ALE games have no Box actions (SAC, TD3, CrossQ
@@ -48,11 +48,12 @@ PUBLISHED = {
 
 
 def run_child(algo: str, config_name: str, env_id: str, seed: int, steps: int, eval_every: int, episodes: int,
-              threads: int | None) -> dict:
+              threads: int | None, train_returns: bool) -> dict:
     from relayrl.config import build_config
     from relayrl.training.trainer import run_trainer
 
-    sets = {"eval.freq": eval_every, "eval.episodes": episodes, "eval.num_envs": 1, "threads": threads}
+    sets = {"eval.freq": 0 if train_returns else eval_every, "eval.episodes": episodes, "eval.num_envs": 1,
+            "threads": threads}
     if config_name == "published":
         sets.update(PUBLISHED[algo])
         if algo == "pqn":
@@ -63,7 +64,14 @@ def run_child(algo: str, config_name: str, env_id: str, seed: int, steps: int, e
         summary = run_trainer(config, run_dir=tmp, tensorboard=False, quiet=True)
         events = [json.loads(line) for line in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
         chosen = (Path(tmp) / "config.yaml").read_text()
-    returns = [e["eval/return_mean"] for e in events if e["event"] == "eval"]
+    if not train_returns:
+        returns = [e["eval/return_mean"] for e in events if e["event"] == "eval"]
+    else:  # the training episodes' mean return in each window of eval_every env steps
+        windows: dict[int, list[float]] = {}
+        for e in events:
+            if e["event"] == "train" and "train/return_mean" in e:
+                windows.setdefault(min(e["env_steps"] - 1, steps - 1) // eval_every, []).append(e["train/return_mean"])
+        returns = [statistics.mean(windows[k]) for k in sorted(windows)]
     return {"returns": returns, "steps_per_s": summary["env_steps"] / max(summary["wall_time_s"], 1e-9),
             "config": chosen}
 
@@ -81,6 +89,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None,
                         help="the learner's torch threads (default: relayrl's choice; 1 on a loaded machine, where a "
                              "second thread waits on the first, changes the speed only)")
+    parser.add_argument("--train-returns", action="store_true",
+                        help="score each window of --eval-every steps by its training episodes' mean return, no "
+                             "evaluation (ALE: a deterministic policy that never serves plays until the time limit)")
     parser.add_argument("--json", default=None, help="append every run's result to this file (JSON lines)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
@@ -89,9 +100,11 @@ def main() -> None:
         algo, config_name = args.child.split(":")
         steps = args.dqn_steps if algo == "dqn" else args.steps
         print("RESULT " + json.dumps(run_child(algo, config_name, args.env, args.seed, steps, args.eval_every,
-                                                args.eval_episodes, args.threads)))
+                                                args.eval_episodes, args.threads, args.train_returns)))
         return
-    print(f"{args.env}: eval every {args.eval_every} env steps, {args.eval_episodes} episodes")
+    scored = "training episodes' mean return per window of" if args.train_returns else "eval every"
+    print(f"{args.env}: {scored} {args.eval_every} env steps" +
+          ("" if args.train_returns else f", {args.eval_episodes} episodes"))
     print(f"{'algo':>5} {'config':>10} {'seed':>4} {'final':>7} {'mean':>7} {'steps/s':>8}  returns")
     table: dict[tuple[str, str], list[dict]] = {}
     for algo in args.algos:
@@ -99,7 +112,8 @@ def main() -> None:
             for config_name in args.configs:
                 extra = ["--env", args.env, "--steps", str(args.steps), "--dqn-steps", str(args.dqn_steps),
                          "--eval-every", str(args.eval_every), "--eval-episodes", str(args.eval_episodes),
-                         *(["--threads", str(args.threads)] if args.threads is not None else [])]
+                         *(["--threads", str(args.threads)] if args.threads is not None else []),
+                         *(["--train-returns"] if args.train_returns else [])]
                 r = launch(__file__, f"{algo}:{config_name}", seed, *extra)
                 table.setdefault((algo, config_name), []).append(r)
                 rets = r["returns"]
