@@ -11,6 +11,7 @@ are importable from here too, as docs/library.md shows.
 
 from __future__ import annotations
 
+import copy
 import difflib
 from pathlib import Path
 from typing import Any
@@ -127,9 +128,10 @@ def build_config(
     The tree validated holds only the algorithm's registered overrides and what was given, so each section's
     ``model_fields_set`` says which options were chosen rather than left at their defaults (what
     ``observation_defaults`` may fill in)."""
-    given: dict[str, Any] = deep_merge({"algo": algo}, get_algo(algo).defaults)
+    # (copies: --set writes into these trees, never into the registry's defaults or the caller's data)
+    given: dict[str, Any] = copy.deepcopy(deep_merge({"algo": algo}, get_algo(algo).defaults))
     tree: dict[str, Any] = default_config(algo).model_dump()  # (the whole tree: --set into a value is refused)
-    file_data = dict(file_data or {})
+    file_data = copy.deepcopy(dict(file_data or {}))
     file_algo = file_data.pop("algo", algo)
     if file_algo != algo:
         raise ConfigError(f"the config file is for algo {file_algo!r} but you asked to train {algo!r}: "

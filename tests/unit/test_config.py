@@ -100,3 +100,12 @@ def test_diff_reports_changed_options():
     a = default_config("ppo")
     b = build_config("ppo", None, ["ppo.epochs=3", "seed=5"])
     assert diff_configs(a, b) == [f"ppo.epochs: {a.ppo.epochs} -> 3", "seed: 0 -> 5"]
+
+
+def test_building_a_config_changes_neither_the_registered_defaults_nor_the_callers_data():
+    """--set writes into the config's own tree: a nested default (SAC's env section) or the caller's YAML data
+    that another build would then see stays as it was."""
+    data = {"env": {"kwargs": {"size": 3}}}
+    build_config("sac", data, ["env.kwargs.size=5", "env.kwargs.extra=1"])
+    assert data == {"env": {"kwargs": {"size": 3}}}
+    assert build_config("sac").env.kwargs == {}
