@@ -123,30 +123,21 @@ def build_config(
     sets: list[str] | tuple[str, ...] = (),
     overrides: dict[str, Any] | None = None,
 ) -> RunConfig:
-    """Defaults for ``algo``, then the YAML data, then ``--set`` items, then CLI ``overrides``.
-
-    The tree validated holds only the algorithm's registered overrides and what was given, so each section's
-    ``model_fields_set`` says which options were chosen rather than left at their defaults (what
-    ``observation_defaults`` may fill in)."""
-    # (copies: --set writes into these trees, never into the registry's defaults or the caller's data)
-    given: dict[str, Any] = copy.deepcopy(deep_merge({"algo": algo}, get_algo(algo).defaults))
-    tree: dict[str, Any] = default_config(algo).model_dump()  # (the whole tree: --set into a value is refused)
-    file_data = copy.deepcopy(dict(file_data or {}))
+    """Defaults for ``algo``, then the YAML data, then ``--set`` items, then CLI ``overrides``."""
+    tree: dict[str, Any] = default_config(algo).model_dump()
+    file_data = copy.deepcopy(dict(file_data or {}))  # (--set writes into the tree, never into the caller's data)
     file_algo = file_data.pop("algo", algo)
     if file_algo != algo:
         raise ConfigError(f"the config file is for algo {file_algo!r} but you asked to train {algo!r}: "
                           f"use `relayrl train {file_algo}` or `relayrl config {algo}` for a matching file")
-    tree, given = deep_merge(tree, file_data), deep_merge(given, file_data)
+    tree = deep_merge(tree, file_data)
     for item in sets:
         path, value = parse_set(item)
         set_path(tree, path, value)
-        set_path(given, path, value)
     for key, value in (overrides or {}).items():
         if value is not None:
             set_path(tree, key.split("."), value)
-            set_path(given, key.split("."), value)
-    validate(algo, tree)
-    return validate(algo, given)
+    return validate(algo, tree)
 
 
 def validate(algo: str, tree: dict[str, Any]) -> RunConfig:
@@ -216,13 +207,10 @@ def to_yaml(config: BaseModel, comments: bool = True) -> str:
 
 def _emit(model: BaseModel, lines: list[str], indent: int, comments: bool) -> None:
     pad = "  " * indent
-    image = model.image_defaults if isinstance(model, AlgoConfig) else {}
     for name, field in type(model).model_fields.items():
         value = getattr(model, name)
         if comments and field.description and not isinstance(value, BaseModel):
             lines.extend(f"{pad}# {line.strip()}" for line in field.description.splitlines())
-            if name in image:
-                lines.append(f"{pad}# Unset, with image observations: {image[name]!r} ({type(model).image_source}).")
         if isinstance(value, BaseModel):
             lines.append(f"{pad}{name}:")
             _emit(value, lines, indent + 1, comments)

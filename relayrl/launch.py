@@ -21,14 +21,12 @@ from relayrl.io.metrics import check_tracking
 from relayrl.options import RunConfig
 from relayrl.training.evaluator import ReportedEvaluator
 from relayrl.training.experience import AgentExperience, GymExperience, SourceExperience
-from relayrl.training.observation_defaults import observation_defaults
 from relayrl.training.trainer import Trainer
 
 
 def run(config: RunConfig, **options: Any) -> dict[str, Any]:
     """Run ``config``: the Trainer on the experience it asks for; ``options`` are the Trainer's (run_dir, resume, ...)."""
     check_tracking(config.logging.wandb)  # before any env, worker or simulator starts
-    config = observation_defaults(config, quiet=options.get("quiet", False))  # before workers take the config
     on_policy = get_algo(config.algo).on_policy
     if config.env.id.startswith("bridge:"):  # an external simulator through shared memory
         from relayrl.bridge.agent_env import make_bridge_envs

@@ -34,12 +34,6 @@ class AlgoConfig(Section):
     """Base of an algorithm's section (``ppo:``, ``sac:``); ``check`` refuses combinations of options that would
     silently do nothing, before a run starts."""
 
-    image_defaults: ClassVar[dict[str, Any]] = {}
-    """Values for options left unset when the observations hold an image (training/observation_defaults.py): the
-    settings published image benchmarks use, where the vector-tuned defaults learn worse on pictures."""
-    image_source: ClassVar[str] = ""
-    """Where ``image_defaults`` come from, as the notice at a run's start names it."""
-
     def check(self, name: str) -> None:
         """Raise a ConfigError naming the options and the fix (default: every combination is fine)."""
 

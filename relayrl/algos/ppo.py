@@ -48,10 +48,6 @@ class PPOConfig(AlgoConfig):
         "minibatch_size": "batch_size", "normalize_advantages": "normalize_advantage", "norm_obs": "obs_norm",
         "norm_reward": "normalize_reward", "net_arch": "hidden_sizes", "eps": "adam_eps",
         "features_extractor_class": "encoder"}
-    image_defaults: ClassVar[dict[str, Any]] = {
-        "num_steps": 128, "epochs": 4, "actor_lr": 2.5e-4, "critic_lr": 2.5e-4, "clip": 0.1, "entropy_coef": 0.01,
-        "normalize_reward": False}
-    image_source: ClassVar[str] = "CleanRL's Atari PPO"
 
     num_steps: int = Field(64, ge=1)
     """Vector steps collected per iteration (the rollout holds num_steps x env.num_envs steps)."""

@@ -47,7 +47,6 @@ from relayrl.training.offpolicy import ReplayRounds, replay_layout
 from relayrl.training.onpolicy import OnPolicyRounds
 from relayrl.training.progress import ProgressDisplay
 from relayrl.training.rounds import Rounds, UpdatesDue, Work
-from relayrl.training.observation_defaults import observation_defaults
 from relayrl.training.threads import default_threads, resolve_threads
 
 log = logging.getLogger("relayrl")
@@ -88,8 +87,6 @@ def run_trainer(config: RunConfig, *, experience: Experience | None = None, samp
             stop_event, hooks).
     """
     on_policy = get_algo(config.algo).on_policy
-    if experience is None and samples is None:  # (a source of your own: its config is yours as given)
-        config = observation_defaults(config, quiet=options.get("quiet", False))
     if experience is None:
         experience = (SourceExperience(config, samples, on_policy=on_policy) if samples is not None
                       else GymExperience(config, on_policy))

@@ -103,8 +103,8 @@ def test_diff_reports_changed_options():
 
 
 def test_building_a_config_changes_neither_the_registered_defaults_nor_the_callers_data():
-    """--set writes into the config's own tree: a nested default (SAC's env section) or the caller's YAML data
-    that another build would then see stays as it was."""
+    """--set writes into the config's own tree: the caller's YAML data (env.kwargs, which is merged whole) and the
+    registered defaults that the next build starts from stay as they were."""
     data = {"env": {"kwargs": {"size": 3}}}
     build_config("sac", data, ["env.kwargs.size=5", "env.kwargs.extra=1"])
     assert data == {"env": {"kwargs": {"size": 3}}}
