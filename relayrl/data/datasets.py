@@ -222,8 +222,9 @@ def _read_minari(folder: Path) -> dict[str, np.ndarray]:
         from minari.dataset.minari_dataset import MinariDataset
     except ImportError:
         raise DatasetError(f"dataset {str(folder)!r} is a Minari dataset, which relayrl reads with the minari "
-                           "package, not installed here: `python -m pip install minari` (no download happens: the "
-                           "folder is read as it is), or convert it to an .npz of transitions") from None
+                           "package, not installed here: `python -m pip install 'relayrl[offline]'` (minari with its "
+                           "HDF5 reader; no download happens: the folder is read as it is), or convert it to an .npz "
+                           "of transitions") from None
     data = folder / "data" if (folder / "data" / "main_data.hdf5").is_file() else folder
     try:
         columns: dict[str, list[np.ndarray]] = {key: [] for key in (*REQUIRED, "truncated")}

@@ -1,5 +1,7 @@
 """Offline datasets: what loads (npz, a replay snapshot), what is refused with one clear DatasetError, and writing."""
 
+import sys
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -128,16 +130,56 @@ def test_missing_corrupt_pickled_and_unknown_files_are_refused(tmp_path):
         load_dataset(tmp_path / "empty", *PENDULUM)
 
 
-def test_a_minari_folder_without_minari_names_the_package(tmp_path):
-    try:
-        import minari  # noqa: F401
-        pytest.skip("minari is installed here")
-    except ImportError:
-        pass
+def test_a_minari_folder_without_minari_names_the_package(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "minari", None)  # (as on a machine without it: the import fails)
     (tmp_path / "ds" / "data").mkdir(parents=True)
     (tmp_path / "ds" / "data" / "main_data.hdf5").write_bytes(b"")
-    with pytest.raises(DatasetError, match="pip install minari"):
+    with pytest.raises(DatasetError, match=r"pip install 'relayrl\[offline\]'"):
         load_dataset(tmp_path / "ds", *PENDULUM)
+
+
+def write_minari(root, env_id, episodes=3, steps=20):
+    """A real Minari dataset (HDF5) of random episodes in ``root``, written by minari itself; the episodes."""
+    minari = pytest.importorskip("minari")
+    from minari.data_collector.episode_buffer import EpisodeBuffer
+
+    env = gym.make(env_id, max_episode_steps=steps)
+    buffers = []
+    for k in range(episodes):
+        obs, _ = env.reset(seed=k)
+        env.action_space.seed(k)
+        columns = {"observations": [obs], "actions": [], "rewards": [], "terminations": [], "truncations": []}
+        done = False
+        while not done:
+            action = env.action_space.sample()
+            obs, reward, terminated, truncated, _ = env.step(action)
+            for key, value in zip(columns, (obs, action, reward, terminated, truncated)):
+                columns[key].append(value)
+            done = terminated or truncated
+        buffers.append(EpisodeBuffer(id=k, infos={}, **{key: np.array(v) for key, v in columns.items()}))
+    minari.create_dataset_from_buffers(f"test/{env_id.lower()}-v0", buffers, env=env, algorithm_name="random",
+                                       data_format="hdf5")
+    return root / "test" / f"{env_id.lower()}-v0", buffers
+
+
+def test_a_minari_dataset_loads_as_transitions_with_box_actions_scaled(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path))
+    folder, episodes = write_minari(tmp_path, "Pendulum-v1")
+    data = load_dataset(folder, *PENDULUM)
+    obs = np.concatenate([e.observations[:-1] for e in episodes])
+    next_obs = np.concatenate([e.observations[1:] for e in episodes])
+    np.testing.assert_allclose(data["obs"], obs, rtol=1e-6)
+    np.testing.assert_allclose(data["next_obs"], next_obs, rtol=1e-6)  # episode ends do not run into the next
+    np.testing.assert_allclose(data["action"], np.concatenate([e.actions for e in episodes]) / 2.0, rtol=1e-6)
+    assert data["truncated"].sum() == len(episodes) and data["terminated"].sum() == 0
+    assert data["reward"].dtype == np.float32 and len(data["reward"]) == len(obs)
+
+
+def test_a_minari_dataset_of_another_env_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path))
+    folder, _ = write_minari(tmp_path, "CartPole-v1")
+    with pytest.raises(DatasetError, match=r"obs has shape \(\d+, 4\), expected \(\d+, 3\).*another env"):
+        load_dataset(folder, *PENDULUM)
 
 
 def test_save_dataset_never_overwrites_and_round_trips(tmp_path):
