@@ -10,7 +10,8 @@ Three sources, by what ``path`` is:
 - an ``.npz`` of named arrays, one row per transition: ``obs``, ``action`` (as the env takes it),
   ``reward``, ``next_obs``, ``terminated`` and optionally ``truncated`` (what ``relayrl collect`` writes);
 - a relayrl replay snapshot: a run directory (its ``checkpoints/replay.safetensors``, written with every
-  last checkpoint of an off-policy run) or that file. It must hold one-step transitions (``n_step: 1``);
+  last checkpoint of an off-policy run, or with replay shards each shard's ``replay_shard<k>.safetensors``,
+  read together) or one such file. It must hold one-step transitions (``n_step: 1``);
   its Box actions are the learner's, in [-1, 1] (SAC's and the other squashed policies' ``action``);
 - a Minari dataset folder on disk (``data/main_data.hdf5``), read with the ``minari`` package when it is
   installed (it is no dependency of relayrl; nothing is downloaded).
@@ -33,6 +34,7 @@ import gymnasium as gym
 import numpy as np
 
 from relayrl.data.dtypes import stored_dtype
+from relayrl.data.replay import REPLAY_FILE, SHARD_FILE
 from relayrl.errors import DatasetError, EnvError
 from relayrl.types import Batch
 
@@ -40,7 +42,6 @@ __all__ = ["REQUIRED", "load_dataset", "check_dataset", "save_dataset", "action_
 
 REQUIRED = ("obs", "action", "reward", "next_obs", "terminated")  # the columns every dataset has
 OPTIONAL = ("truncated",)
-REPLAY_FILE = "replay.safetensors"  # (training/offpolicy.py writes it beside the last checkpoint)
 ACTION_TOLERANCE = 1e-4  # of the action range: float error, not an action outside the space
 FIX = ("give an .npz of the columns obs, action, reward, next_obs, terminated (and truncated), e.g. written by "
        "`relayrl collect RUN -o FILE.npz`, a run directory of an off-policy run (its checkpoints/replay.safetensors), "
@@ -53,9 +54,11 @@ def load_dataset(path: str | Path, obs_space: gym.Space, act_space: gym.Space) -
     if not path.exists():
         raise DatasetError(f"dataset {str(path)!r} not found: {FIX}")
     if path.is_dir():
-        replay = _replay_file(path)
-        if replay is not None:
-            return check_dataset(_read_replay(replay), obs_space, act_space, str(replay), scaled_actions=True)
+        replays = _replay_files(path)
+        if replays:  # one snapshot, or one per replay shard (their transitions together)
+            arrays = [_read_replay(replay) for replay in replays]
+            joined = {key: np.concatenate([a[key] for a in arrays]) for key in arrays[0]}
+            return check_dataset(joined, obs_space, act_space, ", ".join(map(str, replays)), scaled_actions=True)
         if _is_minari(path):
             return check_dataset(_read_minari(path), obs_space, act_space, str(path))
         raise DatasetError(f"dataset {str(path)!r} is a folder with no replay snapshot (checkpoints/{REPLAY_FILE}) "
@@ -176,11 +179,17 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
                            "write it again") from None
 
 
-def _replay_file(folder: Path) -> Path | None:
-    for candidate in (folder / "checkpoints" / REPLAY_FILE, folder / REPLAY_FILE):
-        if candidate.is_file():
-            return candidate
-    return None
+def _replay_files(folder: Path) -> list[Path]:
+    """The run's replay snapshot, or its replay shards' (shard 0, 1, ...), in ``checkpoints/`` or ``folder``."""
+    for where in (folder / "checkpoints", folder):
+        if (where / REPLAY_FILE).is_file():
+            return [where / REPLAY_FILE]
+        shards = []
+        while (where / SHARD_FILE.format(k=len(shards))).is_file():
+            shards.append(where / SHARD_FILE.format(k=len(shards)))
+        if shards:
+            return shards
+    return []
 
 
 def _read_replay(path: Path) -> dict[str, np.ndarray]:

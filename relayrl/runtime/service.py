@@ -39,6 +39,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from relayrl.data.replay import SHARD_FILE
 from relayrl.errors import RelayRLError
 from relayrl.runtime.messages import BatchTrainingData, Heartbeat, InsertTransitions, SampleBatch, Stop
 from relayrl.runtime.sharding import ShardedSampling
@@ -46,7 +47,6 @@ from relayrl.types import Batch
 
 log = logging.getLogger("relayrl")
 
-SHARD_FILE = "replay_shard{k}.safetensors"
 
 
 class ShardLost(Exception):

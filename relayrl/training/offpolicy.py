@@ -24,13 +24,12 @@ import numpy as np
 
 from relayrl.core import Algorithm, Policy, SampleSource
 from relayrl.data.dtypes import store_transitions, stored_dtype
-from relayrl.data.replay import Replay, ReplayBuffer, ReplaySpec, choose_layout
+from relayrl.data.replay import REPLAY_FILE, Replay, ReplayBuffer, ReplaySpec, choose_layout
 from relayrl.errors import ConfigError
 from relayrl.options import ReplayLoopConfig
 from relayrl.training.rounds import Rounds, UpdatesDue
 from relayrl.types import Batch
 
-REPLAY_FILE = "replay.safetensors"
 
 
 def replay_columns(policy: Policy) -> tuple[tuple[str, str, tuple[int, ...]], ...]:

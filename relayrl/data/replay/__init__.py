@@ -7,4 +7,7 @@ from relayrl.data.replay.framestorage import FrameStorage, choose_layout
 from relayrl.data.replay.sampler import PrioritizedSampler, UniformSampler
 from relayrl.data.replay.storage import ArrayStorage
 
-__all__ = ["ArrayStorage", "EpisodeBuffer", "FrameStorage", "PrioritizedSampler", "Replay", "ReplayBuffer", "ReplaySpec", "UniformSampler", "choose_layout"]
+REPLAY_FILE = "replay.safetensors"  # an off-policy run's replay snapshot, beside its last checkpoint
+SHARD_FILE = "replay_shard{k}.safetensors"  # replay shard k's snapshot there instead, with replay shards
+
+__all__ = ["REPLAY_FILE", "SHARD_FILE", "ArrayStorage", "EpisodeBuffer", "FrameStorage", "PrioritizedSampler", "Replay", "ReplayBuffer", "ReplaySpec", "UniformSampler", "choose_layout"]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from relayrl.data.datasets import load_dataset, save_dataset
-from relayrl.data.replay import ReplayBuffer
+from relayrl.data.replay import SHARD_FILE, ReplayBuffer
 from relayrl.errors import DatasetError
 
 PENDULUM = (gym.spaces.Box(-8.0, 8.0, (3,), np.float32), gym.spaces.Box(-2.0, 2.0, (1,), np.float32))
@@ -60,6 +60,22 @@ def test_a_replay_snapshot_of_a_run_loads_from_the_run_directory(tmp_path):
     out = load_dataset(tmp_path / "run", *PENDULUM)
     np.testing.assert_allclose(out["obs"], replay["obs"][4:])
     np.testing.assert_allclose(out["action"], replay["action"][4:])  # already the learner's [-1, 1]
+
+
+def test_the_replay_shards_of_a_run_load_together(tmp_path):
+    """A run with replay shards saves one snapshot per shard (runtime/service.py): the dataset is all of them."""
+    data = transitions(n=10)
+    replay = {"obs": data["obs"].astype(np.float32), "action": data["action"] / 2, "reward": data["reward"],
+              "next_obs": data["next_obs"].astype(np.float32), "terminated": data["terminated"],
+              "discount": np.full(10, 0.99, np.float32)}
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    for k, rows in enumerate((slice(0, 6), slice(6, 10))):
+        shard = ReplayBuffer(16)
+        shard.add({key: value[rows] for key, value in replay.items()})
+        shard.save(tmp_path / "run" / "checkpoints" / SHARD_FILE.format(k=k))
+    out = load_dataset(tmp_path / "run", *PENDULUM)
+    np.testing.assert_allclose(out["obs"], replay["obs"])  # shard 0's rows, then shard 1's
+    np.testing.assert_allclose(out["reward"], replay["reward"].astype(np.float32))
 
 
 def test_a_replay_of_n_step_transitions_is_refused(tmp_path):
