@@ -35,7 +35,7 @@ import numpy as np
 
 from relayrl.data.dtypes import stored_dtype
 from relayrl.data.replay import REPLAY_FILE, SHARD_FILE
-from relayrl.errors import DatasetError, EnvError
+from relayrl.errors import DatasetError, EnvError, install_hint
 from relayrl.types import Batch
 
 __all__ = ["REQUIRED", "load_dataset", "check_dataset", "save_dataset", "action_bounds"]
@@ -231,9 +231,9 @@ def _read_minari(folder: Path) -> dict[str, np.ndarray]:
         from minari.dataset.minari_dataset import MinariDataset
     except ImportError:
         raise DatasetError(f"dataset {str(folder)!r} is a Minari dataset, which relayrl reads with the minari "
-                           "package, not installed here: `python -m pip install 'relayrl[offline]'` (minari with its "
-                           "HDF5 reader; no download happens: the folder is read as it is), or convert it to an .npz "
-                           "of transitions") from None
+                           f"package, not installed here: `{install_hint('offline')}` (minari with its HDF5 reader; "
+                           "no download happens: the folder is read as it is), or convert it to an .npz of "
+                           "transitions") from None
     data = folder / "data" if (folder / "data" / "main_data.hdf5").is_file() else folder
     try:
         columns: dict[str, list[np.ndarray]] = {key: [] for key in (*REQUIRED, "truncated")}
