@@ -26,9 +26,9 @@ from pydantic import Field
 from torch import nn
 
 from relayrl.algos.registry import register
-from relayrl.algos.sac import LOG_STD_MAX, LOG_STD_MIN, Actor, SACPolicy, TwinQ
+from relayrl.algos.sac import (LOG_STD_MAX, LOG_STD_MIN, Actor, SACPolicy, TwinQ, bootstrap_target, replay_tensors,
+                               sample_weights)
 from relayrl.core import Algorithm
-from relayrl.data.dtypes import to_tensor
 from relayrl.errors import NonFiniteError
 from relayrl.options import ReplayLoopConfig
 from relayrl.policy.device import cpu_tree
@@ -295,11 +295,8 @@ class CrossQ(Algorithm):
 
     def learn(self, batch: Batch, progress: float = 0.0) -> dict[str, float]:
         cfg, actor = self.cfg, self.policy.actor
-        n = len(batch["obs"])
-        device = self.device
-        obs = to_tensor(batch["obs"], device).reshape(n, *self.policy.obs_view)
-        next_obs = to_tensor(batch["next_obs"], device).reshape(n, *self.policy.obs_view)
-        action = to_tensor(batch["action"], device).reshape(n, -1)
+        n, device = len(batch["obs"]), self.device
+        obs, next_obs, action = replay_tensors(batch, self.policy, device)
         alpha = self.log_alpha.exp().detach()
         with torch.no_grad():  # the next actions: the actor with its running statistics (as it acts)
             next_action, next_logp = actor.sample(next_obs)
@@ -307,10 +304,8 @@ class CrossQ(Algorithm):
         q_both = self.critic(torch.cat([obs, next_obs]), torch.cat([action, next_action]), train=True)
         q = q_both[:, :n]
         with torch.no_grad():
-            next_q = q_both[:, n:].min(0).values - alpha * next_logp
-            not_done = 1.0 - to_tensor(batch["terminated"], device)
-            y = to_tensor(batch["reward"], device) + to_tensor(batch["discount"], device) * not_done * next_q
-        weight = to_tensor(batch["weight"], device) if "weight" in batch else torch.ones(n, device=device)
+            y = bootstrap_target(batch, q_both[:, n:].min(0).values - alpha * next_logp, device)
+        weight = sample_weights(batch, device)
         critic_loss = 0.5 * (weight * (q - y).pow(2)).sum(0).mean()
         loss, metrics = critic_loss, {"loss/critic": critic_loss.item()}
         if self.updates % cfg.policy_delay == 0:

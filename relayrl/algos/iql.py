@@ -32,7 +32,7 @@ from torch import nn
 
 from relayrl.algos.bc import network
 from relayrl.algos.registry import register
-from relayrl.algos.sac import EncodedTwinQ, TwinQ
+from relayrl.algos.sac import BoundedActionGraph, EncodedTwinQ, TwinQ
 from relayrl.core import Algorithm, Policy
 from relayrl.data.datasets import action_bounds
 from relayrl.data.dtypes import stored_dtype, to_tensor
@@ -141,7 +141,9 @@ class IQLPolicy(Policy):
 
     def export_graph(self) -> PolicyGraph:
         """``predict`` as one module for ``relayrl export``: the actor's mean, scaled to the bounds."""
-        return PolicyGraph(IQLGraph(self), "tanh mean scaled to the action bounds")
+        graph = BoundedActionGraph(ObservationInput(None, self.obs_view), self.actor, self.action_shape, self.low,
+                                   self.scale)
+        return PolicyGraph(graph, "tanh mean scaled to the action bounds")
 
     def get_weights(self) -> dict[str, Any]:
         return {"actor": cpu_state(self.actor)}
@@ -150,21 +152,6 @@ class IQLPolicy(Policy):
         self.actor.load_state_dict(weights["actor"])
         if version is not None:
             self.version = version
-
-
-class IQLGraph(nn.Module):
-    """``predict(obs)``: the actor's mean, scaled from [-1, 1] to the action bounds (policy/graph.py)."""
-
-    def __init__(self, policy: IQLPolicy):
-        super().__init__()
-        self.observation, self.actor = ObservationInput(None, policy.obs_view), policy.actor
-        self.shape = tuple(policy.action_shape)
-        self.register_buffer("low", torch.tensor(policy.low))
-        self.register_buffer("scale", torch.tensor(policy.scale))
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        action = self.actor(self.observation(obs))
-        return self.low + (action.reshape((action.shape[0],) + self.shape) + 1) * self.scale
 
 
 # ---------------------------------------------------------------- algorithm

@@ -18,9 +18,9 @@ import torch
 from pydantic import Field
 
 from relayrl.algos.registry import register
-from relayrl.algos.sac import EncodedTwinQ, SACConfig, SACPolicy, TwinQ
+from relayrl.algos.sac import (EncodedTwinQ, SACConfig, SACPolicy, TwinQ, bootstrap_target, replay_tensors,
+                               sample_weights)
 from relayrl.core import Algorithm
-from relayrl.data.dtypes import to_tensor
 from relayrl.errors import ConfigError, NonFiniteError
 from relayrl.policy.encoder import EncoderRef
 from relayrl.policy.device import cpu_tree
@@ -98,11 +98,8 @@ class REDQ(Algorithm):
 
     def learn(self, batch: Batch, progress: float = 0.0) -> dict[str, float]:
         cfg, actor = self.cfg, self.policy.actor
-        n = len(batch["obs"])
-        device = self.device
-        obs = to_tensor(batch["obs"], device).reshape(n, *self.policy.obs_view)
-        next_obs = to_tensor(batch["next_obs"], device).reshape(n, *self.policy.obs_view)
-        action = to_tensor(batch["action"], device).reshape(n, -1)
+        n, device = len(batch["obs"]), self.device
+        obs, next_obs, action = replay_tensors(batch, self.policy, device)
         alpha = self.log_alpha.exp().detach()
         self.updates += 1
         update_actor = self.updates % cfg.policy_delay == 0
@@ -112,10 +109,9 @@ class REDQ(Algorithm):
         with torch.no_grad():
             subset = torch.randperm(cfg.num_critics, device=device)[:cfg.num_min]
             next_q = self.target(next_obs, sampled[:n])[subset].min(0).values - alpha * sampled_logp[:n]
-            not_done = 1.0 - to_tensor(batch["terminated"], device)
-            y = to_tensor(batch["reward"], device) + to_tensor(batch["discount"], device) * not_done * next_q
+            y = bootstrap_target(batch, next_q, device)
         q = self.critic(obs, action)
-        weight = to_tensor(batch["weight"], device) if "weight" in batch else torch.ones(n, device=device)
+        weight = sample_weights(batch, device)
         loss = critic_loss = 0.5 * (weight * (q - y).pow(2)).sum(0).mean()
         if update_actor:
             # ---- actor: maximise the ensemble's mean Q(s, π(s)) - α log π(π(s)|s), the critics frozen in this term

@@ -229,19 +229,60 @@ def check_box_actions(act_space: gym.Space, label: str) -> None:
         raise EnvError(f"{label} squashes actions into the action bounds, which must be finite: {act_space}")
 
 
-class SACGraph(nn.Module):
-    """``predict(obs)``: tanh of the actor's mean, scaled from [-1, 1] to the action bounds (policy/graph.py)."""
+class BoundedActionGraph(nn.Module):
+    """``predict(obs)``: the actor's action in [-1, 1] (``head`` of its output), scaled to the action bounds
+    (policy/graph.py). TD3's and IQL's actors give that action; SAC's gives (mean, log std): ``SACGraph``."""
 
-    def __init__(self, policy: SACPolicy):
+    def __init__(self, observation: ObservationInput, actor: nn.Module, action_shape: tuple[int, ...],
+                 low: np.ndarray, scale: np.ndarray):
         super().__init__()
-        self.observation, self.actor = ObservationInput(policy.obs_rms, policy.obs_view), policy.actor
-        self.shape = tuple(policy.action_shape)
-        self.register_buffer("low", torch.tensor(policy.low))
-        self.register_buffer("scale", torch.tensor(policy.scale))
+        self.observation, self.actor = observation, actor
+        self.shape = tuple(action_shape)
+        self.register_buffer("low", torch.tensor(low))
+        self.register_buffer("scale", torch.tensor(scale))
+
+    def head(self, out: Any) -> torch.Tensor:
+        return out
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        action = torch.tanh(self.actor(self.observation(obs))[0])
+        action = self.head(self.actor(self.observation(obs)))
         return self.low + (action.reshape((action.shape[0],) + self.shape) + 1) * self.scale
+
+
+class SACGraph(BoundedActionGraph):
+    """``predict(obs)``: tanh of the actor's mean, scaled from [-1, 1] to the action bounds."""
+
+    def __init__(self, policy: SACPolicy):
+        super().__init__(ObservationInput(policy.obs_rms, policy.obs_view), policy.actor, policy.action_shape,
+                         policy.low, policy.scale)
+
+    def head(self, out: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return torch.tanh(out[0])
+
+
+# ---------------------------------------------------------------- what SAC, TD3, REDQ and CrossQ learn from
+
+
+def replay_tensors(batch: Batch, policy: SACPolicy, device: torch.device
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """obs and next_obs as the networks read them, and the [-1, 1] actions, of a replay batch on ``device``
+    (it moves once, as stored)."""
+    n = len(batch["obs"])
+    return (to_tensor(batch["obs"], device).reshape(n, *policy.obs_view),
+            to_tensor(batch["next_obs"], device).reshape(n, *policy.obs_view),
+            to_tensor(batch["action"], device).reshape(n, -1))
+
+
+def bootstrap_target(batch: Batch, next_q: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """y = r + γ^m (1 - terminated) next_q (replay's ``discount`` holds γ^m of each n-step transition)."""
+    not_done = 1.0 - to_tensor(batch["terminated"], device)
+    return to_tensor(batch["reward"], device) + to_tensor(batch["discount"], device) * not_done * next_q
+
+
+def sample_weights(batch: Batch, device: torch.device) -> torch.Tensor:
+    """Prioritized replay's importance weights, or ones."""
+    n = len(batch["obs"])
+    return to_tensor(batch["weight"], device) if "weight" in batch else torch.ones(n, device=device)
 
 
 # ---------------------------------------------------------------- algorithm
@@ -282,11 +323,8 @@ class SAC(Algorithm):
 
     def learn(self, batch: Batch, progress: float = 0.0) -> dict[str, float]:
         cfg, actor = self.cfg, self.policy.actor
-        n = len(batch["obs"])
-        device = self.device  # the batch moves to the learner's device once, as stored
-        obs = to_tensor(batch["obs"], device).reshape(n, *self.policy.obs_view)
-        next_obs = to_tensor(batch["next_obs"], device).reshape(n, *self.policy.obs_view)
-        action = to_tensor(batch["action"], device).reshape(n, -1)
+        n, device = len(batch["obs"]), self.device
+        obs, next_obs, action = replay_tensors(batch, self.policy, device)
         alpha = self.log_alpha.exp().detach()
         # one actor pass over [s; s'] serves the target (s', detached) and the actor loss (s)
         sampled, sampled_logp = actor.sample(torch.cat([obs, next_obs]))
@@ -294,10 +332,9 @@ class SAC(Algorithm):
         # ---- critics: y = r + γ^m (1 - terminated) (min Q_target(s', a') - α log π(a'|s'))
         with torch.no_grad():
             next_q = self.target(next_obs, sampled[n:]).min(0).values - alpha * sampled_logp[n:]
-            not_done = 1.0 - to_tensor(batch["terminated"], device)
-            y = to_tensor(batch["reward"], device) + to_tensor(batch["discount"], device) * not_done * next_q
+            y = bootstrap_target(batch, next_q, device)
         q = self.critic(obs, action)
-        weight = to_tensor(batch["weight"], device) if "weight" in batch else torch.ones(n, device=device)
+        weight = sample_weights(batch, device)
         critic_loss = 0.5 * (weight * (q - y).pow(2)).sum(0).mean()
         # ---- actor: maximise min Q(s, π(s)) - α log π(π(s)|s); the critics are frozen in this term, so
         # one backward pass over both losses gives each network exactly its own gradient

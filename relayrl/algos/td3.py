@@ -18,7 +18,8 @@ from pydantic import Field
 from torch import nn
 
 from relayrl.algos.registry import register
-from relayrl.algos.sac import EncodedTwinQ, SACPolicy, TwinQ
+from relayrl.algos.sac import (BoundedActionGraph, EncodedTwinQ, SACPolicy, TwinQ, bootstrap_target, replay_tensors,
+                               sample_weights)
 from relayrl.core import Algorithm
 from relayrl.data.dtypes import to_tensor
 from relayrl.errors import NonFiniteError
@@ -121,22 +122,9 @@ class TD3Policy(SACPolicy):
 
     def export_graph(self) -> PolicyGraph:
         """``predict`` as one module for ``relayrl export``: the actor's action scaled to the bounds."""
-        return PolicyGraph(TD3Graph(self), "tanh action scaled to the action bounds")
-
-
-class TD3Graph(nn.Module):
-    """``predict(obs)``: the actor's action, scaled from [-1, 1] to the action bounds (policy/graph.py)."""
-
-    def __init__(self, policy: TD3Policy):
-        super().__init__()
-        self.observation, self.actor = ObservationInput(policy.obs_rms, policy.obs_view), policy.actor
-        self.shape = tuple(policy.action_shape)
-        self.register_buffer("low", torch.tensor(policy.low))
-        self.register_buffer("scale", torch.tensor(policy.scale))
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        action = self.actor(self.observation(obs))
-        return self.low + (action.reshape((action.shape[0],) + self.shape) + 1) * self.scale
+        graph = BoundedActionGraph(ObservationInput(self.obs_rms, self.obs_view), self.actor, self.action_shape,
+                                   self.low, self.scale)
+        return PolicyGraph(graph, "tanh action scaled to the action bounds")
 
 
 # ---------------------------------------------------------------- algorithm
@@ -168,23 +156,17 @@ class TD3(Algorithm):
             net.to(device)  # (parameters move in place: the optimiser keeps them)
 
     def learn(self, batch: Batch, progress: float = 0.0) -> dict[str, float]:
-        cfg, actor = self.cfg, self.policy.actor
-        n = len(batch["obs"])
-        device = self.device
-        obs = to_tensor(batch["obs"], device).reshape(n, *self.policy.obs_view)
-        next_obs = to_tensor(batch["next_obs"], device).reshape(n, *self.policy.obs_view)
-        action = to_tensor(batch["action"], device).reshape(n, -1)
+        cfg, actor, device = self.cfg, self.policy.actor, self.device
+        obs, next_obs, action = replay_tensors(batch, self.policy, device)
         self.updates += 1
         update_actor = self.updates % cfg.policy_delay == 0  # (SB3's count: updates 2, 4, ... with delay 2)
         # ---- critics: y = r + γ^m (1 - terminated) min Q_target(s', clip(π_target(s') + clip(ε, -c, c), -1, 1))
         with torch.no_grad():
             noise = (torch.randn_like(action) * cfg.target_policy_noise).clamp(-cfg.noise_clip, cfg.noise_clip)
             next_action = (self.target_actor(next_obs) + noise).clamp(-1.0, 1.0)
-            next_q = self.target(next_obs, next_action).min(0).values
-            not_done = 1.0 - to_tensor(batch["terminated"], device)
-            y = to_tensor(batch["reward"], device) + to_tensor(batch["discount"], device) * not_done * next_q
+            y = bootstrap_target(batch, self.target(next_obs, next_action).min(0).values, device)
         q = self.critic(obs, action)
-        weight = to_tensor(batch["weight"], device) if "weight" in batch else torch.ones(n, device=device)
+        weight = sample_weights(batch, device)
         loss = critic_loss = (weight * (q - y).pow(2)).sum(0).mean()
         if update_actor:  # ---- actor: maximise Q_1(s, π(s)), the critics frozen in this term (one backward pass)
             actor_loss = -self.critic(obs, actor(obs), frozen=True)[0].mean()
