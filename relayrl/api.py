@@ -96,16 +96,16 @@ def train(algo: str, env: EnvLike | None = None, config: dict[str, Any] | str | 
     return Run(summary=summary, run_dir=Path(summary["run_dir"]))
 
 
-def load(path: str | Path) -> Policy:
-    """The policy of a run directory (its best checkpoint, else the last) or of a checkpoint file.
+def load(path: str | Path, behaviour: str | None = None) -> Policy:
+    """The policy of a run directory (its best checkpoint, else the last) or of a checkpoint file; of a run that
+    trained several behaviours of a simulator, the policy of ``behaviour``.
 
     Only the policy is built (no optimisers, no target networks); ``policy.predict(obs)`` acts
     deterministically on one observation or a batch.
     """
-    from relayrl.io.checkpoint import load_checkpoint
-    from relayrl.training.saved_policy import load_policy
+    from relayrl.training.saved_policy import behaviour_checkpoint, load_policy
 
-    policy, _, _ = load_policy(load_checkpoint(path))
+    policy, _, _ = load_policy(behaviour_checkpoint(path, behaviour)[0])
     return policy
 
 

@@ -73,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", metavar="RUN_DIR|CHECKPOINT", type=Path)
     p.add_argument("--episodes", type=int, default=10)
     p.add_argument("--env", help="evaluate on another env id (same spaces)")
+    p.add_argument("--behaviour", metavar="NAME", help="of a run that trained several behaviours: the one to evaluate "
+                   "(the others act with their own policies)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--render", nargs="?", const="", metavar="FILE.gif",
                    help="also record one episode as a GIF (default: <run>/episode.gif)")
@@ -92,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"onnx (needs the export extra: {install_hint('export')}) or torchscript (default onnx)")
     p.add_argument("-o", "--out", type=Path, metavar="FILE",
                    help="where to write (default RUN_DIR/policy.onnx or .pt; beside a checkpoint, its name)")
+    p.add_argument("--behaviour", metavar="NAME", help="of a run that trained several behaviours: whose policy")
 
     p = sub.add_parser("collect", help="run a run's policy for N episodes and write them as an offline dataset (.npz)",
                        description="Run the policy of a run (its best checkpoint, else the last) or checkpoint in its "
@@ -242,8 +245,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         print("\nrelayrl: stopping: saving the last checkpoint (Ctrl-C again to abort now)", file=sys.stderr)
 
-    def record(ctx) -> None:  # once the run directory exists (a refused start writes nothing)
-        write_experiment_record(run_dir, ["relayrl", *sys.argv[1:]], changes, resumed=args.resume is not None)
+    recorded: list[bool] = []
+
+    def record(ctx) -> None:  # once the run directory exists (a refused start writes nothing); once per run (a run
+        if not recorded:     # of several behaviours starts a Trainer for each)
+            write_experiment_record(run_dir, ["relayrl", *sys.argv[1:]], changes, resumed=args.resume is not None)
+            recorded.append(True)
 
     previous_handler = signal.signal(signal.SIGINT, on_sigint)
     try:
@@ -282,9 +289,12 @@ def _print_summary(summary: dict) -> None:
     solved = summary["solved"]
     line = (f"{summary['algo']} {summary['env']}: {summary['env_steps']} env steps in {summary['wall_time_s']:.1f} s, "
             f"best eval {_fmt(summary['best_eval_return'])}, last eval {_fmt(summary['last_eval_return'])}")
-    if solved:
+    if solved and "behaviours" not in summary:
         line += (f"; reached {summary['stop_value']} after {summary['env_steps_to_stop_value']} steps "
                  f"({summary['time_to_stop_value_s']:.1f} s)")
+    for name, part in summary.get("behaviours", {}).items():  # a run of several behaviours: a line each
+        line += (f"\n  behaviour {name}: {part['env_steps']} env steps, best eval {_fmt(part['best_eval_return'])}, "
+                 f"last eval {_fmt(part['last_eval_return'])}, stopped by {part['stop_reason']}")
     print(line)
     print(f"run directory: {summary['run_dir']}")
 
@@ -295,15 +305,14 @@ def _fmt(x: float | None) -> str:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from relayrl.config import validate
-    from relayrl.io.checkpoint import load_checkpoint
     from relayrl.io.rundir import clean_stale_temps
-    from relayrl.training.saved_policy import evaluate_checkpoint, require_video
+    from relayrl.training.saved_policy import behaviour_checkpoint, evaluate_checkpoint, require_video
 
     if args.video is not None:  # before anything is read or written
         require_video()
     if args.path.is_dir():  # a run killed mid-write may have left temp files (none while it trains)
         clean_stale_temps(args.path)
-    ckpt = load_checkpoint(args.path)
+    ckpt, partners = behaviour_checkpoint(args.path, args.behaviour)
     config = validate(ckpt.meta.get("algo"), ckpt.meta["config"])
     if config.env.id.startswith("bridge:") and args.env is None:  # a run trained on an external simulator
         from relayrl.bridge.agent_env import evaluate_bridge_checkpoint
@@ -311,7 +320,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if args.episodes < 1 or args.render is not None or args.video is not None:
             raise ConfigError("evaluating a bridge run takes --episodes >= 1 and no --render or --video (the "
                               "simulator draws itself)")
-        result = evaluate_bridge_checkpoint(ckpt, config, args.episodes, args.seed)
+        result = evaluate_bridge_checkpoint(ckpt, config, args.episodes, args.seed, partners)
     else:
         result = evaluate_checkpoint(ckpt, episodes=args.episodes, env_id=args.env, seed=args.seed,
                                      render=args.render, video=args.video, video_episodes=args.video_episodes)
@@ -328,7 +337,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from relayrl.export import export_run
 
-    exported = export_run(args.path, args.format, args.out)
+    exported = export_run(args.path, args.format, args.out, behaviour=args.behaviour)
     print(f"wrote {exported.path} ({exported.format}) and {exported.sidecar}")
     return 0
 

@@ -123,22 +123,24 @@ def export_policy(policy: Policy, path: str | Path, fmt: Format = "onnx",
     return Exported(path=path, sidecar=sidecar, format=fmt)
 
 
-def export_run(run: str | Path, fmt: Format = "onnx", out: str | Path | None = None) -> Exported:
+def export_run(run: str | Path, fmt: Format = "onnx", out: str | Path | None = None,
+               behaviour: str | None = None) -> Exported:
     """``relayrl export``: the policy of a run directory (its best checkpoint, else the last) or of a
-    checkpoint file, to ``out`` (default: ``RUN/policy.onnx`` or ``.pt``; beside a checkpoint file, its name)."""
+    checkpoint file, to ``out`` (default: ``RUN/policy.onnx`` or ``.pt``; beside a checkpoint file, its name;
+    ``RUN/policy_<behaviour>.onnx`` for a behaviour of a run of several)."""
     from relayrl.version import __version__
-    from relayrl.io.checkpoint import load_checkpoint
-    from relayrl.training.saved_policy import load_policy
+    from relayrl.training.saved_policy import behaviour_checkpoint, load_policy
 
     if fmt not in FORMATS:
         raise ConfigError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
     if fmt == "onnx":
         require_onnx()  # before anything is read
     run = Path(run)
-    ckpt = load_checkpoint(run)
+    ckpt, _ = behaviour_checkpoint(run, behaviour)
     policy, config, env_id = load_policy(ckpt)
     if out is None:
-        out = run / f"policy{SUFFIX[fmt]}" if run.is_dir() else ckpt.path.with_suffix(SUFFIX[fmt])
+        name = f"policy_{behaviour}" if behaviour else "policy"
+        out = run / f"{name}{SUFFIX[fmt]}" if run.is_dir() else ckpt.path.with_suffix(SUFFIX[fmt])
     info = {"algo": config.algo, "env": env_id, "checkpoint": str(ckpt.path),
             "env_steps": ckpt.meta.get("run", {}).get("env_steps"), "relayrl_version": __version__}
     return export_policy(policy, out, fmt, info)
@@ -224,7 +226,7 @@ def _check(policy: Policy, path: Path, fmt: str) -> None:
 def _describe(policy: Policy, graph: PolicyGraph, fmt: str, path: Path, inputs: dict[str, torch.Tensor], outputs: list[str],
               info: dict[str, Any]) -> dict[str, Any]:
     from relayrl.version import __version__
-    from relayrl.net.spaces import space_to_data
+    from relayrl.envs.space_data import space_to_data
 
     obs_space = policy.observation_space
     obs_dtype = np.dtype(obs_space.dtype).name

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from relayrl.algos import get_algo
 from relayrl.core import SampleSource
+from relayrl.envs.agents import OneBehaviour
 from relayrl.envs.multiagent import is_pettingzoo, multiagent_envs
 from relayrl.errors import ConfigError
 from relayrl.io.metrics import check_tracking
@@ -34,7 +35,22 @@ def run(config: RunConfig, **options: Any) -> dict[str, Any]:
         if config.net.server is not None or config.workers != 1 or config.backend not in ("auto", "inline"):
             raise ConfigError("a bridge simulator trains in this process: drop --server/--workers/--backend "
                               "(one simulator process holds all its agents)")
-        return Trainer(config, AgentExperience(*make_bridge_envs(config)), **options).run()
+        from relayrl.training.behaviours import behaviour_config, check_behaviour_names, run_behaviours
+
+        train, evaluation = make_bridge_envs(config)
+        if len(train.behaviours) > 1:  # every behaviour trains, each with a Trainer of its own
+            return run_behaviours(config, train, evaluation, **options)
+        name = next(iter(train.behaviours))
+        if config.behaviours:  # the one behaviour's overrides
+            try:
+                check_behaviour_names(config, [name])
+                config = behaviour_config(config, name)
+            except BaseException:
+                train.close()
+                evaluation.close()
+                raise
+        return Trainer(config, AgentExperience(OneBehaviour(train, name), OneBehaviour(evaluation, name)),
+                       **options).run()
     if is_pettingzoo(config.env.id):  # PettingZoo copies in this process, every agent a row
         if config.net.server is not None or config.workers != 1 or config.backend not in ("auto", "inline"):
             raise ConfigError(f"{config.env.id}: PettingZoo envs train in this process (their agents come and go, "

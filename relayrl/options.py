@@ -341,6 +341,10 @@ class RunConfig(Section):
     ray_address: str | None = None
     """backend ray: the cluster to join ("auto" or HOST:PORT); null starts a local Ray for the run."""
     env: EnvConfig = Field(default_factory=EnvConfig)
+    behaviours: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """A simulator with several behaviours trains each with a policy of its own, with the run's algorithm and
+    settings; this maps a behaviour's name to what differs for it: its algorithm's section, total_steps,
+    stop_value, save_freq, eval (e.g. {striker: {ppo: {lr: 1e-4}, total_steps: 50000}})."""
     eval: EvalConfig = Field(default_factory=EvalConfig)
     net: NetConfig = Field(default_factory=NetConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)

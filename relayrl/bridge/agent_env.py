@@ -22,16 +22,16 @@ learner's batch as uint8 and each block gets its own encoder.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import gymnasium as gym
 import numpy as np
 
 from relayrl.bridge.env import BridgeEnv
-from relayrl.bridge.layout import ObsSpec
+from relayrl.bridge.layout import BehaviourSpec, ObsSpec
 from relayrl.bridge.sidechannel import EngineConfigurationChannel, EnvironmentParametersChannel
 from relayrl.errors import ConfigError, EnvError
-from relayrl.envs.agents import AgentEnv, AgentTurn
+from relayrl.envs.agents import AgentTurn, Behaviour, BehaviourEnv, OneBehaviour
 from relayrl.envs.masks import check_mask
 from relayrl.envs.packed import PackedDict
 
@@ -39,10 +39,11 @@ PREFIX = "bridge:"
 KWARGS = {"behaviour", "timeout_s", "args", "spin_us", "parameters", "engine"}
 
 
-class BridgeAgents(AgentEnv):
-    """One behaviour of a launched simulator: ``reset(seed) -> AgentTurn``, ``step(actions) -> AgentTurn``."""
+class BridgeBehaviours(BehaviourEnv):
+    """The behaviours of a launched simulator, stepped together: ``behaviours`` (names) picks some, None
+    takes every one it registers; ``reset(seed) -> {name: AgentTurn}``, ``step({name: actions})``."""
 
-    def __init__(self, command: str | Sequence[str], behaviour: str | None = None, timeout_s: float = 60.0,
+    def __init__(self, command: str | Sequence[str], behaviours: Sequence[str] | None = None, timeout_s: float = 60.0,
                  args: Sequence[str] = (), spin_us: float = 500.0, parameters: dict[str, float] | None = None,
                  engine: dict[str, Any] | None = None):
         self.parameters, self.engine = EnvironmentParametersChannel(), EngineConfigurationChannel()
@@ -57,65 +58,88 @@ class BridgeAgents(AgentEnv):
                                 side_channels=[self.parameters, self.engine])
         try:
             names = list(self.bridge.behaviours)
-            if behaviour is None:
-                if len(names) != 1:
-                    raise ConfigError(f"the simulator has behaviours {names}: choose one with "
-                                      "--set env.kwargs={behaviour: NAME}")
-                behaviour = names[0]
-            if behaviour not in names:
-                raise ConfigError(f"the simulator has no behaviour {behaviour!r}; it has {names}")
-            self.behaviour = behaviour
-            spec = self.bridge.behaviours[behaviour]
-            self.single_observation_space = observation_space(spec.observations)
-            if spec.continuous and not spec.branches:
-                self.single_action_space: gym.Space = gym.spaces.Box(-1.0, 1.0, (spec.continuous,), np.float32)
-            elif len(spec.branches) == 1 and not spec.continuous:
-                self.single_action_space = gym.spaces.Discrete(spec.branches[0])
-            elif spec.branches and not spec.continuous:
-                self.single_action_space = gym.spaces.MultiDiscrete(list(spec.branches))
-            else:
-                raise EnvError(f"behaviour {behaviour!r} has {spec.continuous} continuous actions and branches "
-                               f"{list(spec.branches)}: training handles continuous actions or discrete branches, "
-                               "not both; give the behaviour one kind")
-            self.num_envs = spec.max_agents
+            missing = [name for name in behaviours or () if name not in names]
+            if missing:
+                raise ConfigError(f"the simulator has no behaviour {', '.join(map(repr, missing))}; it has {names}: "
+                                  "name those (env.kwargs.behaviour, the behaviours section) or leave them out")
+            self.behaviours = {name: self._behaviour(name) for name in (behaviours or names)}
             self.turns = 0
         except BaseException:
             self.bridge.close()
             raise
 
+    def _behaviour(self, name: str) -> Behaviour:
+        spec = self.bridge.behaviours[name]
+        return Behaviour(observation_space(spec.observations), action_space(name, spec), spec.max_agents)
+
     @property
     def stats(self) -> dict[str, int]:
         return {"bridge_turns": self.turns}
 
-    def _turn(self) -> AgentTurn:
-        decisions, ends = self.bridge.get_steps(self.behaviour)
-        space = self.single_observation_space
+    def _turns(self) -> dict[str, AgentTurn]:
+        return {name: self._turn(name, behaviour) for name, behaviour in self.behaviours.items()}
+
+    def _turn(self, name: str, behaviour: Behaviour) -> AgentTurn:
+        decisions, ends = self.bridge.get_steps(name)
+        space = behaviour.observation_space
         # the bridge's mask block says True = forbidden; everything past this point, True = allowed
         mask = ~np.concatenate(decisions.action_mask, axis=1) if decisions.action_mask else None
         if mask is not None:  # (the env boundary: policies take the masks as checked here)
-            mask = check_mask(mask, self.single_action_space, f"behaviour {self.behaviour!r}'s action masks",
+            mask = check_mask(mask, behaviour.action_space, f"behaviour {name!r}'s action masks",
                               rows=len(decisions.agent_id))
         return AgentTurn(ids=decisions.agent_id.copy(), obs=rows(space, decisions.obs), reward=decisions.reward.copy(),
                          end_ids=ends.agent_id.copy(), end_obs=rows(space, ends.obs), end_reward=ends.reward.copy(),
                          interrupted=ends.interrupted.copy(), action_mask=mask)
 
-    def reset(self, seed: int | None = None) -> AgentTurn:
+    def reset(self, seed: int | None = None) -> dict[str, AgentTurn]:
         self.bridge.reset()  # the simulator seeds itself (pass --seed through env.kwargs.args)
-        return self._turn()
+        return self._turns()
 
-    def step(self, actions: np.ndarray) -> AgentTurn:
-        actions = np.asarray(actions)
-        if isinstance(self.single_action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
-            branches = len(self.bridge.behaviours[self.behaviour].branches)
-            self.bridge.set_actions(self.behaviour, discrete=actions.reshape(-1, branches))
-        else:
-            self.bridge.set_actions(self.behaviour, continuous=actions)
-        self.bridge.step()
+    def step(self, actions: Mapping[str, np.ndarray]) -> dict[str, AgentTurn]:
+        for name, action in actions.items():
+            send_actions(self.bridge, name, self.behaviours[name].action_space, np.asarray(action))
+        self.bridge.step()  # (behaviours given no actions: the default answer, BridgeEnv.step)
         self.turns += 1
-        return self._turn()
+        return self._turns()
 
     def close(self) -> None:
         self.bridge.close()
+
+
+class BridgeAgents(OneBehaviour):
+    """One behaviour of a launched simulator as an agent env: ``behaviour`` names it (required when the
+    simulator has several); the options are ``BridgeBehaviours``'."""
+
+    def __init__(self, command: str | Sequence[str], behaviour: str | None = None, **options: Any):
+        env = BridgeBehaviours(command, None if behaviour is None else [behaviour], **options)
+        if len(env.behaviours) != 1:
+            env.close()
+            raise ConfigError(f"the simulator has behaviours {list(env.behaviours)}: choose one with "
+                              "--set env.kwargs={behaviour: NAME}")
+        super().__init__(env, next(iter(env.behaviours)))
+        self.behaviour, self.bridge = self.name, env.bridge
+
+
+def action_space(name: str, spec: BehaviourSpec) -> gym.Space:
+    """The policy's action space for a behaviour: a Box in [-1, 1], Discrete (one branch) or MultiDiscrete."""
+    if spec.continuous and not spec.branches:
+        return gym.spaces.Box(-1.0, 1.0, (spec.continuous,), np.float32)
+    if len(spec.branches) == 1 and not spec.continuous:
+        return gym.spaces.Discrete(spec.branches[0])
+    if spec.branches and not spec.continuous:
+        return gym.spaces.MultiDiscrete(list(spec.branches))
+    raise EnvError(f"behaviour {name!r} has {spec.continuous} continuous actions and branches "
+                   f"{list(spec.branches)}: training handles continuous actions or discrete branches, "
+                   "not both; give the behaviour one kind")
+
+
+def send_actions(bridge: BridgeEnv, name: str, space: gym.Space, actions: np.ndarray) -> None:
+    """A behaviour's policy actions (one row per deciding agent) into the bridge's blocks."""
+    if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+        branches = len(bridge.behaviours[name].branches)
+        bridge.set_actions(name, discrete=actions.reshape(-1, branches))
+    else:
+        bridge.set_actions(name, continuous=actions)
 
 
 def observation_space(observations: Sequence[ObsSpec]) -> gym.Space:
@@ -146,8 +170,9 @@ def rows(space: gym.Space, arrays: list[np.ndarray]) -> np.ndarray:
     return np.concatenate([a.reshape(n, int(np.prod(a.shape[1:]))).astype(np.float32) for a in arrays], axis=1)  # vectors, side by side
 
 
-def make_bridge_envs(config: Any, evaluation: bool = True) -> tuple[BridgeAgents, BridgeAgents | None]:
-    """The training simulator and, for evaluation, a second one (same command and options)."""
+def make_bridge_envs(config: Any, evaluation: bool = True) -> tuple[BridgeBehaviours, BridgeBehaviours | None]:
+    """The training simulator and, for evaluation, a second one (same command and options): every behaviour,
+    or the one ``env.kwargs.behaviour`` names."""
     command = config.env.id[len(PREFIX):].strip()
     if not command:
         raise ConfigError("--env bridge:COMMAND needs the simulator's command, e.g. --env \"bridge:./my_sim --fast\"")
@@ -155,33 +180,46 @@ def make_bridge_envs(config: Any, evaluation: bool = True) -> tuple[BridgeAgents
     unknown = set(options) - KWARGS
     if unknown:
         raise ConfigError(f"env.kwargs {sorted(unknown)} do not apply to a bridge simulator; use {sorted(KWARGS)}")
-    train = BridgeAgents(command, **options)
+    behaviour = options.pop("behaviour", None)
+    options["behaviours"] = None if behaviour is None else [behaviour]
+    train = BridgeBehaviours(command, **options)
     try:
-        return train, BridgeAgents(command, **options) if evaluation else None
+        return train, BridgeBehaviours(command, **options) if evaluation else None
     except BaseException:
         train.close()
         raise
 
 
-def evaluate_bridge_checkpoint(ckpt: Any, config: Any, episodes: int, seed: int) -> dict[str, Any]:
-    """``relayrl eval`` of a run trained on a bridge simulator: launch it once more and run
-    ``episodes`` deterministic episodes with the quota evaluator."""
+def evaluate_bridge_checkpoint(ckpt: Any, config: Any, episodes: int, seed: int,
+                               partners: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``relayrl eval`` of a run trained on a bridge simulator: launch it once more and run ``episodes``
+    deterministic episodes with the quota evaluator. ``partners``: the checkpoints of the other behaviours of a
+    run of several, whose policies act beside it (behaviours without one get the default answer)."""
     from relayrl.algos import get_algo
     from relayrl.errors import CheckpointError
     from relayrl.io.checkpoint import explain_load_error
-    from relayrl.training.agent_collectors import AgentEvaluator
+    from relayrl.training.behaviours import JointEvaluation
+    from relayrl.training.saved_policy import load_policy
 
+    partners = partners or {}
     options = {k: v for k, v in config.env.kwargs.items() if k in KWARGS}
-    env = BridgeAgents(config.env.id[len(PREFIX):].strip(), **options)
+    behaviour = options.pop("behaviour", None)
+    chosen = None if behaviour is None else [behaviour, *partners]
+    env = BridgeBehaviours(config.env.id[len(PREFIX):].strip(), chosen, **options)
     try:
-        policy = get_algo(config.algo).build_policy(config.algo_config, env.single_observation_space,
-                                                    env.single_action_space)
+        if behaviour is None and len(env.behaviours) != 1:
+            raise CheckpointError(f"the simulator now has behaviours {list(env.behaviours)}; the run trained one "
+                                  "policy without naming its behaviour: evaluate with the simulator it trained on")
+        name = behaviour or next(iter(env.behaviours))
+        spaces = env.behaviours[name]
+        policy = get_algo(config.algo).build_policy(config.algo_config, spaces.observation_space, spaces.action_space)
         try:
             policy.set_weights(ckpt.state["algo"])
         except (RuntimeError, ValueError, KeyError) as exc:
             raise CheckpointError(f"checkpoint {str(ckpt.path)!r} does not fit this simulator's behaviour "
-                                  f"{env.behaviour!r}: {explain_load_error(exc)}") from None
-        result = AgentEvaluator(env, episodes, seed=seed).evaluate(policy)
+                                  f"{name!r}: {explain_load_error(exc)}") from None
+        others = {other: load_policy(partner)[0] for other, partner in partners.items()}
+        result = JointEvaluation(env, name, others, episodes, seed).evaluate(policy)
     finally:
         env.close()
     return {"env": config.env.id, "checkpoint": str(ckpt.path), "episodes": len(result.returns),

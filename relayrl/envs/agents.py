@@ -18,18 +18,27 @@ live agent at a time; the collectors key what an agent owes them by id, so an en
 once its agent has ended (both kinds do). Observations are one array of rows (a Dict observation is
 packed into one uint8 row per agent first, ``relayrl/envs/packed.py``).
 ``relayrl/training/agent_collectors.py`` turns turns into rollouts and transitions.
+
+A ``BehaviourEnv`` holds several *behaviours* stepped together, each a group of agents with spaces of
+its own and a policy of its own (a simulator's scene, a two-player game): ``reset`` and ``step`` take
+and give one entry per behaviour. ``OneBehaviour`` is one of them as an ``AgentEnv`` (the others get
+the env's default answer)::
+
+    turns = env.reset(seed)                        # {name: AgentTurn}
+    while training:
+        turns = env.step({name: policies[name].act(t.obs, "collect").env_action for name, t in turns.items()})
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["AgentEnv", "AgentTurn"]
+__all__ = ["AgentEnv", "AgentTurn", "Behaviour", "BehaviourEnv", "OneBehaviour"]
 
 
 @dataclass
@@ -66,3 +75,59 @@ class AgentEnv(ABC):
 
     def close(self) -> None:
         """Release what the env holds (processes, shared memory)."""
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """One behaviour's spaces and the most agents it can have at once."""
+
+    observation_space: gym.Space
+    action_space: gym.Space
+    num_envs: int
+
+
+class BehaviourEnv(ABC):
+    """Several behaviours stepped together (module docstring). ``behaviours`` is fixed after construction."""
+
+    behaviours: dict[str, Behaviour]
+
+    @abstractmethod
+    def reset(self, seed: int | None = None) -> dict[str, AgentTurn]:
+        """Start new episodes for every agent of every behaviour; the first decisions of each."""
+
+    @abstractmethod
+    def step(self, actions: Mapping[str, np.ndarray]) -> dict[str, AgentTurn]:
+        """``actions[name]``: one row per id of that behaviour's previous turn, in its order; a behaviour left
+        out gets the env's default answer. The next turn of every behaviour."""
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        """Counters to log with every iteration (``env/<name>``)."""
+        return {}
+
+    def close(self) -> None:
+        """Release what the env holds."""
+
+
+class OneBehaviour(AgentEnv):
+    """Behaviour ``name`` of ``env`` as an agent env; the other behaviours get the env's default answer."""
+
+    def __init__(self, env: BehaviourEnv, name: str):
+        self.env, self.name = env, name
+        behaviour = env.behaviours[name]
+        self.single_observation_space = behaviour.observation_space
+        self.single_action_space = behaviour.action_space
+        self.num_envs = behaviour.num_envs
+
+    def reset(self, seed: int | None = None) -> AgentTurn:
+        return self.env.reset(seed)[self.name]
+
+    def step(self, actions: np.ndarray) -> AgentTurn:
+        return self.env.step({self.name: actions})[self.name]
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        return self.env.stats
+
+    def close(self) -> None:
+        self.env.close()

@@ -94,6 +94,41 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
     return json.loads((Path(run_dir) / "summary.json").read_text())
 
 
+BEHAVIOURS_DIR = "behaviours"  # RUN/behaviours/<name>/: each behaviour's run, in a run of several (training/behaviours.py)
+
+
+def behaviour_names(run_dir: Path) -> list[str]:
+    """The behaviours a run of several trained (none: a run of one policy)."""
+    folder = Path(run_dir) / BEHAVIOURS_DIR
+    return sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+
+
+def behaviour_run(path: Path | str, behaviour: str | None) -> Path:
+    """Where behaviour ``behaviour``'s policy of ``path`` (a run directory or checkpoint) is: in a run of several
+    behaviours, its run directory; else ``path`` itself (``check_behaviour`` then checks the name)."""
+    path = Path(path)
+    names = behaviour_names(path) if path.is_dir() else []
+    if not names:
+        return path
+    if behaviour is None:
+        raise CheckpointError(f"{str(path)!r} trained the behaviours {names}, a policy each: choose one with "
+                              "--behaviour NAME (behaviour=NAME in Python)")
+    if behaviour not in names:
+        raise CheckpointError(f"{str(path)!r} has no behaviour {behaviour!r}; it trained {names}")
+    return path / BEHAVIOURS_DIR / behaviour
+
+
+def check_behaviour(meta: dict[str, Any], where: Path, behaviour: str | None) -> None:
+    """Refuse ``behaviour`` for a checkpoint (``meta``) whose policy is another behaviour's, or no behaviour's."""
+    if behaviour is None:
+        return
+    trained = ((meta.get("config") or {}).get("env") or {}).get("kwargs", {}).get("behaviour")
+    if trained != behaviour:
+        what = f"behaviour {trained!r}'s policy" if trained else "one policy, not a behaviour's of a simulator"
+        raise CheckpointError(f"{str(where)!r} holds {what}: it has no behaviour {behaviour!r}; drop --behaviour "
+                              "or pass the run of several behaviours")
+
+
 EXPERIMENT_FILE = "experiment.txt"
 
 

@@ -21,7 +21,7 @@ passes to the worker (wire protocol 2.1, an ack's ``refusals``); counted in ``ne
 worker, what was expected and what came. It contributes nothing: no samples, env steps or episode
 returns. Training goes on with the other workers.
 
-Workers describe their env's spaces in every chunk (``meta.spaces``, net/spaces.py). With
+Workers describe their env's spaces in every chunk (``meta.spaces``, envs/space_data.py). With
 ``net.remote_env`` the trainer builds no env: ``await_spaces()`` takes the spaces from the first
 chunk that carries them (that chunk, and those before it, are kept and used).
 

@@ -22,7 +22,7 @@ from relayrl.envs.masks import mask_width
 from relayrl.errors import EnvError, RelayRLError
 from relayrl.net import wire
 from relayrl.net.hooks import load_hook
-from relayrl.net.spaces import SpaceDataError, space_from_data
+from relayrl.envs.space_data import SpaceDataError, space_from_data
 from relayrl.options import RunConfig
 from relayrl.types import Batch
 

@@ -25,7 +25,7 @@ collects again with the same version after ``net.pace_timeout_s`` (a lost broadc
 deadlock it; the trainer drops the repeat). APPO collects continuously, with at most
 ``net.rollouts_in_flight`` rollouts not yet taken by the trainer (its bounded queue, as on mp).
 
-Every chunk describes the env's spaces (``meta.spaces``, net/spaces.py: about 150 bytes of header
+Every chunk describes the env's spaces (``meta.spaces``, envs/space_data.py: about 150 bytes of header
 for CartPole) so the trainer can check them, or take them (``net.remote_env``).
 
 Modes (TMRL's): ``expert`` sends samples and never loads weights (a scripted or human policy, or a
@@ -54,7 +54,7 @@ from relayrl.io.checkpoint import explain_load_error
 from relayrl.net import wire
 from relayrl.net.client import RelayClient
 from relayrl.net.hooks import load_hook
-from relayrl.net.spaces import space_to_data
+from relayrl.envs.space_data import space_to_data
 from relayrl.net.chunk_checks import crc_of
 from relayrl.options import RunConfig
 from relayrl.policy.normalizer import RunningMeanStd

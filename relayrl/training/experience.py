@@ -64,7 +64,7 @@ class Experience(ABC):
         """What ``evaluate(policy)`` runs on."""
 
     def stats(self) -> dict[str, float]:
-        """The envs' counters, logged as ``env/<name>`` with every iteration."""
+        """The envs' counters, logged as ``env/<name>`` with every iteration (a name with a "/" as it is)."""
         return {}
 
     def stop_value(self) -> float | None:

@@ -18,11 +18,26 @@ from relayrl.envs.masks import info_mask
 from relayrl.envs.multiagent import MultiAgentVectorEnv, agent_env_factory, is_pettingzoo, pettingzoo_factory
 from relayrl.envs.native import in_process_manager
 from relayrl.envs.registry import make
+from relayrl.envs.space_data import SpaceDataError, space_from_data
 from relayrl.errors import CheckpointError, ConfigError, EnvError, install_hint
 from relayrl.io.checkpoint import Checkpoint, explain_load_error, load_checkpoint
+from relayrl.io.rundir import BEHAVIOURS_DIR, behaviour_names, behaviour_run, check_behaviour
 from relayrl.io.video import VisibleFrames, write_gif
 from relayrl.training.agent_collectors import AgentEvaluator
 from relayrl.training.evaluator import Evaluator
+
+
+def behaviour_checkpoint(path: Path | str, behaviour: str | None = None) -> tuple[Checkpoint, dict[str, Checkpoint]]:
+    """The checkpoint of ``path`` (a run directory: its best, else its last) for ``behaviour`` (required for a run of
+    several behaviours), and the other behaviours' checkpoints of such a run (their policies act beside it)."""
+    run = behaviour_run(path, behaviour)
+    ckpt = load_checkpoint(run)
+    check_behaviour(ckpt.meta, ckpt.path, behaviour)
+    partners = {}
+    if run != Path(path):
+        partners = {name: load_checkpoint(Path(path) / BEHAVIOURS_DIR / name)
+                    for name in behaviour_names(Path(path)) if name != behaviour}
+    return ckpt, partners
 
 
 def load_policy(ckpt: Checkpoint, env_id: str | None = None):
@@ -30,7 +45,7 @@ def load_policy(ckpt: Checkpoint, env_id: str | None = None):
     algo_name = ckpt.meta.get("algo")
     config = validate(algo_name, ckpt.meta["config"])
     env_id = env_id or config.env.id
-    env = _spaces_env(env_id, config)
+    env = _spaces_env(env_id, config, ckpt.meta.get("spaces"))
     try:
         policy = get_algo(algo_name).build_policy(config.algo_config, env.observation_space, env.action_space)
         policy.set_weights(ckpt.state["algo"])
@@ -55,8 +70,29 @@ class _AgentSpaces:
         self.env.close()
 
 
-def _spaces_env(env_id: str, config) -> gym.Env | _AgentSpaces:
-    """An env of ``env_id`` to read the spaces from (a PettingZoo id: one copy, one agent's spaces)."""
+class _StoredSpaces:
+    """The spaces a checkpoint records (a simulator's run: no env to build here)."""
+
+    def __init__(self, spaces: dict[str, Any], where: str):
+        try:
+            self.observation_space = space_from_data(spaces["observation"])
+            self.action_space = space_from_data(spaces["action"])
+        except (SpaceDataError, KeyError, TypeError) as exc:
+            raise CheckpointError(f"checkpoint {where!r} records spaces that do not parse ({exc}): the file is "
+                                  "damaged; use another checkpoint of the run") from None
+
+    def close(self) -> None:
+        pass
+
+
+def _spaces_env(env_id: str, config, stored: dict[str, Any] | None = None) -> gym.Env | _AgentSpaces | _StoredSpaces:
+    """An env of ``env_id`` to read the spaces from (a PettingZoo id: one copy, one agent's spaces; a simulator:
+    the spaces the checkpoint records)."""
+    if env_id.startswith("bridge:"):
+        if stored is None:
+            raise CheckpointError(f"the checkpoint of {env_id!r} records no spaces (written before relayrl stored "
+                                  "them): evaluate it with relayrl eval, which launches the simulator")
+        return _StoredSpaces(stored, env_id)
     if is_pettingzoo(env_id):
         return _AgentSpaces(_pettingzoo_envs(env_id, config, 1))
     return make(env_id, **config.env.wrapping(), **config.env.kwargs)

@@ -24,7 +24,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Generator, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -32,7 +32,8 @@ import torch
 from relayrl.algos import get_algo
 from relayrl.config import save_config
 from relayrl.core import SampleSource
-from relayrl.errors import CheckpointError, NonFiniteError
+from relayrl.envs.space_data import space_to_data
+from relayrl.errors import CheckpointError, EnvError, NonFiniteError
 from relayrl.io.checkpoint import (copy_checkpoint, explain_load_error, load_checkpoint, load_newest,
                                    save_checkpoint, write_json_copy)
 from relayrl.io.metrics import MetricsLogger, check_tracking
@@ -156,6 +157,7 @@ class Trainer:
         self.lock: RunLock | None = None
         self.logger: MetricsLogger | None = None
         self.complete: str | None = None  # on a resume: why the run has nothing left to do
+        self.abort_reason = "error"
         self._created_dir = False
         self._new_run_written = False  # True once this new run, alone in its folder, may have written there
         try:
@@ -163,21 +165,26 @@ class Trainer:
             if self.complete is None:
                 self._open_run(quiet, tensorboard, hooks)
         except BaseException:
-            try:
-                if self.logger is not None:
-                    self.logger.close(failed=True)
-            finally:
-                try:
-                    if self._new_run_written:  # nothing trained: leave no half-made run behind
-                        discard_new_run(self.run_dir, remove_dir=self._created_dir)
-                finally:
-                    if self.lock is not None:
-                        self.lock.release()
-                    experience.close()
+            self.abandon()
             raise
         if self.complete is not None:
             self.lock.release()
             experience.close()
+
+    def abandon(self) -> None:
+        """Take back a Trainer that will not run: a new run's files go, the lock and the experience are released
+        (``__init__`` does this when it fails; a caller that built several Trainers does it when a later one fails)."""
+        try:
+            if self.logger is not None:
+                self.logger.close(failed=True)
+        finally:
+            try:
+                if self._new_run_written:  # nothing trained: leave no half-made run behind
+                    discard_new_run(self.run_dir, remove_dir=self._created_dir)
+            finally:
+                if self.lock is not None:
+                    self.lock.release()
+                self.experience.close()
 
     # ------------------------------------------------------------------ set up
 
@@ -210,6 +217,11 @@ class Trainer:
             config = resolve_threads(config, self.algo)
             torch.set_num_threads(config.threads)
         self.config, self.cfg = config, cfg
+        try:  # in every checkpoint: the policy can be rebuilt without the env (relayrl.load of a simulator's run)
+            self.spaces = {"observation": space_to_data(experience.observation_space),
+                           "action": space_to_data(experience.action_space)}
+        except EnvError:  # a space plain data cannot describe: the env gives it when the policy is loaded
+            self.spaces = None
         self.state, source_state = RunState(), {}
         if resume:  # the lock first: no other process may be training in the run we restore
             self.lock = RunLock(self.run_dir).acquire()
@@ -249,7 +261,9 @@ class Trainer:
                                     run_config=config.model_dump(), resume=self.resume)
         self.learner = Learner(self.rounds.learning, HookContext(env_steps=state.env_steps, updates=state.updates,
                                                                  iteration=state.iteration))
-        self.display = ProgressDisplay(config.total_steps, f"{config.algo} {config.env.id}", quiet,
+        behaviour = config.env.kwargs.get("behaviour") if config.env.id.startswith("bridge:") else None
+        label = f"{config.algo} {config.env.id}" + (f" [{behaviour}]" if behaviour else "")
+        self.display = ProgressDisplay(config.total_steps, label, quiet,
                                        start=state.env_steps, stop_value=self.stop_value)
         self.timing = {"collect_s": 0.0, "learn_s": 0.0, "steps": 0}
         self._last_periodic = state.updates
@@ -262,6 +276,18 @@ class Trainer:
     # ------------------------------------------------------------------ the loop
 
     def run(self) -> dict[str, Any]:
+        """Train until a stop; the summary."""
+        rounds = self.stepwise()
+        try:
+            while True:
+                next(rounds)
+        except StopIteration as done:
+            return done.value
+
+    def stepwise(self) -> Generator[None, None, dict[str, Any]]:
+        """``run`` as a generator that pauses before each round's collection (several Trainers that share one
+        env take turns: relayrl/training/behaviours.py); it returns the summary. Closed at a pause
+        (``close()``), the run ends with the stop reason given to ``abort`` ("error" by default)."""
         if self.complete is not None:
             return self._report_complete()
         config, state, ctx = self.config, self.state, self.learner.ctx
@@ -277,6 +303,10 @@ class Trainer:
                 ctx.env_steps += self.rounds.warmup(warmup)
             next_eval = _next_multiple(ctx.env_steps, config.eval.freq)
             while ctx.env_steps < config.total_steps:
+                if self._stop_reason() is not None:
+                    stop_reason = self._stop_reason()
+                    break
+                yield
                 if self._stop_reason() is not None:
                     stop_reason = self._stop_reason()
                     break
@@ -302,6 +332,9 @@ class Trainer:
         except KeyboardInterrupt:
             stop_reason = "interrupted"  # a second Ctrl-C: stop now, keep the checkpoints already written
             raise
+        except GeneratorExit:  # closed at a pause: another Trainer of the same env failed or was interrupted
+            stop_reason = self.abort_reason
+            raise
         except NonFiniteError:
             stop_reason = "nonfinite"
             match work:
@@ -317,6 +350,10 @@ class Trainer:
             summary = self._finish(stop_reason)
         summary["run_dir"] = str(self.run_dir)
         return summary
+
+    def abort(self, reason: str) -> None:
+        """The stop reason of a ``stepwise`` run closed at a pause ("error", "interrupted")."""
+        self.abort_reason = reason
 
     def collect(self) -> Work:
         """The next round's work (a rollout, or the replay ``UpdatesDue``); counts its env steps."""
@@ -364,7 +401,7 @@ class Trainer:
         state.env_steps, state.updates, state.iteration = ctx.env_steps, ctx.updates, ctx.iteration
         state.wall_time_s, state.eval_count = self.wall(), self.evaluator.count
         meta = {"algo": config.algo, "env": config.env.id, "config": config.model_dump(), "run": vars(state),
-                "source": self.rounds.state()}
+                "source": self.rounds.state(), "spaces": self.spaces}
         folder = self.run_dir / "checkpoints"
         if name == "last":  # what a resume needs besides the learner (the replay buffer, if any) goes first,
             self.rounds.save(folder)  # so a last checkpoint never lacks it
@@ -376,7 +413,8 @@ class Trainer:
         timing = self.timing
         elapsed = timing["collect_s"] + timing["learn_s"]
         values: dict[str, Any] = {f"train/{k}": v for k, v in ctx.metrics.items()}
-        values.update({f"env/{k}": v for k, v in self.experience.stats().items()})
+        values.update({k if "/" in k else f"env/{k}": v for k, v in self.experience.stats().items()})  # (a named group
+        # of its own, e.g. selfplay/elo, keeps its name)
         values.update(self.rounds.stats())
         values.update({"updates": ctx.updates, "iteration": ctx.iteration,
                        "time/collect_s": timing["collect_s"], "time/learn_s": timing["learn_s"],

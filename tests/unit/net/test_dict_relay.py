@@ -1,5 +1,5 @@
 """A Dict observation through the relay: a relayrl worker on a Dict env describes the packed space
-(net/spaces.py), a trainer with --remote-env rebuilds it, and rollouts arrive as uint8 rows the
+(envs/space_data.py), a trainer with --remote-env rebuilds it, and rollouts arrive as uint8 rows the
 trainer's PPO learns from. Real sockets: a relay in a thread, the worker's loop in a thread."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from relayrl.algos import get_algo
 from relayrl.config import build_config
 from relayrl.envs import make
 from relayrl.envs.packed import PackedDict
-from relayrl.net.spaces import SpaceDataError, space_from_data, space_to_data
+from relayrl.envs.space_data import SpaceDataError, space_from_data, space_to_data
 from relayrl.net.backend import relay_pool
 from relayrl.net.remote_worker import RemoteWorker
 from relayrl.testing.relay import running_relay, running_worker

@@ -16,7 +16,7 @@ from relayrl.config import build_config
 from relayrl.errors import RelayRLError
 from relayrl.net import wire
 from relayrl.net.client import RelayClient
-from relayrl.net.spaces import space_to_data
+from relayrl.envs.space_data import space_to_data
 from relayrl.net.backend import relay_pool
 from relayrl.policy.normalizer import RunningMeanStd
 from relayrl.runtime.pool import WorkerPool

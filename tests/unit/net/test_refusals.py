@@ -22,7 +22,7 @@ from relayrl.net import chunk_checks
 from relayrl.net import wire
 from relayrl.net.client import RelayClient
 from relayrl.net.relay import Relay, RelayOptions
-from relayrl.net.spaces import space_to_data
+from relayrl.envs.space_data import space_to_data
 from relayrl.net.backend import relay_pool
 from relayrl.testing.relay import deliver
 

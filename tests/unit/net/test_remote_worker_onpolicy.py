@@ -20,7 +20,7 @@ from relayrl.config import build_config
 from relayrl.errors import ConfigError, RelayRLError
 from relayrl.net import wire
 from relayrl.net.client import RelayClient
-from relayrl.net.spaces import space_from_data, space_to_data
+from relayrl.envs.space_data import space_from_data, space_to_data
 from relayrl.net.backend import relay_pool
 from relayrl.net.remote_worker import LATEST, RemoteWorker
 from relayrl.testing.relay import running_relay, running_worker

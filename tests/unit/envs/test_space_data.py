@@ -1,4 +1,4 @@
-"""relayrl.net.spaces: gymnasium spaces as JSON-able data and back (docs/wire-protocol.md, "Spaces")."""
+"""relayrl.envs.space_data: gymnasium spaces as JSON-able data and back (docs/wire-protocol.md, "Spaces")."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from relayrl.errors import EnvError
-from relayrl.net.spaces import SpaceDataError, space_from_data, space_to_data
+from relayrl.envs.space_data import SpaceDataError, space_from_data, space_to_data
 
 I64 = np.iinfo(np.int64)
 
