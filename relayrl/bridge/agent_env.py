@@ -8,7 +8,8 @@ configuration: ``time_scale``, ``width``/``height``, ``quality_level``, ``target
 ``capture_frame_rate``), both sent before the first reset. Actions are continuous (a Box in
 [-1, 1]), one discrete branch (Discrete) or several (MultiDiscrete), with the simulator's action
 masks turned into the trainer's convention (True = allowed, ``AgentTurn.action_mask``). Other
-behaviours get zero actions.
+behaviours get zero actions. The simulator's statistics (the stats side channel) are aggregated until
+``simulator_stats()``, which the trainer logs as ``sim/<name>``.
 
 Observations (``observation_space``): a behaviour without images (every observation of rank 1 or 2)
 gets them flattened and concatenated into one float32 vector, as before images existed. With an
@@ -29,7 +30,7 @@ import numpy as np
 
 from relayrl.bridge.env import BridgeEnv
 from relayrl.bridge.layout import ObsSpec
-from relayrl.bridge.sidechannel import EngineConfigurationChannel, EnvironmentParametersChannel
+from relayrl.bridge.sidechannel import EngineConfigurationChannel, EnvironmentParametersChannel, StatsChannel
 from relayrl.errors import ConfigError, EnvError
 from relayrl.envs.agents import AgentEnv, AgentTurn
 from relayrl.envs.masks import check_mask
@@ -46,6 +47,7 @@ class BridgeAgents(AgentEnv):
                  args: Sequence[str] = (), spin_us: float = 500.0, parameters: dict[str, float] | None = None,
                  engine: dict[str, Any] | None = None):
         self.parameters, self.engine = EnvironmentParametersChannel(), EngineConfigurationChannel()
+        self.sim_stats = StatsChannel()
         for key, value in (parameters or {}).items():
             self.parameters.set_float_parameter(str(key), float(value))
         try:
@@ -54,7 +56,7 @@ class BridgeAgents(AgentEnv):
             raise ConfigError(f"env.kwargs.engine: {exc}; use time_scale, width, height, quality_level, "
                               "target_frame_rate, capture_frame_rate") from None
         self.bridge = BridgeEnv(command, args=[str(a) for a in args], timeout_s=timeout_s, spin_us=spin_us,
-                                side_channels=[self.parameters, self.engine])
+                                side_channels=[self.parameters, self.engine, self.sim_stats])
         try:
             names = list(self.bridge.behaviours)
             if behaviour is None:
@@ -86,6 +88,9 @@ class BridgeAgents(AgentEnv):
     @property
     def stats(self) -> dict[str, int]:
         return {"bridge_turns": self.turns}
+
+    def simulator_stats(self) -> dict[str, float]:
+        return self.sim_stats.drain()
 
     def _turn(self) -> AgentTurn:
         decisions, ends = self.bridge.get_steps(self.behaviour)

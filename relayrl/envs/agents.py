@@ -64,5 +64,9 @@ class AgentEnv(ABC):
         """Counters to log with every iteration (``env/<name>``)."""
         return {}
 
+    def simulator_stats(self) -> dict[str, float]:
+        """Named scalars the simulator reported since the last call, aggregated (``sim/<name>``)."""
+        return {}
+
     def close(self) -> None:
         """Release what the env holds (processes, shared memory)."""
