@@ -216,6 +216,7 @@ class SideChannels:
 
     def __init__(self, channels: Iterable[SideChannel] = ()):
         self.by_id: dict[uuid.UUID, SideChannel] = {}
+        self.warned: set[uuid.UUID] = set()  # unknown ids already warned about (once each, as the C SDK)
         for channel in channels:
             self.add(channel)
 
@@ -235,6 +236,9 @@ class SideChannels:
         for channel_id, message in L.decode_records(payload):
             channel = self.by_id.get(channel_id)
             if channel is None:
-                log.warning("side-channel message for unknown channel %s ignored (%d bytes)", channel_id, len(message))
+                if channel_id not in self.warned:
+                    self.warned.add(channel_id)
+                    hint = " (the simulator's stats: add a StatsChannel to receive them)" if channel_id == STATS else ""
+                    log.warning("side-channel messages for unknown channel %s are ignored%s", channel_id, hint)
             else:
                 channel.on_message(message)

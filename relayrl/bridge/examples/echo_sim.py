@@ -27,7 +27,7 @@ import sys
 import numpy as np
 
 from relayrl.bridge.channel import BridgeError
-from relayrl.bridge.sidechannel import SideChannel, SideChannels, StatsRecorder
+from relayrl.bridge.sidechannel import SideChannels, StatsRecorder
 from relayrl.bridge.world import CLOSED, RESET, World
 
 ECHO, LATE = "echo", "late"

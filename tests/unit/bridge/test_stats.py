@@ -234,3 +234,14 @@ def test_the_example_simulators_report_the_balls_they_drop(tmp_path, simulator):
     finally:
         env.close()
     assert STATS == StatsChannel().channel_id
+
+
+def test_a_receiver_without_a_stats_channel_skips_them_with_one_warning(caplog):
+    """§3.1: a record for an unknown id is skipped with a warning, once per id rather than every turn."""
+    from relayrl.bridge.sidechannel import SideChannels
+
+    channels = SideChannels()
+    for _ in range(3):
+        channels.dispatch(L.encode_records([(STATS, encode_stat("goals", 1.0))]))
+    warnings = [r.getMessage() for r in caplog.records if "unknown channel" in r.getMessage()]
+    assert len(warnings) == 1 and "StatsChannel" in warnings[0], warnings
