@@ -1,14 +1,16 @@
 """A simulator's behaviour as an *agent env* for training (``relayrl/training/agent_collectors.py``).
 
 ``relayrl train ppo --env "bridge:COMMAND"`` launches COMMAND (split like a shell would; the memory
-path is appended) and trains on one behaviour. ``env.kwargs`` may set ``behaviour`` (required when
-the simulator has several), ``timeout_s``, ``args`` (extra simulator arguments), ``parameters``
-(named floats sent on the environment-parameters side channel) and ``engine`` (engine
-configuration: ``time_scale``, ``width``/``height``, ``quality_level``, ``target_frame_rate``,
-``capture_frame_rate``), both sent before the first reset. Actions are continuous (a Box in
-[-1, 1]), one discrete branch (Discrete) or several (MultiDiscrete), with the simulator's action
-masks turned into the trainer's convention (True = allowed, ``AgentTurn.action_mask``). Other
-behaviours get zero actions.
+path is appended) and trains every behaviour it registers (``BridgeBehaviours``, each with a policy of its
+own: relayrl/training/behaviours.py), or the one ``env.kwargs.behaviour`` names (``BridgeAgents``; the
+others get the default answer, docs/bridge-protocol.md §3.3). ``env.kwargs`` may also set ``timeout_s``,
+``args`` (extra simulator arguments), ``parameters`` (named floats sent on the environment-parameters side
+channel) and ``engine`` (engine configuration: ``time_scale``, ``width``/``height``, ``quality_level``,
+``target_frame_rate``, ``capture_frame_rate``), both sent with the first reset. Actions are continuous (a
+Box in [-1, 1]), one discrete branch (Discrete) or several (MultiDiscrete), with the simulator's action
+masks turned into the trainer's convention (True = allowed, ``AgentTurn.action_mask``). The simulator's
+statistics (the stats side channel) are aggregated until ``simulator_stats()``, which the trainer logs as
+``sim/<name>``.
 
 Observations (``observation_space``): a behaviour without images (every observation of rank 1 or 2)
 gets them flattened and concatenated into one float32 vector, as before images existed. With an
@@ -29,7 +31,7 @@ import numpy as np
 
 from relayrl.bridge.env import BridgeEnv
 from relayrl.bridge.layout import BehaviourSpec, ObsSpec
-from relayrl.bridge.sidechannel import EngineConfigurationChannel, EnvironmentParametersChannel
+from relayrl.bridge.sidechannel import EngineConfigurationChannel, EnvironmentParametersChannel, StatsChannel
 from relayrl.errors import ConfigError, EnvError
 from relayrl.envs.agents import AgentTurn, Behaviour, BehaviourEnv, OneBehaviour
 from relayrl.envs.masks import check_mask
@@ -47,6 +49,7 @@ class BridgeBehaviours(BehaviourEnv):
                  args: Sequence[str] = (), spin_us: float = 500.0, parameters: dict[str, float] | None = None,
                  engine: dict[str, Any] | None = None):
         self.parameters, self.engine = EnvironmentParametersChannel(), EngineConfigurationChannel()
+        self.sim_stats = StatsChannel()
         for key, value in (parameters or {}).items():
             self.parameters.set_float_parameter(str(key), float(value))
         try:
@@ -55,7 +58,7 @@ class BridgeBehaviours(BehaviourEnv):
             raise ConfigError(f"env.kwargs.engine: {exc}; use time_scale, width, height, quality_level, "
                               "target_frame_rate, capture_frame_rate") from None
         self.bridge = BridgeEnv(command, args=[str(a) for a in args], timeout_s=timeout_s, spin_us=spin_us,
-                                side_channels=[self.parameters, self.engine])
+                                side_channels=[self.parameters, self.engine, self.sim_stats])
         try:
             names = list(self.bridge.behaviours)
             missing = [name for name in behaviours or () if name not in names]
@@ -75,6 +78,9 @@ class BridgeBehaviours(BehaviourEnv):
     @property
     def stats(self) -> dict[str, int]:
         return {"bridge_turns": self.turns}
+
+    def simulator_stats(self) -> dict[str, float]:
+        return self.sim_stats.drain()
 
     def _turns(self) -> dict[str, AgentTurn]:
         return {name: self._turn(name, behaviour) for name, behaviour in self.behaviours.items()}

@@ -135,15 +135,16 @@ class Channel:
             self._unmap_header()
             raise BridgeClosed(f"the trainer of {self.header_path} already closed the channel "
                                f"({L.REASONS.get(reason, f'reason {reason}')}): start the trainer again", reason)
+        # only fields every major version shares (§2) until the majors are known to match (§5, step 5)
         struct.pack_into("<HH", self.header, L.OFF_SIM_VERSION, *L.VERSION)
         struct.pack_into("<i", self.header, L.OFF_SIM_PID, os.getpid())
-        struct.pack_into("<I", self.header, L.OFF_SIM_TIMEOUT, L.timeout_ms(timeout_s))
         trainer = self.trainer_version
         if trainer[0] != L.VERSION[0]:  # before anything else of the header is read: its layout is the trainer's
             self.close(L.VERSION_MISMATCH, hand_over=True)
             raise VersionMismatch(f"the trainer speaks bridge protocol {trainer[0]}.{trainer[1]}, this simulator "
                                   f"{L.VERSION[0]}.{L.VERSION[1]}: use relayrl and a simulator SDK of the same "
                                   "major version")
+        struct.pack_into("<I", self.header, L.OFF_SIM_TIMEOUT, L.timeout_ms(timeout_s))
         self.sync_body()  # a corrupt header or body closes with reason 4, no hand-over
         self.bell_in = open_fifo(self.path(".ts"), os.O_RDONLY)
         try:

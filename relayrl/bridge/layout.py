@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 MAGIC = b"RLRLBRDG"
-VERSION = (1, 1)
+VERSION = (1, 2)
 HEADER_SIZE = 64
 INITIAL_SIDE = 64  # S at creation
 INITIAL_RL = 8  # R at creation: a behaviour count of 0
@@ -31,6 +31,7 @@ OFF_GENERATION, OFF_SIDE, OFF_RL, OFF_TRAINER_PID, OFF_SIM_PID = 28, 32, 36, 40,
 # since 1.1 (reserved, zero, in 1.0): each side's wait timeout in ms (0: none) and keep-alive counter (§2, §4)
 OFF_TRAINER_TIMEOUT, OFF_SIM_TIMEOUT, OFF_TRAINER_ALIVE, OFF_SIM_ALIVE = 48, 52, 56, 60
 KEEP_ALIVE_VERSION = (1, 1)  # the first version whose peers bump and honour the keep-alive counters
+STATS_VERSION = (1, 2)  # the first trainer version that takes the simulator's stats records (§3.1)
 
 # close reasons
 NORMAL, VERSION_MISMATCH, TIMEOUT, PROTOCOL_ERROR, PEER_DIED = 1, 2, 3, 4, 5

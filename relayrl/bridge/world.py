@@ -18,7 +18,8 @@ rather than send the previous occupant's data. Many agents: ``set_decisions(name
 rewards)`` writes a whole block at once, and ``action_arrays(name)`` returns (ids, continuous [n, C],
 discrete [n, B]). ``register`` adds a behaviour (or more agents) mid-run. A simulator busy on purpose
 in its own turn for longer than the trainer's timeout (loading a level) calls ``keep_alive()`` now
-and then, so the trainer does not take it for stuck.
+and then, so the trainer does not take it for stuck. ``world.stats.record("goals", 1.0, aggregation="sum")``
+sends a named scalar to the trainer's metrics (``sim/goals``, protocol §3.1) with the next ``step()``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import numpy as np
 
 from relayrl.bridge import layout as L
 from relayrl.bridge.channel import BridgeError, Channel
-from relayrl.bridge.sidechannel import SideChannel, SideChannels
+from relayrl.bridge.sidechannel import SideChannel, SideChannels, StatsRecorder
 
 OK, RESET, CLOSED = "ok", "reset", "closed"
 
@@ -172,7 +173,8 @@ class World:
             raise BridgeError("no --memory-path given: the trainer passes it when it launches the simulator "
                               "(or pass World(memory_path=...) to attach to a waiting trainer)")
         specs = [_as_spec(b) for b in behaviours]  # a mistake is reported before the trainer is kept waiting
-        self.side_channels = SideChannels(side_channels)
+        self.stats = StatsRecorder()  # world.stats.record(name, value, aggregation): sim/<name> in the metrics
+        self.side_channels = SideChannels([self.stats, *side_channels])
         self.specs: list[L.BehaviourSpec] = []
         self._decisions: dict[str, _Rows] = {}
         self._terminations: dict[str, _Rows] = {}
@@ -185,6 +187,7 @@ class World:
             self._add(spec)
         self.channel = Channel.attach(path, timeout_s=timeout_s, spin_us=spin_us)
         self.channel.handshaken = True  # the trainer is there: it created the channel
+        self.stats.enabled = self.channel.trainer_version >= L.STATS_VERSION  # a 1.0/1.1 trainer takes no stats
 
     # ---- behaviours
     def register(self, name: str, max_agents: int, observations: Sequence[Any], continuous: int = 0,

@@ -73,6 +73,10 @@ class AgentEnv(ABC):
         """Counters to log with every iteration (``env/<name>``)."""
         return {}
 
+    def simulator_stats(self) -> dict[str, float]:
+        """Named scalars the simulator reported since the last call, aggregated (``sim/<name>``)."""
+        return {}
+
     def close(self) -> None:
         """Release what the env holds (processes, shared memory)."""
 
@@ -105,6 +109,10 @@ class BehaviourEnv(ABC):
         """Counters to log with every iteration (``env/<name>``)."""
         return {}
 
+    def simulator_stats(self) -> dict[str, float]:
+        """What the simulator reported since the last call (``sim/<name>``), as ``AgentEnv.simulator_stats``."""
+        return {}
+
     def close(self) -> None:
         """Release what the env holds."""
 
@@ -128,6 +136,9 @@ class OneBehaviour(AgentEnv):
     @property
     def stats(self) -> dict[str, Any]:
         return self.env.stats
+
+    def simulator_stats(self) -> dict[str, float]:
+        return self.env.simulator_stats()
 
     def close(self) -> None:
         self.env.close()

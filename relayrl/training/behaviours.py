@@ -13,6 +13,7 @@ each finished rollout (or transitions) until its Trainer pulls it; since a Train
 experience is ready, every rollout is collected by the policy that learns from it. A behaviour whose Trainer
 has stopped (its total_steps, its stop value) keeps acting with its last policy while the others train.
 Evaluation runs on the evaluation env with every behaviour acting deterministically with its current policy.
+The simulator's own statistics (``sim/<name>``) are logged with the first behaviour's metrics.
 
 Each behaviour's config is the run's, with ``behaviours.<name>`` deep-merged over it (``behaviour_config``):
 its algorithm's settings, total_steps, stop_value, save_freq, eval.
@@ -205,6 +206,12 @@ class BehaviourExperience(Experience):
 
     def stats(self) -> dict[str, float]:
         return dict(self.lockstep.env.stats)
+
+    def simulator_stats(self) -> dict[str, float]:
+        """The simulator's statistics belong to no behaviour: the first behaviour's metrics carry them."""
+        if self.name != next(iter(self.lockstep.env.behaviours)):
+            return {}
+        return self.lockstep.env.simulator_stats()
 
     def close(self) -> None:
         """(The envs are shared: ``run_behaviours`` closes them.)"""

@@ -67,6 +67,10 @@ class Experience(ABC):
         """The envs' counters, logged as ``env/<name>`` with every iteration (a name with a "/" as it is)."""
         return {}
 
+    def simulator_stats(self) -> dict[str, float]:
+        """What a simulator reported since the last call (its stats side channel), logged as ``sim/<name>``."""
+        return {}
+
     def stop_value(self) -> float | None:
         """The return to stop at when the config sets none (the env's registered reward_threshold)."""
         return None
@@ -158,6 +162,9 @@ class AgentExperience(Experience):
 
     def stats(self) -> dict[str, float]:
         return dict(self.env.stats)
+
+    def simulator_stats(self) -> dict[str, float]:
+        return self.env.simulator_stats()
 
     def close(self) -> None:
         try:

@@ -408,13 +408,14 @@ class Trainer:
         save_checkpoint(folder / name, {"algo": self.algo.state_dict(), "rng": {"torch": torch.get_rng_state()}}, meta)
 
     def log(self, ctx: HookContext) -> None:
-        """After every iteration: learner metrics, episodes, env and source counters, timing."""
+        """After every iteration: learner metrics, episodes, env and source counters, the simulator's stats, timing."""
         returns, lengths = self.rounds.pop_episodes()
         timing = self.timing
         elapsed = timing["collect_s"] + timing["learn_s"]
         values: dict[str, Any] = {f"train/{k}": v for k, v in ctx.metrics.items()}
         values.update({k if "/" in k else f"env/{k}": v for k, v in self.experience.stats().items()})  # (a named group
         # of its own, e.g. selfplay/elo, keeps its name)
+        values.update({f"sim/{k}": v for k, v in self.experience.simulator_stats().items()})
         values.update(self.rounds.stats())
         values.update({"updates": ctx.updates, "iteration": ctx.iteration,
                        "time/collect_s": timing["collect_s"], "time/learn_s": timing["learn_s"],

@@ -1,5 +1,5 @@
 /*
- * relayrl_bridge.c - simulator side of the relayrl bridge protocol 1.1 (C11 + POSIX).
+ * relayrl_bridge.c - simulator side of the relayrl bridge protocol 1.2 (C11 + POSIX).
  * See relayrl_bridge.h for the API and docs/bridge-protocol.md for the protocol.
  *
  * Build: cc -std=c11 -O2 -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -c
@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -59,6 +60,11 @@ static const uint8_t MAGIC[8] = {0x52, 0x4C, 0x52, 0x4C, 0x42, 0x52, 0x44, 0x47}
 #define MAX_C 65536u
 #define NAME_MAX_BYTES 64
 #define MAX_WARNED 32
+#define STATS_MINOR 2 /* the first trainer minor version that takes stats records (protocol §3.1) */
+
+/* ML-Agents' stats channel, a1d8f7b7-cec8-50f9-b78b-d3e165a78520, in Guid.ToByteArray() order */
+static const uint8_t STATS_ID[16] = {0xb7, 0xf7, 0xd8, 0xa1, 0xc8, 0xce, 0xf9, 0x50,
+                                     0xb7, 0x8b, 0xd3, 0xe1, 0x65, 0xa7, 0x85, 0x20};
 
 typedef struct layout {
     uint64_t size; /* section size */
@@ -90,6 +96,7 @@ struct rrb_world {
     int ts_fd, st_fd; /* doorbells: trainer->sim (read), sim->trainer (write) */
     uint64_t turn;    /* last turn value stored or observed */
     double timeout_s;
+    uint16_t trainer_minor; /* the trainer's protocol minor version (same major) */
     beh *behs;
     int nbeh;
     uint32_t L_out;   /* outgoing side-channel bytes queued this turn */
@@ -779,17 +786,13 @@ rrb_world *rrb_open(const char *header_path, double timeout_s, int *reason, char
     }
     w->turn = 0;
 
-    /* 4. our version, pid and timeout, then compare majors before reading anything else (§5): the rest of
-     * the header is laid out by the trainer's major version */
+    /* 4. our version and pid (fields every major version shares, §2), then compare majors before reading
+     * or writing anything else (§5): the rest of the header is laid out by the trainer's major version */
     uint16_t tmaj = rd16(w->hdr + H_TMAJOR), tmin = rd16(w->hdr + H_TMINOR);
     wr16(w->hdr + H_SMAJOR, RRB_PROTOCOL_MAJOR);
     wr16(w->hdr + H_SMINOR, RRB_PROTOCOL_MINOR);
     int32_t pid = (int32_t)getpid();
     memcpy(w->hdr + H_SPID, &pid, 4);
-    double ms = timeout_s > 0 ? timeout_s * 1000.0 : 0.0; /* rounded up; 0: no timeout */
-    uint32_t ms32 = ms >= 4294967295.0 ? UINT32_MAX : (uint32_t)ms;
-    if ((double)ms32 < ms) ms32 += 1;
-    wr32(w->hdr + H_STIMEOUT, ms32);
     if (tmaj != RRB_PROTOCOL_MAJOR) {
         set_err(w, "bridge protocol version mismatch: the trainer speaks %u.%u, this simulator speaks %u.%u: use "
                 "relayrl and a simulator SDK of the same major version", (unsigned)tmaj, (unsigned)tmin,
@@ -799,6 +802,16 @@ rrb_world *rrb_open(const char *header_path, double timeout_s, int *reason, char
         free_world(w);
         return NULL;
     }
+
+    w->trainer_minor = tmin;
+    /* our timeout (§2): whole ms rounded up; 0 for none (0, negative, infinite or NaN), at most 2^32 - 1 */
+    double ms = timeout_s > 0 && !isinf(timeout_s) ? timeout_s * 1000.0 : 0.0;
+    uint32_t ms32 = UINT32_MAX; /* the cap (a finite timeout of ~49.7 days or more) */
+    if (ms < 4294967295.0) {
+        ms32 = (uint32_t)ms;
+        if ((double)ms32 < ms) ms32 += 1; /* at most 2^32 - 1: ms < 2^32 - 1 */
+    }
+    wr32(w->hdr + H_STIMEOUT, ms32);
 
     /* 5. the rest of the header and the body (§2): corrupt means close with reason 4, no hand-over */
     int corrupt = 0;
@@ -1129,6 +1142,60 @@ int rrb_send(rrb_world *w, const uint8_t id[16], const void *payload, uint32_t l
     if (len) memcpy(p + 20, payload, len);
     w->L_out += 20 + len;
     return 0;
+}
+
+/* Whether p[0..n) is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF). */
+static int valid_utf8(const uint8_t *p, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        uint8_t c = p[i];
+        size_t more;
+        uint32_t cp;
+        if (c < 0x80) { i++; continue; }
+        if (c >= 0xC2 && c <= 0xDF) { more = 1; cp = c & 0x1F; }
+        else if (c >= 0xE0 && c <= 0xEF) { more = 2; cp = c & 0x0F; }
+        else if (c >= 0xF0 && c <= 0xF4) { more = 3; cp = c & 0x07; }
+        else return 0;
+        if (n - i <= more) return 0;
+        for (size_t k = 1; k <= more; k++) {
+            if ((p[i + k] & 0xC0) != 0x80) return 0;
+            cp = (cp << 6) | (p[i + k] & 0x3F);
+        }
+        if (more == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) return 0; /* overlong, surrogate */
+        if (more == 3 && (cp < 0x10000 || cp > 0x10FFFF)) return 0;                /* overlong, too large */
+        i += more + 1;
+    }
+    return 1;
+}
+
+int rrb_record_stat(rrb_world *w, const char *name, float value, int aggregation) {
+    if (!usable(w)) return -1;
+    size_t nl = name ? strlen(name) : 0;
+    if (nl < 1 || nl > RRB_STAT_NAME_MAX) {
+        set_err(w, "stat name must be 1 to %d bytes of UTF-8, not %u", RRB_STAT_NAME_MAX, (unsigned)nl);
+        return -1;
+    }
+    if (!valid_utf8((const uint8_t *)name, nl)) {
+        set_err(w, "stat name of %u bytes is not valid UTF-8", (unsigned)nl);
+        return -1;
+    }
+    if (aggregation != RRB_STAT_AVERAGE && aggregation != RRB_STAT_MOST_RECENT && aggregation != RRB_STAT_SUM) {
+        set_err(w, "stat '%s': aggregation %d is not RRB_STAT_AVERAGE, RRB_STAT_MOST_RECENT or RRB_STAT_SUM", name,
+                aggregation);
+        return -1;
+    }
+    if (!isfinite(value)) {
+        set_err(w, "stat '%s': the value is not finite", name);
+        return -1;
+    }
+    if (w->trainer_minor < STATS_MINOR) return 1; /* a 1.0 or 1.1 trainer takes no stats: nothing is sent */
+    uint8_t payload[4 + RRB_STAT_NAME_MAX + 8];
+    int32_t k = (int32_t)nl, agg = aggregation;
+    memcpy(payload, &k, 4);
+    memcpy(payload + 4, name, nl);
+    memcpy(payload + 4 + nl, &value, 4);
+    memcpy(payload + 8 + nl, &agg, 4);
+    return rrb_send(w, STATS_ID, payload, (uint32_t)(nl + 12)) < 0 ? -1 : 0;
 }
 
 void rrb_keep_alive(rrb_world *w) {

@@ -1,5 +1,5 @@
 /*
- * relayrl_bridge.h - simulator side of the relayrl bridge protocol 1.1 (C11 + POSIX).
+ * relayrl_bridge.h - simulator side of the relayrl bridge protocol 1.2 (C11 + POSIX).
  *
  * The protocol is specified in docs/bridge-protocol.md. A trainer (relayrl, Python) creates a
  * channel and launches the simulator with `--memory-path PATH`; this library attaches to it,
@@ -51,7 +51,7 @@ extern "C" {
 
 /* Protocol version implemented by this library. */
 #define RRB_PROTOCOL_MAJOR 1
-#define RRB_PROTOCOL_MINOR 1
+#define RRB_PROTOCOL_MINOR 2
 
 /* Results of rrb_step. */
 #define RRB_OK 0     /* the trainer answered: actions are available                       */
@@ -70,6 +70,12 @@ extern "C" {
  * (rrb_peer_reason() tells which), or a local failure (out of memory, disk full, ...). */
 #define RRB_REASON_PEER_CLOSED 100
 #define RRB_REASON_LOCAL 101
+
+/* How the trainer combines a stat's values between two metrics rows (rrb_record_stat; protocol §3.1). */
+#define RRB_STAT_AVERAGE 0
+#define RRB_STAT_MOST_RECENT 1
+#define RRB_STAT_SUM 2
+#define RRB_STAT_NAME_MAX 128 /* bytes of a stat's name */
 
 /* Observation dtypes. */
 #define RRB_FLOAT32 1
@@ -235,6 +241,17 @@ void rrb_set_message_handler(rrb_world *world, rrb_message_handler handler, void
  * region when needed. Returns 0, or -1 on failure (see rrb_error).
  */
 int rrb_send(rrb_world *world, const uint8_t id[16], const void *payload, uint32_t len);
+
+/*
+ * Sends one value of the named statistic to the trainer with the next hand-over (the stats side
+ * channel, protocol §3.1, since 1.2); it appears as `sim/<name>` in the run's metrics. `aggregation`
+ * (RRB_STAT_AVERAGE, RRB_STAT_MOST_RECENT or RRB_STAT_SUM) says how the trainer combines the values
+ * it gets between two metrics rows; use one aggregation per name. `name`: 1 to RRB_STAT_NAME_MAX
+ * bytes of UTF-8 (NUL-terminated); `value`: finite. Returns 0 when queued, 1 when the trainer speaks
+ * 1.0 or 1.1 (it takes no stats: nothing is sent), -1 for a bad argument (nothing is sent; see
+ * rrb_error: the world stays usable) or a failed world. Same rules of use as rrb_send.
+ */
+int rrb_record_stat(rrb_world *world, const char *name, float value, int aggregation);
 
 /*
  * Tells the trainer, if it is waiting for this simulator's turn, that the simulator is alive and

@@ -9,7 +9,8 @@ ball moves by dt = 0.05 s: v += g sin(tilt) dt, p += v dt, plus a random push of
 axis. Reward 0.1 per step on the platform; leaving it (|x| or |z| > 1) ends the episode with -1;
 500 steps end it as interrupted. An episode starts untilted with the ball at a random spot within
 0.5 of the centre, rolling at up to 0.3 m/s. All agents decide every turn; a platform whose episode
-ended starts the next one in the same turn. A perfect episode scores 50.
+ended starts the next one in the same turn. A perfect episode scores 50. Every turn it sends the
+balls that fell as the stat "balls_dropped" (summed: ``sim/balls_dropped`` in the run's metrics).
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ def run(world: World, agents: int, seed: int) -> int:
             continue
         _, continuous, _ = world.action_arrays(NAME)
         reward, fell, timeout = platforms.advance(np.array(continuous, np.float64))
+        world.stats.record("balls_dropped", int(fell.sum()), aggregation="sum")
         ended = fell | timeout
         if ended.any():
             world.set_terminations(NAME, ids[ended], [platforms.observe()[ended]], reward[ended], timeout[ended])

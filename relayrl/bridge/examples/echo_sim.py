@@ -13,6 +13,8 @@ and the last actions, so a trainer-side test can check each byte it receives. It
 - behaviour "late" (registered at the first t == 5): 4 agents, ids 0..3, obs float32 (2,) = [id, t],
   one continuous action, reward 0, deciding every turn.
 - side channel: every record is answered on its channel with its payload reversed.
+- stats (since 1.2): every turn sends "echo/turn" = t (most recent) and "echo/deciders" = the number
+  of echo agents deciding (sum).
 Exit codes: 0 trainer closed normally, 2 version mismatch (found by either side), 3 trainer died or timed out,
 4 anything else (a corrupt channel, a trainer that closed with reason 3, 4 or 5).
 """
@@ -25,17 +27,18 @@ import sys
 import numpy as np
 
 from relayrl.bridge.channel import BridgeError
-from relayrl.bridge.sidechannel import SideChannel, SideChannels
+from relayrl.bridge.sidechannel import SideChannels, StatsRecorder
 from relayrl.bridge.world import CLOSED, RESET, World
 
 ECHO, LATE = "echo", "late"
 
 
 class Echo(SideChannels):
-    """Answers any record with its payload reversed (unknown ids included)."""
+    """Answers any record with its payload reversed (unknown ids included); sends ``stats``' records too."""
 
-    def __init__(self):
+    def __init__(self, stats: StatsRecorder):
         super().__init__()
+        self.stats = stats
         self.replies: list[tuple] = []
 
     def dispatch(self, payload: bytes) -> None:
@@ -46,8 +49,9 @@ class Echo(SideChannels):
     def outgoing(self) -> bytes:
         from relayrl.bridge import layout as L
 
-        out, self.replies = L.encode_records(self.replies), []
-        return out
+        records = [*self.replies, *((self.stats.channel_id, p) for p in self.stats.outgoing)]
+        self.replies, self.stats.outgoing = [], []
+        return L.encode_records(records)
 
 
 def observe(i: int, t: int, cont_sum: float, disc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -77,6 +81,8 @@ def run(world: World) -> int:
         if late:
             for a in range(4):
                 world.request_decision(LATE, a).set_observation(0, [a, t])
+        world.stats.record("echo/turn", t, aggregation="most_recent")
+        world.stats.record("echo/deciders", sum(1 for i in range(8) if (i + t) % 3), aggregation="sum")
         status = world.step()
         if status == CLOSED:
             return 0
@@ -95,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         world = World(args.memory_path, timeout_s=args.bridge_timeout)
-        world.side_channels = Echo()
+        world.side_channels = Echo(world.stats)
         try:
             return run(world)
         finally:

@@ -5,8 +5,9 @@ world (``relayrl/bridge/examples/echo_sim.py``, and its C twin) and checks every
 the maximum with two observations (the DOTS prefix-copy bug); action masks; terminations with the
 interrupted flag, in the same turn as a new decision; actions flowing back into observations; a
 behaviour registered mid-run; side-channel round trips, a 1 MB message that grows the body to a new
-generation (the old file removed); a query that does not advance; reset; a normal close (exit 0, no
-files left).
+generation (the old file removed); a query that does not advance; reset; the stats channel (1.2:
+"echo/turn", most recent, and "echo/deciders", summed, every turn); a normal close (exit 0, no files
+left).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import uuid
 import numpy as np
 
 from relayrl.bridge import BridgeEnv, SideChannel
+from relayrl.bridge.sidechannel import StatsChannel
 
 CHANNEL = uuid.UUID("6f1d7c39-3e0b-4c53-9b1e-2f6a9b0c1d2e")
 
@@ -73,9 +75,13 @@ def act(env: BridgeEnv, t: int, cont: np.ndarray, disc: np.ndarray) -> None:
         env.set_actions("late", continuous=np.ones((4, 1)))
 
 
+def deciders(t: int) -> int:
+    return len(expected_turn(t, np.zeros(8), np.zeros((8, 2)))["ids"])
+
+
 def check_conformance(command: list[str], timeout_s: float = 30.0) -> None:
-    channel = SideChannel(CHANNEL)
-    env = BridgeEnv(command, timeout_s=timeout_s, side_channels=[channel])
+    channel, stats = SideChannel(CHANNEL), StatsChannel()
+    env = BridgeEnv(command, timeout_s=timeout_s, side_channels=[channel, stats])
     folder, name = env.memory_path.parent, env.memory_path.name
     try:
         spec = env.behaviours["echo"]
@@ -96,6 +102,8 @@ def check_conformance(command: list[str], timeout_s: float = 30.0) -> None:
                 assert channel.received == [b"olleh"]
             env.step()
         assert list(env.behaviours) == ["echo", "late"] and env.behaviours["late"].continuous == 1
+        # the stats of turns 0..12 (12: the turn just received), aggregated as the simulator asked
+        assert stats.drain() == {"echo/turn": 12.0, "echo/deciders": float(sum(deciders(t) for t in range(13)))}
 
         # a query: side channel only, the world does not advance
         channel.received.clear()
@@ -124,6 +132,8 @@ def check_conformance(command: list[str], timeout_s: float = 30.0) -> None:
         act(env, 0, cont, disc)
         env.step()
         check_turn(env, 1, cont, disc)
+        # since the last drain: turns 13, 0 (the reset's answer) and 1; the query's answer sent no stats
+        assert stats.drain() == {"echo/turn": 1.0, "echo/deciders": float(deciders(13) + deciders(0) + deciders(1))}
     finally:
         env.close()
     assert env.returncode == 0, f"the simulator exited with {env.returncode} after a normal close"

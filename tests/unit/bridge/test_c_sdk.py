@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from relayrl.bridge import BridgeEnv
+from relayrl.bridge import layout as L
 from relayrl.bridge.cbuild import CFLAGS, C_DIR, BuildError, build, compiler, have_compiler
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -213,10 +214,10 @@ def test_version_mismatch_exits_2_and_names_both_versions(exes, chan_dir):
         result = run_sim(exes["echo_sim"], header)
         raw = header.read_bytes()
         assert result.returncode == 2, result.stderr
-        assert "2.3" in result.stderr and "1.1" in result.stderr and "version" in result.stderr
+        assert "2.3" in result.stderr and "%d.%d" % L.VERSION in result.stderr and "version" in result.stderr
         assert raw[27] == 2, "simulator_closed must be 2 (version mismatch)"
         assert struct.unpack_from("<Q", raw, 16)[0] == 1, "the simulator hands over after a mismatch"
-        assert struct.unpack_from("<HH", raw, 12) == (1, 1)
+        assert struct.unpack_from("<HH", raw, 12) == L.VERSION  # the C SDK speaks the Python one's version
         assert struct.unpack_from("<i", raw, 44)[0] > 0
         assert os.read(st, 16), "the simulator rings the trainer's doorbell"
     finally:

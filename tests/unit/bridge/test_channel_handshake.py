@@ -41,7 +41,8 @@ CARELESS_SIM = textwrap.dedent("""
 @pytest.mark.parametrize("version, shown", [((2, 1), r"2\.1"), ((0, 0), r"0\.0 \(0\.0: it never wrote its version")])
 def test_the_trainer_refuses_a_simulator_of_another_major_version_that_does_not_close(tmp_path, version, shown):
     log, folder = tmp_path / "sim.log", tmp_path / "bridge"
-    with pytest.raises(VersionMismatch, match=rf"simulator speaks bridge protocol {shown}.*the trainer 1\.1"):
+    trainer = r"%d\.%d" % L.VERSION
+    with pytest.raises(VersionMismatch, match=rf"simulator speaks bridge protocol {shown}.*the trainer {trainer}"):
         BridgeEnv([sys.executable, "-c", CARELESS_SIM, *map(str, version)], timeout_s=20, directory=folder,
                   log_path=log)
     assert "stopped: VersionMismatch 2" in log.read_text(), "the simulator must be told: close reason 2"

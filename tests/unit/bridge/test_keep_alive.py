@@ -145,6 +145,24 @@ def test_a_simulator_busy_in_its_turn_keeps_the_trainer_waiting_with_keep_alives
         assert env.returncode == 0, (tmp_path / f"{name}.log").read_text()
 
 
+def test_a_trainer_honours_the_keep_alive_of_a_simulator_of_a_later_minor_version(tmp_path):
+    """§2: minors only add; a 1.2 trainer restarts its timeout on the bumps of a (hypothetical) 1.9 simulator."""
+    later = BUSY_PY.replace("\nt = 0\n", "\nimport struct\nfrom relayrl.bridge import layout as L\n"
+                            "struct.pack_into('<HH', world.channel.header, L.OFF_SIM_VERSION, 1, 9)\nt = 0\n")
+    assert later != BUSY_PY
+    env = BridgeEnv([sys.executable, "-c", later], timeout_s=TIMEOUT, directory=tmp_path / "bridge",
+                    log_path=tmp_path / "sim.log")
+    try:
+        assert env.channel.simulator_version == (1, 9)
+        started = time.monotonic()
+        env.step()  # the simulator is busy for three of our timeouts, bumping
+        assert time.monotonic() - started >= PAUSE * 0.9
+        assert env.get_steps("b")[0].obs[0].tolist() == [[1.0]]
+    finally:
+        env.close()
+    assert env.returncode == 0, (tmp_path / "sim.log").read_text()
+
+
 # A simulator of protocol 1.0: it does not know the keep-alive, and stops when the trainer is silent for its
 # timeout (emulated: it closes with reason 3 half a second after its handshake).
 SIMULATOR_1_0 = textwrap.dedent("""

@@ -13,7 +13,7 @@ from relayrl.bridge import layout as L
 
 GOLDEN_HEADER = bytes.fromhex(
     "524c524c42524447"                  # magic
-    "01000100" "00000000"               # trainer protocol 1.1, simulator 0.0 (not attached)
+    "01000200" "00000000"               # trainer protocol 1.2, simulator 0.0 (not attached)
     "0000000000000000"                  # turn 0
     "00000000" "01000000"               # reset, query, trainer_closed, simulator_closed; generation 1
     "40000000" "08000000"               # S = 64, R = 8

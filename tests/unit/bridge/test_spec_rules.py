@@ -68,9 +68,9 @@ def one_message(result: subprocess.CompletedProcess) -> str:
 
 
 @contextmanager
-def attached(echo: list[str], trainer: Channel):
+def attached(echo: list[str], trainer: Channel, timeout: str = "10"):
     """The echo simulator attached and its handshake turn taken (it registered 'echo': generation 2)."""
-    proc = subprocess.Popen([*echo, "--memory-path", str(trainer.header_path), "--bridge-timeout", "10"],
+    proc = subprocess.Popen([*echo, "--memory-path", str(trainer.header_path), "--bridge-timeout", timeout],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     trainer.peer_alive = lambda: proc.poll() is None
     try:
@@ -104,11 +104,33 @@ def test_the_major_version_is_compared_before_the_rest_of_the_header_is_read(ech
     struct.pack_into("<I", trainer.header, L.OFF_SIDE, 60)  # corrupt for 1.x
     result = run(echo, trainer.header_path)
     assert result.returncode == 2, result.stderr
-    assert "2.0" in one_message(result) and "1.1" in result.stderr
+    assert "2.0" in one_message(result) and "%d.%d" % L.VERSION in result.stderr
     raw = header_bytes(trainer)
     assert raw[L.OFF_SIM_CLOSED] == L.VERSION_MISMATCH and struct.unpack_from("<Q", raw, L.OFF_TURN)[0] == 1
     assert struct.unpack_from("<HH", raw, L.OFF_SIM_VERSION) == L.VERSION
     assert rung(trainer), "the simulator rings the trainer's doorbell"
+
+
+def test_before_the_majors_match_a_simulator_writes_only_fields_every_major_shares(echo, trainer):
+    """§5 step 5: a trainer of major 2 may give bytes 48.. another meaning, so the simulator's timeout (1.1)
+    is written only once the majors match; on a mismatch it writes its version, pid, closed byte and turn."""
+    struct.pack_into("<HH", trainer.header, L.OFF_TRAINER_VERSION, 2, 0)
+    trainer.header[L.OFF_SIM_TIMEOUT:L.HEADER_SIZE] = bytes(range(0xA0, 0xAC))  # major 2's bytes, say
+    before = bytes(trainer.header)
+    result = run(echo, trainer.header_path)
+    assert result.returncode == 2, result.stderr
+    after = bytes(trainer.header)
+    shared = {*range(L.OFF_SIM_VERSION, L.OFF_TURN + 8), L.OFF_SIM_CLOSED, *range(L.OFF_SIM_PID, L.OFF_SIM_PID + 4),
+              *range(L.OFF_TRAINER_ALIVE, L.OFF_TRAINER_ALIVE + 4)}  # (the last: the trainer's own thread)
+    changed = [i for i in range(L.HEADER_SIZE) if before[i] != after[i] and i not in shared]
+    assert changed == [], f"the simulator wrote bytes {changed} of a major-2 header"
+
+
+@pytest.mark.parametrize("timeout, ms", [("inf", 0), ("0", 0), ("-1", 0), ("2.0001", 2001), ("5e6", 0xFFFFFFFF)])
+def test_the_simulator_publishes_its_timeout_in_ms_rounded_up_0_for_none(echo, trainer, timeout, ms):
+    """§2: whole ms rounded up; 0 for no timeout (0, negative or infinite); FF FF FF FF caps a finite one."""
+    with attached(echo, trainer, timeout):
+        assert struct.unpack_from("<I", trainer.header, L.OFF_SIM_TIMEOUT)[0] == ms
 
 
 @pytest.mark.parametrize("broken", ["S=60", "R=0", "body size", "missing body"])

@@ -14,6 +14,8 @@
  * reward -1); after 500 steps the episode is cut (interrupted, reward 0.1). An agent whose episode
  * ended starts a new one at once (tilt 0, p ~ U[-0.5, 0.5]^2, v ~ U[-0.3, 0.3]^2) and requests a
  * decision in the same turn. All agents decide every turn. A reset restarts every platform.
+ * Every turn it sends the balls that fell as the stat "balls_dropped" (RRB_STAT_SUM: the trainer
+ * logs sim/balls_dropped, the drops between two metrics rows).
  *
  * Exit codes: 0 trainer closed normally; 2 protocol version mismatch; 3 trainer died or timed
  * out; 4 any other error.
@@ -158,6 +160,9 @@ int main(int argc, char **argv) {
             }
             q->steps += 1;
         }
+        int dropped = 0;
+        for (int i = 0; i < n; i++) dropped += fabs(pl[i].p[0]) > 1.0 || fabs(pl[i].p[1]) > 1.0;
+        if (rrb_record_stat(w, "balls_dropped", (float)dropped, RRB_STAT_SUM) < 0) goto fail;
         for (int i = 0; i < n; i++) {
             platform *q = &pl[i];
             int fell = fabs(q->p[0]) > 1.0 || fabs(q->p[1]) > 1.0;

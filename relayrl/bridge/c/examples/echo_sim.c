@@ -15,6 +15,8 @@
  * Behaviour "late" is registered when t == 5 for the first time: N = 4, obs float32 (2,), C = 1,
  * B = 0; agents 0..3 decide every turn from then on with obs [id, t] and reward 0.
  * Every side-channel record is answered on the same channel with its payload reversed.
+ * Stats (since 1.2): every turn sends "echo/turn" = t (most recent) and "echo/deciders" = the
+ * number of echo agents deciding (sum).
  *
  * Exit codes: 0 trainer closed normally; 2 protocol version mismatch (found by either side); 3
  * trainer died or timed out; 4 any other error (including a trainer that closed with reason 3, 4 or 5).
@@ -92,6 +94,9 @@ static int produce(rrb_world *w, state *st) {
             if (row < 0 || rrb_set_observation(w, st->late, row, 0, obs)) return -1;
         }
     }
+    if (rrb_record_stat(w, "echo/turn", (float)st->t, RRB_STAT_MOST_RECENT) < 0 ||
+        rrb_record_stat(w, "echo/deciders", (float)st->nrows, RRB_STAT_SUM) < 0)
+        return -1;
     return 0;
 }
 
