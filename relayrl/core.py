@@ -88,6 +88,7 @@ class Policy(ABC):
     version: int = 0
 
     masks_actions: ClassVar[bool] = False  # act() honours action_mask (PPO, APPO, A2C, PQN, DQN)
+    hybrid_actions: ClassVar[bool] = False  # acts in a hybrid action space (relayrl/envs/hybrid.py: PPO, APPO, A2C)
 
     @abstractmethod
     def act(self, obs: np.ndarray, mode: Mode = "collect", action_mask: np.ndarray | None = None) -> PolicyOutput:

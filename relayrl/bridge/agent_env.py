@@ -6,9 +6,10 @@ the simulator has several), ``timeout_s``, ``args`` (extra simulator arguments),
 (named floats sent on the environment-parameters side channel) and ``engine`` (engine
 configuration: ``time_scale``, ``width``/``height``, ``quality_level``, ``target_frame_rate``,
 ``capture_frame_rate``), both sent before the first reset. Actions are continuous (a Box in
-[-1, 1]), one discrete branch (Discrete) or several (MultiDiscrete), with the simulator's action
-masks turned into the trainer's convention (True = allowed, ``AgentTurn.action_mask``). Other
-behaviours get zero actions.
+[-1, 1]), one discrete branch (Discrete) or several (MultiDiscrete), or both (hybrid:
+``Tuple((Box, MultiDiscrete))``, relayrl/envs/hybrid.py, whose [C + B] rows ``step`` splits), with the
+simulator's action masks turned into the trainer's convention (True = allowed, ``AgentTurn.action_mask``).
+Other behaviours get zero actions.
 
 Observations (``observation_space``): a behaviour without images (every observation of rank 1 or 2)
 gets them flattened and concatenated into one float32 vector, as before images existed. With an
@@ -32,6 +33,7 @@ from relayrl.bridge.layout import ObsSpec
 from relayrl.bridge.sidechannel import EngineConfigurationChannel, EnvironmentParametersChannel
 from relayrl.errors import ConfigError, EnvError
 from relayrl.envs.agents import AgentEnv, AgentTurn
+from relayrl.envs.hybrid import hybrid_layout, hybrid_space
 from relayrl.envs.masks import check_mask
 from relayrl.envs.packed import PackedDict
 
@@ -73,10 +75,10 @@ class BridgeAgents(AgentEnv):
                 self.single_action_space = gym.spaces.Discrete(spec.branches[0])
             elif spec.branches and not spec.continuous:
                 self.single_action_space = gym.spaces.MultiDiscrete(list(spec.branches))
+            elif spec.branches and spec.continuous:
+                self.single_action_space = hybrid_space(spec.continuous, spec.branches)
             else:
-                raise EnvError(f"behaviour {behaviour!r} has {spec.continuous} continuous actions and branches "
-                               f"{list(spec.branches)}: training handles continuous actions or discrete branches, "
-                               "not both; give the behaviour one kind")
+                raise EnvError(f"behaviour {behaviour!r} has no actions (0 continuous, no branches): give it some")
             self.num_envs = spec.max_agents
             self.turns = 0
         except BaseException:
@@ -105,7 +107,11 @@ class BridgeAgents(AgentEnv):
 
     def step(self, actions: np.ndarray) -> AgentTurn:
         actions = np.asarray(actions)
-        if isinstance(self.single_action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+        hybrid = hybrid_layout(self.single_action_space)
+        if hybrid is not None:  # one [C + B] row per agent: the values, then the branch indices
+            continuous, discrete = hybrid.split(actions, f"hybrid actions for behaviour {self.behaviour!r}")
+            self.bridge.set_actions(self.behaviour, continuous=continuous, discrete=discrete)
+        elif isinstance(self.single_action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
             branches = len(self.bridge.behaviours[self.behaviour].branches)
             self.bridge.set_actions(self.behaviour, discrete=actions.reshape(-1, branches))
         else:
