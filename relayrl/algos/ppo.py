@@ -193,8 +193,8 @@ class PPOPolicy(Policy):
         self.hybrid = hybrid_layout(act_space)
         self.discrete = self.branches is not None and self.hybrid is None
         if self.branches is None and not isinstance(act_space, gym.spaces.Box):
-            raise EnvError(f"PPO handles Discrete, MultiDiscrete (one axis of branches), Box and hybrid "
-                           f"(Tuple(Box, MultiDiscrete): relayrl/envs/hybrid.py) action spaces, got {act_space}")
+            raise EnvError(f"PPO handles Discrete, MultiDiscrete (one axis of branches), hybrid (Tuple(Box, "
+                           f"MultiDiscrete): relayrl/envs/hybrid.py) and Box action spaces, got {act_space}")
         if cfg.obs_norm and isinstance(obs_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
             name = key.split(".")[0]
             raise ConfigError(f"{name}.obs_norm=true normalises observations, but {obs_space} observations are "
