@@ -10,11 +10,19 @@ The collectors here turn that into what the algorithms already learn from:
 - ``AgentTransitionCollector`` (SAC, DQN): one-step transitions as soon as an agent's next
   observation (or final observation) arrives.
 - ``AgentEvaluator``: deterministic episodes with a quota per agent, like ``Evaluator``.
+
+Each of them is written as a *turn generator*: it yields the actions for the current turn and is sent
+the next ``AgentTurn`` (``nxt = yield env_action``), returning its result (a rollout, transitions, an
+``EvalResult``) when done. ``drive(env, generator)`` runs one against an ``AgentEnv``; with several
+behaviours stepped together (``relayrl/training/behaviours.py``) one driver steps every behaviour's
+generator in lockstep.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from typing import Generator, TypeVar
 
 from relayrl.core import SampleSource
 from relayrl.data.dtypes import to_stored
@@ -24,6 +32,19 @@ from relayrl.training.evaluator import EvalResult, Evaluation
 from relayrl.types import Batch
 
 MAX_EVAL_TURNS = 1_000_000
+
+R = TypeVar("R")
+Turns = Generator[np.ndarray, AgentTurn, R]  # yields a turn's actions, is sent the next turn, returns R
+
+
+def drive(env: AgentEnv, turns: Turns[R]) -> R:
+    """Run a turn generator against ``env`` until it returns; its result."""
+    try:
+        action = next(turns)
+        while True:
+            action = turns.send(env.step(action))
+    except StopIteration as done:
+        return done.value
 
 
 class AgentEpisodes:
@@ -92,7 +113,11 @@ class AgentRolloutCollector(SampleSource):
         self._pending: dict[int, tuple] = {}  # agent -> (obs, action, logp, value) acted, not yet answered
 
     def reset(self, seed: int | None) -> None:
-        self._turn = self.env.reset(seed)
+        self.start(self.env.reset(seed))
+
+    def start(self, turn: AgentTurn) -> None:
+        """Begin from ``turn`` (the first after a reset)."""
+        self._turn = turn
         self.episodes.reset()
         self._pending = {}
 
@@ -101,6 +126,10 @@ class AgentRolloutCollector(SampleSource):
         return rollout, rollout["reward"].size
 
     def collect(self) -> Batch:
+        return drive(self.env, self.rollout())
+
+    def rollout(self) -> Turns[Batch]:
+        """The next rollout as a turn generator (``collect`` drives it against the env)."""
         steps, pending = _Steps(masked=self._turn.action_mask is not None), {}
         for agent, row in self._pending.items():  # answers still owed from the previous rollout
             pending[agent] = int(steps.add(np.array([agent]), **{f: v[None] for f, v in zip(steps.fields, row)})[0])
@@ -115,7 +144,7 @@ class AgentRolloutCollector(SampleSource):
             else:
                 env_action = np.zeros((0, *self.policy.action_shape), self.policy.action_dtype)
             acted = set(turn.ids.tolist())
-            nxt = self.env.step(env_action)
+            nxt = yield env_action
             self.episodes.track(nxt, acted)
             boot = np.zeros(len(nxt.end_ids), np.float32)
             if nxt.interrupted.any():
@@ -190,11 +219,19 @@ class AgentTransitionCollector(SampleSource):
         self._pending: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def reset(self, seed: int | None) -> None:
-        self._turn = self.env.reset(seed)
+        self.start(self.env.reset(seed))
+
+    def start(self, turn: AgentTurn) -> None:
+        """Begin from ``turn`` (the first after a reset)."""
+        self._turn = turn
         self.episodes.reset()
         self._pending = {}
 
     def pull(self) -> tuple[Batch, int]:
+        return drive(self.env, self.transitions())
+
+    def transitions(self) -> Turns[tuple[Batch, int]]:
+        """``turns_per_pull`` turns' transitions as a turn generator (``pull`` drives it)."""
         rows: dict[str, list] = {"obs": [], "action": [], "reward": [], "next_obs": [], "terminated": [],
                                  "next_action_mask": []}
         masked = self._turn.action_mask is not None
@@ -213,7 +250,7 @@ class AgentTransitionCollector(SampleSource):
             else:
                 env_action = np.zeros((0, *self.policy.action_shape), np.float32)
             acted = set(turn.ids.tolist())
-            nxt = self.env.step(env_action)
+            nxt = yield env_action
             self.episodes.track(nxt, acted)
             ended = set()
             for k, agent in enumerate(nxt.end_ids.tolist()):
@@ -252,8 +289,16 @@ class AgentEvaluator(Evaluation):
         self.count = 0
 
     def evaluate(self, policy) -> EvalResult:
-        turn = self.env.reset(self.seed + 100_003 * self.count)
+        turns = self.episodes_of(policy, self.env.reset(self.next_seed()))
+        return drive(self.env, turns)
+
+    def next_seed(self) -> int:
+        """The seed of the next evaluation's reset (each evaluation its own)."""
         self.count += 1
+        return self.seed + 100_003 * (self.count - 1)
+
+    def episodes_of(self, policy, turn: AgentTurn) -> Turns[EvalResult]:
+        """The evaluation from ``turn`` (the first after a reset) as a turn generator."""
         agents = sorted(turn.ids.tolist())[:self.episodes]
         if not agents:
             raise EnvError("the agent env reported no agents after a reset: nothing to evaluate")
@@ -266,7 +311,7 @@ class AgentEvaluator(Evaluation):
             acted = set(turn.ids.tolist())
             action = policy.act_masked(turn.obs, "eval", turn.action_mask).env_action if len(turn.ids) else \
                 np.zeros((0, *policy.action_shape), policy.action_dtype)
-            turn = self.env.step(action)
+            turn = yield action
             tracker.track(turn, acted)
             for agent, ret, length in zip(turn.end_ids.tolist(), tracker.returns, tracker.lengths):
                 if quota.get(agent, 0) > 0:
