@@ -152,12 +152,9 @@ class PPOConfig(AlgoConfig):
                  "{name}.prenorm=false (workers report the moments of what they see, and the trainer merges them)"}
 
     def check_placement(self, name: str, placement: Placement) -> None:
-        """prenorm needs the learner's own envs; a recurrent policy does not run on agent envs yet."""
+        """prenorm needs the learner's own envs."""
         if self.prenorm and placement in self._PRENORM_ELSEWHERE:
             raise ConfigError(self._PRENORM_ELSEWHERE[placement].format(name=name))
-        if self.recurrent and placement == "agents":
-            raise ConfigError(f"{name}.recurrent: agent envs (a simulator bridge, PettingZoo envs) do not carry a "
-                              f"hidden state per agent yet: set {name}.recurrent=null")
 
     def prenorm_steps(self) -> int:
         return self.prenormalize_steps if self.prenorm else 0
@@ -388,6 +385,10 @@ class PPOPolicy(Policy):
         elif mode in self._hidden:
             state = self._hidden[mode]
             self._hidden[mode] = state.masked_fill(torch.from_numpy(done).to(state.device)[:, None], 0.0)
+
+    def set_hidden(self, mode: Mode, state: torch.Tensor) -> None:
+        """The [n, state_size] state the next ``act(obs, mode)`` continues from (agent envs: training/agent_states.py)."""
+        self._hidden[mode] = state.to(self.device, torch.float32)
 
     def export_graph(self) -> PolicyGraph:
         """``predict`` as one module for ``relayrl export``: the frozen normaliser, the network, then argmax or the
