@@ -225,7 +225,8 @@ class PPOPolicy(Policy):
             critic_encoder = make_encoder(cfg.encoder, obs_space, act_space, key, normalized=cfg.obs_norm)
         self.model = build_model(self.obs_dim, self.act_dim, self.discrete, cfg,
                                  None if actor_encoder is None else (actor_encoder, critic_encoder),
-                                 shared=self.shared_trunk, gaussian=None if self.hybrid is None else self.hybrid.continuous)
+                                 shared=self.shared_trunk,
+                                 gaussian=None if self.hybrid is None else self.hybrid.continuous)
         # what the network reads: flattened observations, or [n, *obs_shape] as an encoder takes them
         self.obs_view: tuple[int, ...] = (-1,) if actor_encoder is None else self.obs_shape
         self.recurrent = cfg.recurrent is not None
@@ -387,7 +388,7 @@ class PPOPolicy(Policy):
             self._hidden[mode] = state.masked_fill(torch.from_numpy(done).to(state.device)[:, None], 0.0)
 
     def set_hidden(self, mode: Mode, state: torch.Tensor) -> None:
-        """The [n, state_size] state the next ``act(obs, mode)`` continues from (agent envs: training/agent_states.py)."""
+        """The [n, state_size] state the next ``act(obs, mode)`` continues from (agent envs: agent_states.py)."""
         self._hidden[mode] = state.to(self.device, torch.float32)
 
     def export_graph(self) -> PolicyGraph:

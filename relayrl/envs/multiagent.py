@@ -109,7 +109,7 @@ class MultiAgentVectorEnv(AgentEnv):
                                    "the same observation and action space for every agent")
         self._view = AgentObservations(self.single_observation_space, self.single_action_space, agents[0])
         self.single_observation_space = self._view.space
-        # a hybrid action (envs/hybrid.py) comes as one [C + B] row per agent and goes to the env as (continuous, discrete)
+        # a hybrid action (envs/hybrid.py): one [C + B] row per agent in, (continuous, discrete) to the env
         self._hybrid = hybrid_layout(self.single_action_space)
         self._action_spec = ActionSpec(self.single_action_space if self._hybrid is None else
                                        gym.spaces.Box(-np.inf, np.inf, (self._hybrid.width,), np.float32))

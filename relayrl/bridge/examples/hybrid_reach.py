@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--agents", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    spec = dict(name=NAME, max_agents=args.agents, observations=[(5 + KINDS,)], continuous=CONTINUOUS, branches=BRANCHES)
+    spec = dict(name=NAME, max_agents=args.agents, observations=[(5 + KINDS,)], continuous=CONTINUOUS,
+                branches=BRANCHES)
     try:
         with World(args.memory_path, behaviours=[spec]) as world:
             return run(world, args.agents, args.seed)

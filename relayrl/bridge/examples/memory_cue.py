@@ -52,7 +52,8 @@ def run(world: World, agents: int, seed: int, decide: float) -> int:
     ids = np.arange(agents, dtype=np.int64)
     while True:
         deciding = episodes.deciding()
-        world.set_decisions(NAME, ids[deciding], [episodes.observe()[deciding]], np.zeros(int(deciding.sum()), np.float32))
+        rewards = np.zeros(int(deciding.sum()), np.float32)  # (only the judged decision pays, with its termination)
+        world.set_decisions(NAME, ids[deciding], [episodes.observe()[deciding]], rewards)
         status = world.step()
         if status == CLOSED:
             return 0

@@ -34,9 +34,10 @@ def test_ppo_trains_and_the_run_loads_and_exports_the_two_parts(tmp_path, capsys
     from relayrl.cli import main
 
     run = tmp_path / "run"
+    sets = ["env.num_envs=2", "ppo.num_steps=16", "ppo.batch_size=32", "eval.freq=0", "eval.episodes=4",
+            "eval.num_envs=1"]
     assert main(["train", "ppo", "--env", ENV, "--total-steps", "256", "--run-dir", str(run), "--quiet",
-                 "--no-tensorboard", "--set", "env.num_envs=2", "--set", "ppo.num_steps=16", "--set",
-                 "ppo.batch_size=32", "--set", "eval.freq=0", "--set", "eval.episodes=4", "--set", "eval.num_envs=1"]) == 0
+                 "--no-tensorboard", *[arg for s in sets for arg in ("--set", s)]]) == 0
     summary = json.loads((run / "summary.json").read_text())
     assert summary["updates"] > 0 and summary["last_eval_return"] is not None
     policy = relayrl.load(run)
