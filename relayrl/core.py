@@ -71,8 +71,9 @@ class Policy(ABC):
         version: the weights' version, set by ``set_weights(..., version)`` and by the algorithm's updates.
 
     Recurrent policies set ``recurrent = True`` and ``state_size``, keep one state per env and per
-    mode, and implement ``hidden`` and ``reset_hidden``; whoever steps the envs calls
-    ``reset_hidden(mode)`` after a reset and ``reset_hidden(mode, done)`` after every step.
+    mode, and implement ``hidden``, ``reset_hidden`` and ``set_hidden``; whoever steps the envs calls
+    ``reset_hidden(mode)`` after a reset and ``reset_hidden(mode, done)`` after every step (agent envs,
+    whose rows change every turn, set each agent's own state with ``set_hidden``).
     """
 
     recurrent: bool = False
@@ -88,6 +89,7 @@ class Policy(ABC):
     version: int = 0
 
     masks_actions: ClassVar[bool] = False  # act() honours action_mask (PPO, APPO, A2C, PQN, DQN)
+    hybrid_actions: ClassVar[bool] = False  # acts in a hybrid action space (relayrl/envs/hybrid.py: PPO, APPO, A2C)
 
     @abstractmethod
     def act(self, obs: np.ndarray, mode: Mode = "collect", action_mask: np.ndarray | None = None) -> PolicyOutput:
@@ -151,6 +153,12 @@ class Policy(ABC):
 
     def reset_hidden(self, mode: Mode, done: np.ndarray | None = None) -> None:
         """New episodes begin: zero the state of the envs in ``done`` ([n] bool; None: every env)."""
+
+    def set_hidden(self, mode: Mode, state: torch.Tensor) -> None:
+        """The [n, state_size] state the next ``act(obs, mode)`` (and, for "collect", ``value(obs)``) continues
+        from: on agent envs, the rows of the agents about to act, each its own (training/agent_states.py)."""
+        raise TypeError(f"{type(self).__name__} is recurrent but does not define set_hidden(mode, state), which agent "
+                        "envs need to give each agent its own state")
 
     # ---- deployment
     def predict(self, obs: Any, deterministic: bool = True, action_mask: Any = None) -> np.ndarray:

@@ -15,7 +15,10 @@ Inputs and outputs (a leading batch axis of any size): ``obs`` [n, *obs_shape] i
 space's dtype (uint8 images stay uint8) -> ``action`` [n, *action_shape] (int64 for Discrete, float32
 for Box). A recurrent PPO policy takes and returns its state explicitly, as ``predict(obs, state)``
 does: ``obs``, ``state`` [n, state_size] float32 (zeros at an episode's start) -> ``action``,
-``next_state`` (the next call's ``state``).
+``next_state`` (the next call's ``state``). A hybrid action (relayrl/envs/hybrid.py: PPO, APPO, A2C) is two
+outputs instead of ``action``: ``continuous_action`` [n, C] float32 (the Gaussian means clipped to the bounds)
+and ``discrete_action`` [n, B] int64 (each branch's most likely option), before ``next_state``; ``predict``
+returns the same pair as a tuple.
 ``FILE.json`` beside the file records the spaces, the names, shapes and dtypes of the inputs and
 outputs, the format and the relayrl version.
 
@@ -107,14 +110,14 @@ def export_policy(policy: Policy, path: str | Path, fmt: Format = "onnx",
     inputs = {"obs": _example(policy.observation_space, TRACE_BATCH, 0)}
     if policy.recurrent:
         inputs["state"] = torch.zeros(TRACE_BATCH, policy.state_size)
-    outputs = ["action", "next_state"] if policy.recurrent else ["action"]
+    outputs = [*_action_names(graph), *(["next_state"] if policy.recurrent else [])]
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     tmp = Path(tmp_name)
     try:
         _write(module, tuple(inputs.values()), list(inputs), outputs, tmp, fmt)
-        _check(policy, tmp, fmt)
+        _check(policy, tmp, fmt, outputs)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -200,19 +203,25 @@ def _run_file(path: Path, fmt: str, obs: np.ndarray, state: np.ndarray | None) -
     return session.run(None, feed)
 
 
-def _check(policy: Policy, path: Path, fmt: str) -> None:
+def _action_names(graph: PolicyGraph) -> list[str]:
+    return ["action"] if graph.outputs is None else [output.name for output in graph.outputs]
+
+
+def _check(policy: Policy, path: Path, fmt: str, outputs: list[str]) -> None:
     """The file's actions equal ``predict``'s on a batch of another size than the traced one."""
     obs = _example(policy.observation_space, CHECK_BATCH, 1).numpy()
     state = np.random.default_rng(0).normal(0, 0.5, (CHECK_BATCH, policy.state_size)).astype(np.float32) \
         if policy.recurrent else None
     expected = policy.predict(obs, state) if policy.recurrent else policy.predict(obs)
-    expected = list(expected) if policy.recurrent else [expected]
+    actions, states = (expected[0], [expected[1]]) if policy.recurrent else (expected, [])
+    several = len(outputs) - len(states) > 1  # (a hybrid action: a tuple of parts)
+    expected = [*(actions if several else [actions]), *states]
     try:
         got = _run_file(path, fmt, obs, state)
     except Exception as exc:
         raise ConfigError(f"the exported {fmt} file does not run: {type(exc).__name__}: "
                           f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
-    for name, want, have in zip(("action", "next_state"), expected, got):
+    for name, want, have in zip(outputs, expected, got):
         want = np.asarray(want)
         same = have.shape == want.shape and (np.array_equal(have, want) if want.dtype.kind in "iub" else
                                              np.allclose(have, want, rtol=1e-4, atol=1e-5))
@@ -233,18 +242,29 @@ def _describe(policy: Policy, graph: PolicyGraph, fmt: str, path: Path, inputs: 
     action_dtype = "int64" if np.dtype(policy.action_dtype).kind == "i" else "float32"
     state = {"dtype": "float32", "shape": ["batch", policy.state_size]}
     described_inputs = [{"name": "obs", "dtype": obs_dtype, "shape": ["batch", *obs_space.shape]}]
-    described_outputs = [{"name": "action", "dtype": action_dtype, "shape": ["batch", *policy.action_shape]}]
+    described_outputs = [{"name": "action", "dtype": action_dtype, "shape": ["batch", *policy.action_shape]}] \
+        if graph.outputs is None else [{"name": o.name, "dtype": o.dtype, "shape": ["batch", *o.shape]}
+                                       for o in graph.outputs]
     if policy.recurrent:
         described_inputs.append({"name": "state", **state})
         described_outputs.append({"name": "next_state", **state})
     return {"format": fmt, "file": path.name, "relayrl_version": __version__, **info,
             "inputs": described_inputs, "outputs": described_outputs,
-            "observation_space": space_to_data(obs_space), "action_space": space_to_data(policy.action_space),
+            "observation_space": space_to_data(obs_space), "action_space": _action_space_data(policy.action_space),
             "recurrent": bool(policy.recurrent), "deterministic": True,
             **({"packed_fields": [{"key": f.name, "offset": f.offset, "nbytes": f.nbytes, "shape": list(f.shape),
                                    "dtype": f.dtype.name} for f in obs_space.fields]}
                if isinstance(obs_space, PackedDict) else {}),
             "includes": _includes(policy, graph)}
+
+
+def _action_space_data(space: gym.Space) -> dict[str, Any]:
+    """The action space as data (net/spaces.py); a hybrid action's Tuple as {"type": "Tuple", "spaces": [...]}."""
+    from relayrl.net.spaces import space_to_data
+
+    if isinstance(space, gym.spaces.Tuple):
+        return {"type": "Tuple", "spaces": [space_to_data(part) for part in space.spaces]}
+    return space_to_data(space)
 
 
 def _includes(policy: Policy, graph: PolicyGraph) -> list[str]:

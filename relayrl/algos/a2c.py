@@ -29,7 +29,7 @@ from relayrl.data.dtypes import to_tensor
 from relayrl.data.gae import compute_gae
 from relayrl.data.minibatches import sequence_minibatches
 from relayrl.errors import ConfigError, NonFiniteError
-from relayrl.options import AlgoConfig, Placement
+from relayrl.options import AlgoConfig
 from relayrl.policy.device import cpu_tree
 from relayrl.policy.encoder import EncoderRef
 from relayrl.types import Batch
@@ -94,11 +94,6 @@ class A2CConfig(AlgoConfig):
             raise ConfigError(f"{name}.update_norm={str(self.update_norm).lower()} has no effect with "
                               f"{name}.obs_norm=false (there are no statistics to update): set {name}.obs_norm=true, "
                               f"or leave {name}.update_norm at null")
-
-    def check_placement(self, name: str, placement: Placement) -> None:
-        if self.recurrent and placement == "agents":
-            raise ConfigError(f"{name}.recurrent: agent envs (a simulator bridge, PettingZoo envs) do not carry a "
-                              f"hidden state per agent yet: set {name}.recurrent=null")
 
     def timing_sizes(self) -> tuple[list[int], int]:
         return list(self.hidden_sizes), 8 * self.num_steps

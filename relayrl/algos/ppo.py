@@ -25,6 +25,7 @@ from relayrl.core import Algorithm, Policy
 from relayrl.data.dtypes import stored_dtype, to_stored, to_tensor
 from relayrl.data.gae import compute_gae
 from relayrl.data.minibatches import Epoch, sequence_minibatches, step_minibatches
+from relayrl.envs.hybrid import HybridLayout, hybrid_layout
 from relayrl.envs.masks import branch_sizes
 from relayrl.envs.packed import PackedDict
 from relayrl.errors import ConfigError, EnvError, NonFiniteError
@@ -34,7 +35,7 @@ from relayrl.policy.actor_critic import build_model, logp_entropy, sample_action
 from relayrl.policy.device import cpu_state, cpu_tree
 from relayrl.policy.encoder import EncoderRef
 from relayrl.policy.encoders import check_space, make_encoder
-from relayrl.policy.graph import ARGMAX, ObservationInput, PolicyGraph
+from relayrl.policy.graph import ARGMAX, GraphOutput, ObservationInput, PolicyGraph
 from relayrl.policy.mirror import MirrorSpec, NormalizedMirror, TorchMirror, mirror_terms
 from relayrl.policy.normalizer import RunningMeanStd
 from relayrl.types import COLUMN, Batch, Mode, PolicyOutput
@@ -151,12 +152,9 @@ class PPOConfig(AlgoConfig):
                  "{name}.prenorm=false (workers report the moments of what they see, and the trainer merges them)"}
 
     def check_placement(self, name: str, placement: Placement) -> None:
-        """prenorm needs the learner's own envs; a recurrent policy does not run on agent envs yet."""
+        """prenorm needs the learner's own envs."""
         if self.prenorm and placement in self._PRENORM_ELSEWHERE:
             raise ConfigError(self._PRENORM_ELSEWHERE[placement].format(name=name))
-        if self.recurrent and placement == "agents":
-            raise ConfigError(f"{name}.recurrent: agent envs (a simulator bridge, PettingZoo envs) do not carry a "
-                              f"hidden state per agent yet: set {name}.recurrent=null")
 
     def prenorm_steps(self) -> int:
         return self.prenormalize_steps if self.prenorm else 0
@@ -186,12 +184,14 @@ class PPOPolicy(Policy):
     def __init__(self, obs_space: gym.Space, act_space: gym.Space, cfg: PPOConfig):
         key = f"{type(cfg).__name__.removesuffix('Config').lower()}.encoder"  # ppo.encoder, appo.encoder
         check_space(obs_space, key)
-        # categorical branches: (n,) for Discrete(n), nvec for MultiDiscrete (one categorical head per branch)
+        # categorical branches: (n,) for Discrete(n), nvec for MultiDiscrete (one categorical head per branch), a
+        # hybrid action's discrete part (relayrl/envs/hybrid.py: a Gaussian over its continuous part besides)
         self.branches = branch_sizes(act_space)
-        self.discrete = self.branches is not None
-        if not self.discrete and not isinstance(act_space, gym.spaces.Box):
-            raise EnvError(f"PPO handles Discrete, MultiDiscrete (one axis of branches) and Box action spaces, "
-                           f"got {act_space}")
+        self.hybrid = hybrid_layout(act_space)
+        self.discrete = self.branches is not None and self.hybrid is None
+        if self.branches is None and not isinstance(act_space, gym.spaces.Box):
+            raise EnvError(f"PPO handles Discrete, MultiDiscrete (one axis of branches), hybrid (Tuple(Box, "
+                           f"MultiDiscrete): relayrl/envs/hybrid.py) and Box action spaces, got {act_space}")
         if cfg.obs_norm and isinstance(obs_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
             name = key.split(".")[0]
             raise ConfigError(f"{name}.obs_norm=true normalises observations, but {obs_space} observations are "
@@ -200,13 +200,20 @@ class PPOPolicy(Policy):
         self.observation_space, self.action_space = obs_space, act_space
         self.obs_shape = tuple(obs_space.shape)
         self.obs_dim = int(np.prod(obs_space.shape))
-        self.act_dim = sum(self.branches) if self.discrete else int(np.prod(act_space.shape))
         self.multi = isinstance(act_space, gym.spaces.MultiDiscrete)  # actions [n, B], logits side by side
-        self.action_shape: tuple[int, ...] = tuple(act_space.shape)  # () for Discrete
+        if self.hybrid is not None:  # one float32 row [C + B]: the values, then the branch indices (envs/hybrid.py)
+            box, multi = act_space.spaces
+            self.act_dim = self.hybrid.continuous + sum(self.branches)  # the means, then the logits
+            self.action_shape: tuple[int, ...] = (self.hybrid.width,)
+            self.low, self.high = box.low.astype(np.float32), box.high.astype(np.float32)
+            self.start = np.asarray(multi.start, dtype=np.int64)
+        else:
+            self.act_dim = sum(self.branches) if self.discrete else int(np.prod(act_space.shape))
+            self.action_shape = tuple(act_space.shape)  # () for Discrete
         self.action_dtype = np.dtype(np.int64) if self.discrete else np.dtype(np.float32)
         if self.discrete:
             self.start = np.asarray(act_space.start, dtype=np.int64)  # env action = index + start
-        else:
+        elif self.hybrid is None:
             self.low = act_space.low.astype(np.float32)
             self.high = act_space.high.astype(np.float32)
         # the actor's encoder: yours (encoder), a built-in one for images and categories, or None (flat: the MLPs)
@@ -218,7 +225,8 @@ class PPOPolicy(Policy):
             critic_encoder = make_encoder(cfg.encoder, obs_space, act_space, key, normalized=cfg.obs_norm)
         self.model = build_model(self.obs_dim, self.act_dim, self.discrete, cfg,
                                  None if actor_encoder is None else (actor_encoder, critic_encoder),
-                                 shared=self.shared_trunk)
+                                 shared=self.shared_trunk,
+                                 gaussian=None if self.hybrid is None else self.hybrid.continuous)
         # what the network reads: flattened observations, or [n, *obs_shape] as an encoder takes them
         self.obs_view: tuple[int, ...] = (-1,) if actor_encoder is None else self.obs_shape
         self.recurrent = cfg.recurrent is not None
@@ -242,11 +250,19 @@ class PPOPolicy(Policy):
         return self.obs_rms.normalize(obs)
 
     masks_actions = True
+    hybrid_actions = True
 
     def logp_entropy(self, out: torch.Tensor, actions: torch.Tensor, mask: torch.Tensor | None = None
                      ) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probability of ``actions`` and entropy from the actor's output, under the masked distribution
-        (forbidden actions have probability 0) when ``mask`` is given; a sum over the branches of MultiDiscrete."""
+        (forbidden actions have probability 0) when ``mask`` is given; a sum over the branches of MultiDiscrete,
+        and over the Gaussian and the branches of a hybrid action (whose mask covers its branches)."""
+        if self.hybrid is not None:
+            if actions.shape[-1] != self.hybrid.width:
+                raise EnvError(f"hybrid actions of shape {tuple(actions.shape)} for {self.action_space}: each row "
+                               f"has {self.hybrid.describe()}")
+            out = D.mask_hybrid_logits(out, self.hybrid.continuous, mask)
+            return D.hybrid_logp_entropy(out, self.model.log_std, self.branches, actions)
         if self.multi:
             return D.multi_categorical_logp_entropy(D.mask_logits(out, mask), self.branches, actions)
         return logp_entropy(D.mask_logits(out, mask) if self.discrete else out, actions, self.model.log_std)
@@ -263,6 +279,8 @@ class PPOPolicy(Policy):
             out, value = self.model.actor_critic(xt)
         else:
             out, value = self.model.actor(xt), None
+        if self.hybrid is not None:
+            return self._act_hybrid(x, out, value, collect, action_mask)
         if self.discrete and action_mask is not None:  # forbidden actions are never sampled nor chosen
             out = D.mask_logits(out, torch.from_numpy(action_mask).to(out.device))  # (checked where masks enter)
         action, logp = sample_actions(out, self.model.log_std, self.branches if self.multi else None, collect)
@@ -272,6 +290,21 @@ class PPOPolicy(Policy):
         else:
             action_np = action_np.reshape(len(x), *self.action_shape)
             env_action = np.clip(action_np, self.low, self.high)
+        return PolicyOutput(action=action_np, env_action=env_action, logp=None if logp is None else logp.cpu().numpy(),
+                            value=None if value is None else value.cpu().numpy(), obs=x)
+
+    def _act_hybrid(self, x: np.ndarray, out: torch.Tensor, value: torch.Tensor | None, collect: bool,
+                    action_mask: np.ndarray | None) -> PolicyOutput:
+        """``act``'s actions for a hybrid space: [n, C + B] float32 rows, the env's with the continuous part clipped
+        to the bounds and the branch indices shifted by the space's start (relayrl/envs/hybrid.py)."""
+        mask = None if action_mask is None else torch.from_numpy(action_mask).to(out.device)
+        out = D.mask_hybrid_logits(out, self.hybrid.continuous, mask)  # forbidden options never sampled nor chosen
+        action, logp = D.hybrid_sample(out, self.model.log_std, self.branches, collect)
+        action_np = action.cpu().numpy()
+        c = self.hybrid.continuous
+        env_action = action_np.copy()
+        env_action[:, :c] = np.clip(action_np[:, :c], self.low, self.high)
+        env_action[:, c:] += self.start
         return PolicyOutput(action=action_np, env_action=env_action, logp=None if logp is None else logp.cpu().numpy(),
                             value=None if value is None else value.cpu().numpy(), obs=x)
 
@@ -296,7 +329,8 @@ class PPOPolicy(Policy):
         given explicitly ([n, state_size], or None at an episode's start) and returned for the next call.
         ``action_mask``: the allowed actions (True = allowed), one row or one per observation (or a Dict
         observation's ``action_mask`` entry, as ``Policy.predict``). Neither the observation statistics nor the
-        collection and evaluation states change."""
+        collection and evaluation states change. A hybrid action (relayrl/envs/hybrid.py) is the tuple (continuous
+        float32 [C], discrete int64 [B]), a sample of the Tuple space (with a batch: [n, C] and [n, B])."""
         if not self.recurrent and state is not None:
             raise ConfigError("this PPO policy is feed-forward: predict(obs) takes no state")
         batch, single, mask = self.check_inputs(obs, action_mask)
@@ -314,7 +348,12 @@ class PPOPolicy(Policy):
                 self._hidden.pop(mode, None)
             else:
                 self._hidden[mode] = saved
-        actions = out.env_action[0] if single else out.env_action
+        actions = out.env_action
+        if self.hybrid is not None:
+            actions = self.hybrid.split(actions)
+            actions = tuple(part[0] for part in actions) if single else actions
+        elif single:
+            actions = actions[0]
         return (actions, new_state.cpu().numpy()) if self.recurrent else actions
 
     def observe_only(self) -> None:
@@ -348,9 +387,17 @@ class PPOPolicy(Policy):
             state = self._hidden[mode]
             self._hidden[mode] = state.masked_fill(torch.from_numpy(done).to(state.device)[:, None], 0.0)
 
+    def set_hidden(self, mode: Mode, state: torch.Tensor) -> None:
+        """The [n, state_size] state the next ``act(obs, mode)`` continues from (agent envs: agent_states.py)."""
+        self._hidden[mode] = state.to(self.device, torch.float32)
+
     def export_graph(self) -> PolicyGraph:
         """``predict`` as one module for ``relayrl export``: the frozen normaliser, the network, then argmax or the
         clip to the bounds; a recurrent policy's takes and returns its state."""
+        if self.hybrid is not None:
+            graph = RecurrentHybridPPOGraph(self) if self.recurrent else HybridPPOGraph(self)
+            return PolicyGraph(graph, "the Gaussian means clipped to the bounds; argmax of each branch's logits",
+                               outputs=hybrid_outputs(self.hybrid))
         graph = RecurrentPPOGraph(self) if self.recurrent else PPOGraph(self)
         return PolicyGraph(graph, ARGMAX if self.discrete else "clip to the action bounds")
 
@@ -405,6 +452,41 @@ class RecurrentPPOGraph(PPOGraph):
         return self.act(out[:, 0]), state
 
 
+class HybridPPOGraph(nn.Module):
+    """``predict(obs)`` of a feed-forward policy with hybrid actions: two outputs, the Gaussian means clipped to the
+    bounds (float32 [n, C]) and each branch's argmax plus the space's start (int64 [n, B])."""
+
+    def __init__(self, policy: PPOPolicy):
+        super().__init__()
+        self.observation, self.model = ObservationInput(policy.obs_rms, policy.obs_view), policy.model
+        self.continuous, self.branches = policy.hybrid.continuous, policy.branches
+        self.register_buffer("low", torch.tensor(policy.low))
+        self.register_buffer("high", torch.tensor(policy.high))
+        self.register_buffer("start", torch.tensor(policy.start))
+
+    def act(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, logits = D.hybrid_split(out, self.continuous)
+        return (torch.minimum(torch.maximum(mean, self.low), self.high),
+                D.multi_categorical_mode(logits, self.branches) + self.start)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.act(self.model.actor(self.observation(obs)))
+
+
+class RecurrentHybridPPOGraph(HybridPPOGraph):
+    """``predict(obs, state)`` with hybrid actions: (continuous, discrete, next_state)."""
+
+    def forward(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        out, _, state = self.model(self.observation(obs)[:, None], state, critic=False)
+        return (*self.act(out[:, 0]), state)
+
+
+def hybrid_outputs(layout: HybridLayout) -> tuple[GraphOutput, ...]:
+    """The exported graph's action outputs for a hybrid action (``HybridPPOGraph``)."""
+    return (GraphOutput("continuous_action", "float32", (layout.continuous,)),
+            GraphOutput("discrete_action", "int64", (len(layout.branches),)))
+
+
 # ---------------------------------------------------------------- algorithm
 
 
@@ -450,7 +532,7 @@ class PPO(Algorithm):
             # an image, a category or a Dict, not a vector to reflect
             raise ConfigError(f"{name}.mirror reflects observation vectors (signed indices), but "
                               f"{policy.observation_space} observations are not one: set {name}.mirror=0")
-        if policy.multi:
+        if policy.multi or policy.hybrid is not None:
             raise ConfigError(f"{name}.mirror swaps the options of one action, but {policy.action_space} has "
                               f"several branches: set {name}.mirror=0")
         spec = MirrorSpec.load(self.cfg.mirror_spec, env_id, policy.obs_dim, policy.act_dim)

@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from relayrl.errors import ConfigError
+from relayrl.errors import ConfigError, EnvError
 
 
 @dataclass(frozen=True)
@@ -28,11 +28,22 @@ class AlgoEntry:
 
     def build_algorithm(self, cfg: Any, obs_space: Any, act_space: Any, num_envs: int) -> Any:
         """The algorithm (and its policy) for envs of these spaces: ``relayrl.core.Algorithm.__init__``."""
+        self.check_actions(act_space)
         return self.algo_cls(cfg=cfg, obs_space=obs_space, act_space=act_space, num_envs=num_envs)
 
     def build_policy(self, cfg: Any, obs_space: Any, act_space: Any) -> Any:
         """The policy alone, as the algorithm would build it from ``cfg`` and the env's spaces."""
+        self.check_actions(act_space)
         return self.policy_cls(obs_space=obs_space, act_space=act_space, cfg=cfg)
+
+    def check_actions(self, act_space: Any) -> None:
+        """Refuse a hybrid action space (relayrl/envs/hybrid.py) for a policy without ``hybrid_actions``."""
+        from relayrl.envs.hybrid import hybrid_layout
+
+        if hybrid_layout(act_space) is not None and not self.policy_cls.hybrid_actions:
+            raise EnvError(f"{self.name} cannot act in the hybrid action space {act_space} (continuous values and "
+                           "discrete branches in one action): ppo, appo and a2c take hybrid actions; train with one "
+                           "of them, or give the behaviour one kind of action")
 
     @property
     def collect_on_request(self) -> bool:

@@ -7,8 +7,9 @@ others get the default answer, docs/bridge-protocol.md §3.3). ``env.kwargs`` ma
 ``args`` (extra simulator arguments), ``parameters`` (named floats sent on the environment-parameters side
 channel) and ``engine`` (engine configuration: ``time_scale``, ``width``/``height``, ``quality_level``,
 ``target_frame_rate``, ``capture_frame_rate``), both sent with the first reset. Actions are continuous (a
-Box in [-1, 1]), one discrete branch (Discrete) or several (MultiDiscrete), with the simulator's action
-masks turned into the trainer's convention (True = allowed, ``AgentTurn.action_mask``). The simulator's
+Box in [-1, 1]), one discrete branch (Discrete) or several (MultiDiscrete), or both (hybrid:
+``Tuple((Box, MultiDiscrete))``, relayrl/envs/hybrid.py, whose [C + B] rows ``send_actions`` splits), with the
+simulator's action masks turned into the trainer's convention (True = allowed, ``AgentTurn.action_mask``). The simulator's
 statistics (the stats side channel) are aggregated until ``simulator_stats()``, which the trainer logs as
 ``sim/<name>``.
 
@@ -34,6 +35,7 @@ from relayrl.bridge.layout import BehaviourSpec, ObsSpec
 from relayrl.bridge.sidechannel import EngineConfigurationChannel, EnvironmentParametersChannel, StatsChannel
 from relayrl.errors import ConfigError, EnvError
 from relayrl.envs.agents import AgentTurn, Behaviour, BehaviourEnv, OneBehaviour
+from relayrl.envs.hybrid import hybrid_layout, hybrid_space
 from relayrl.envs.masks import check_mask
 from relayrl.envs.packed import PackedDict
 
@@ -127,21 +129,26 @@ class BridgeAgents(OneBehaviour):
 
 
 def action_space(name: str, spec: BehaviourSpec) -> gym.Space:
-    """The policy's action space for a behaviour: a Box in [-1, 1], Discrete (one branch) or MultiDiscrete."""
+    """The policy's action space for a behaviour: a Box in [-1, 1], Discrete (one branch), MultiDiscrete, or both
+    (hybrid)."""
     if spec.continuous and not spec.branches:
         return gym.spaces.Box(-1.0, 1.0, (spec.continuous,), np.float32)
     if len(spec.branches) == 1 and not spec.continuous:
         return gym.spaces.Discrete(spec.branches[0])
     if spec.branches and not spec.continuous:
         return gym.spaces.MultiDiscrete(list(spec.branches))
-    raise EnvError(f"behaviour {name!r} has {spec.continuous} continuous actions and branches "
-                   f"{list(spec.branches)}: training handles continuous actions or discrete branches, "
-                   "not both; give the behaviour one kind")
+    if spec.branches and spec.continuous:
+        return hybrid_space(spec.continuous, spec.branches)
+    raise EnvError(f"behaviour {name!r} has no actions (0 continuous, no branches): give it some")
 
 
 def send_actions(bridge: BridgeEnv, name: str, space: gym.Space, actions: np.ndarray) -> None:
     """A behaviour's policy actions (one row per deciding agent) into the bridge's blocks."""
-    if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+    hybrid = hybrid_layout(space)
+    if hybrid is not None:  # one [C + B] row per agent: the values, then the branch indices
+        continuous, discrete = hybrid.split(actions, f"hybrid actions for behaviour {name!r}")
+        bridge.set_actions(name, continuous=continuous, discrete=discrete)
+    elif isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
         branches = len(bridge.behaviours[name].branches)
         bridge.set_actions(name, discrete=actions.reshape(-1, branches))
     else:

@@ -2,7 +2,8 @@
 
 The convention is Gymnasium's, PettingZoo's and SB3-contrib's ``action_mask`` (1 = legal): for a
 ``Discrete(n)`` action space a row has n entries; for a ``MultiDiscrete(nvec)`` one it has
-``sum(nvec)``, one block per branch in branch order. An env gives its mask
+``sum(nvec)``, one block per branch in branch order; for a hybrid action (relayrl/envs/hybrid.py: a
+continuous part and discrete branches) the same blocks for its branches. An env gives its mask
 
 - in ``info["action_mask"]`` of ``reset`` and of every ``step`` (the mask of the observation
   returned with it), or
@@ -22,6 +23,7 @@ from typing import Any, Callable
 import gymnasium as gym
 import numpy as np
 
+from relayrl.envs.hybrid import hybrid_layout
 from relayrl.errors import EnvError
 
 MASK_KEY = "action_mask"
@@ -32,8 +34,11 @@ class ActionMaskError(EnvError):
 
 
 def branch_sizes(space: gym.Space) -> tuple[int, ...] | None:
-    """Options per branch of a maskable action space: (n,) for Discrete(n), nvec for a 1-D MultiDiscrete;
-    None for spaces that take no mask (Box, MultiBinary)."""
+    """Options per branch of a maskable action space: (n,) for Discrete(n), nvec for a 1-D MultiDiscrete, the
+    discrete part's branches of a hybrid action; None for spaces that take no mask (Box, MultiBinary)."""
+    hybrid = hybrid_layout(space)
+    if hybrid is not None:
+        return hybrid.branches
     if isinstance(space, gym.spaces.Discrete):
         return (int(space.n),)
     if isinstance(space, gym.spaces.MultiDiscrete) and len(space.nvec.shape) == 1:
@@ -51,7 +56,8 @@ def describe(space: gym.Space) -> str:
     """What a mask for ``space`` must look like, for error messages."""
     sizes = branch_sizes(space)
     if sizes is None:
-        return f"{space} takes no action mask (masks apply to Discrete and 1-D MultiDiscrete action spaces)"
+        return (f"{space} takes no action mask (masks apply to Discrete and 1-D MultiDiscrete action spaces, and to "
+                "the discrete part of a hybrid one)")
     if len(sizes) == 1 and isinstance(space, gym.spaces.Discrete):
         return f"{space} takes a mask of {sizes[0]} booleans, True = allowed"
     return (f"{space} takes a mask of {sum(sizes)} booleans (blocks of {', '.join(map(str, sizes))}, one per "
@@ -167,6 +173,9 @@ def sample_allowed(space: gym.Space, mask: Any = None) -> Any:
         start += size
     if isinstance(space, gym.spaces.Discrete):
         return np.int64(space.start + picks[0])
+    if isinstance(space, gym.spaces.Tuple):  # hybrid: any continuous part, allowed branch options
+        box, multi = space.spaces
+        return box.sample(), (np.asarray(picks) + multi.start).astype(multi.dtype)
     return (np.asarray(picks) + space.start).astype(space.dtype)
 
 

@@ -33,6 +33,8 @@ How PettingZoo's parallel API maps onto an ``AgentTurn``:
   the one entry left, as it is, or the entries left, packed. ``AgentTurn.action_mask`` holds a row per
   decider once the env gives masks (rows of agents without one allow everything), and the collectors
   act, store and learn with it as the single-agent managers' masks.
+- **Hybrid actions** (``Tuple((Box, MultiDiscrete))``, relayrl/envs/hybrid.py: PPO, APPO, A2C): one [C + B]
+  row per agent in, each agent's ``(continuous, discrete)`` tuple to the env.
 
 Every agent must have the same observation and action space. ``stats`` counts ``resets`` (copies
 reset after their agents were all gone). Turn-based AEC envs (one agent acting at a time: PettingZoo's
@@ -56,6 +58,7 @@ import numpy as np
 from relayrl.envs.agentobs import AgentObservations
 from relayrl.envs.agents import AgentEnv, AgentTurn
 from relayrl.envs.masks import allowed_all
+from relayrl.envs.hybrid import hybrid_layout
 from relayrl.envs.vector import ActionSpec, check_actions
 from relayrl.errors import ConfigError, EnvError, RelayRLError, install_hint
 from relayrl.usercode import describe, import_module
@@ -106,7 +109,10 @@ class MultiAgentVectorEnv(AgentEnv):
                                    "the same observation and action space for every agent")
         self._view = AgentObservations(self.single_observation_space, self.single_action_space, agents[0])
         self.single_observation_space = self._view.space
-        self._action_spec = ActionSpec(self.single_action_space)
+        # a hybrid action (envs/hybrid.py): one [C + B] row per agent in, (continuous, discrete) to the env
+        self._hybrid = hybrid_layout(self.single_action_space)
+        self._action_spec = ActionSpec(self.single_action_space if self._hybrid is None else
+                                       gym.spaces.Box(-np.inf, np.inf, (self._hybrid.width,), np.float32))
         self._discrete = isinstance(self.single_action_space, gym.spaces.Discrete)
         self.num_envs = sum(len(ids) for ids in self._ids)  # the most agents at once
         self._obs: list[dict[str, Any]] = [{} for _ in self.envs]  # per copy: agent -> its row (AgentObservations.row)
@@ -177,6 +183,8 @@ class MultiAgentVectorEnv(AgentEnv):
             raise EnvError("step() before reset(): call reset(seed) first")
         rows = self._rows
         actions = check_actions(self._action_spec, actions, len(rows))
+        if self._hybrid is not None:
+            actions = list(zip(*self._hybrid.split(actions)))
         per_env: list[dict[str, Any]] = [{} for _ in self.envs]
         for (i, agent), action in zip(rows, actions):
             per_env[i][agent] = int(action) if self._discrete else action

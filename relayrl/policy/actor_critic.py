@@ -6,7 +6,8 @@
 - ``RecurrentActorCritic`` (policy/recurrent.py): LSTM or GRU layers under the heads.
 
 ``build_model`` picks one from the config; ``sample_actions`` and ``logp_entropy`` read the actor's output as a
-distribution (categorical logits, one block per MultiDiscrete branch, or Gaussian means with the log std).
+distribution (categorical logits, one block per MultiDiscrete branch, or Gaussian means with the log std; a hybrid
+action's means then logits: policy/distributions.py).
 Every model has ``actor_parameters()`` and ``critic_parameters()``, one optimiser each.
 """
 
@@ -34,12 +35,12 @@ class NetworkConfig(Protocol):
 class ActorCritic(nn.Module):
     """Separate actor and critic MLPs; a state-independent log std for continuous actions."""
 
-    def __init__(self, obs_dim: int, act_dim: int, discrete: bool, cfg: NetworkConfig):
+    def __init__(self, obs_dim: int, act_dim: int, discrete: bool, cfg: NetworkConfig, gaussian: int | None = None):
         super().__init__()
         self.discrete = discrete
         self.actor = mlp(obs_dim, cfg.hidden_sizes, act_dim, cfg.activation, out_gain=0.01)
         self.critic = mlp(obs_dim, cfg.hidden_sizes, 1, cfg.activation, out_gain=1.0)
-        self.log_std = nn.Parameter(torch.full((act_dim,), cfg.log_std_init)) if not discrete else None
+        self.log_std = log_std_parameter(act_dim, discrete, gaussian, cfg.log_std_init)
 
     def actor_parameters(self) -> list[nn.Parameter]:
         return [*self.actor.parameters(), *([self.log_std] if self.log_std is not None else [])]
@@ -53,6 +54,13 @@ class ActorCritic(nn.Module):
 
     def logp_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return logp_entropy(self.actor(obs), actions, self.log_std)
+
+
+def log_std_parameter(act_dim: int, discrete: bool, gaussian: int | None, init: float) -> nn.Parameter | None:
+    """The state-independent log std of the Gaussian columns: all ``act_dim`` of a continuous action, none of a
+    discrete one, the first ``gaussian`` of a hybrid one (means, then the branches' logits)."""
+    width = gaussian if gaussian is not None else (0 if discrete else act_dim)
+    return nn.Parameter(torch.full((width,), init)) if width else None
 
 
 def logp_entropy(out: torch.Tensor, actions: torch.Tensor, log_std: torch.Tensor | None
@@ -87,7 +95,7 @@ class EncodedActorCritic(nn.Module):
     ``actor_critic(obs)`` are called as ActorCritic's are."""
 
     def __init__(self, actor_encoder: nn.Module, actor_features: int, critic_encoder: nn.Module | None,
-                 critic_features: int, act_dim: int, discrete: bool, cfg: NetworkConfig):
+                 critic_features: int, act_dim: int, discrete: bool, cfg: NetworkConfig, gaussian: int | None = None):
         super().__init__()
         self.discrete = discrete
         self.actor_encoder, self.critic_encoder = actor_encoder, critic_encoder  # (None: no keys in the state)
@@ -95,7 +103,7 @@ class EncodedActorCritic(nn.Module):
         self.actor_head = mlp(actor_features, cfg.hidden_sizes, act_dim, cfg.activation, out_gain=0.01)
         self.critic_head = mlp(actor_features if self.shared else critic_features, cfg.hidden_sizes, 1,
                                cfg.activation, out_gain=1.0)
-        self.log_std = nn.Parameter(torch.full((act_dim,), cfg.log_std_init)) if not discrete else None
+        self.log_std = log_std_parameter(act_dim, discrete, gaussian, cfg.log_std_init)
 
     def actor(self, obs: torch.Tensor) -> torch.Tensor:
         return self.actor_head(self.actor_encoder(obs))
@@ -124,16 +132,18 @@ class EncodedActorCritic(nn.Module):
 
 def build_model(obs_dim: int, act_dim: int, discrete: bool, cfg: NetworkConfig,
                 encoders: tuple[tuple[nn.Module, int], tuple[nn.Module, int] | None] | None = None,
-                shared: bool = False) -> nn.Module:
+                shared: bool = False, gaussian: int | None = None) -> nn.Module:
     """The model ``cfg`` asks for. ``encoders``: (actor encoder, its F) and (critic encoder, its F), or None with
     a shared trunk (``obs_dim`` is then unused); None: the MLPs read flattened observations. ``shared``: one trunk
-    (the encoder, and a recurrent policy's recurrent layer) feeds both heads."""
+    (the encoder, and a recurrent policy's recurrent layer) feeds both heads. ``gaussian``: a hybrid action's
+    continuous width C (the actor's first C outputs are Gaussian means with a log std, the rest logits)."""
     if cfg.recurrent is None:
         if encoders is None:
-            return ActorCritic(obs_dim, act_dim, discrete, cfg)
+            return ActorCritic(obs_dim, act_dim, discrete, cfg, gaussian)
         critic = (None, 0) if encoders[1] is None else encoders[1]
-        return EncodedActorCritic(*encoders[0], *critic, act_dim, discrete, cfg)
+        return EncodedActorCritic(*encoders[0], *critic, act_dim, discrete, cfg, gaussian)
     if encoders is not None:
         obs_dim = encoders[0][1]
     return RecurrentActorCritic(obs_dim, act_dim, discrete, cfg.recurrent, cfg.recurrent_hidden, shared,
-                                cfg.hidden_sizes, cfg.activation, cfg.log_std_init, encoders=encoders)
+                                cfg.hidden_sizes, cfg.activation, cfg.log_std_init, encoders=encoders,
+                                gaussian=gaussian)

@@ -68,3 +68,45 @@ def multi_categorical_logp_entropy(logits: torch.Tensor, branches: tuple[int, ..
         lp, ent = categorical_logp_entropy(part, actions[..., b])
         logp, entropy = (lp, ent) if logp is None else (logp + lp, entropy + ent)
     return logp, entropy
+
+
+# ---- hybrid actions (relayrl/envs/hybrid.py): a Gaussian over C continuous values times independent categorical
+# branches. The actor's output is [n, C + sum(branches)] (the means, then the branches' logits side by side); an
+# action is one float32 row [n, C + B] (the values, then the branch indices as floats). The two parts are
+# independent, so the log-probability and the entropy are sums of the parts'.
+def hybrid_split(out: torch.Tensor, continuous: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The actor's output as (means [n, C], logits [n, sum(branches)])."""
+    return out[..., :continuous], out[..., continuous:]
+
+
+def mask_hybrid_logits(out: torch.Tensor, continuous: int, mask: torch.Tensor | None) -> torch.Tensor:
+    """``out`` with the forbidden options of the discrete part masked (``mask_logits``); the means unchanged."""
+    if mask is None:
+        return out
+    mean, logits = hybrid_split(out, continuous)
+    return torch.cat([mean, mask_logits(logits, mask)], dim=-1)
+
+
+def hybrid_sample(out: torch.Tensor, log_std: torch.Tensor, branches: tuple[int, ...], sample: bool
+                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """[n, C + B] actions: drawn, with their log-probability, when ``sample``; else the means and each branch's most
+    likely index (no log-probability). ``log_std`` [C] gives C."""
+    mean, logits = hybrid_split(out, log_std.shape[-1])
+    if not sample:
+        return torch.cat([mean, multi_categorical_mode(logits, branches).to(mean.dtype)], dim=-1), None
+    values = mean + log_std.exp() * torch.randn_like(mean)
+    indices = multi_categorical_sample(logits, branches)
+    logp = gaussian_logp(mean, log_std.expand_as(mean), values) + \
+        multi_categorical_logp_entropy(logits, branches, indices)[0]
+    return torch.cat([values, indices.to(mean.dtype)], dim=-1), logp
+
+
+def hybrid_logp_entropy(out: torch.Tensor, log_std: torch.Tensor, branches: tuple[int, ...], actions: torch.Tensor
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probability of ``actions`` ([n, C + B]) and entropy: the Gaussian's plus the branches'."""
+    continuous = log_std.shape[-1]
+    mean, logits = hybrid_split(out, continuous)
+    log_std = log_std.expand_as(mean)
+    logp_d, entropy_d = multi_categorical_logp_entropy(logits, branches, actions[..., continuous:])
+    return (gaussian_logp(mean, log_std, actions[..., :continuous]) + logp_d,
+            gaussian_entropy(log_std) + entropy_d)

@@ -30,7 +30,7 @@ from torch import nn
 if TYPE_CHECKING:
     from relayrl.policy.normalizer import RunningMeanStd
 
-__all__ = ["ARGMAX", "ObservationInput", "PolicyGraph"]
+__all__ = ["ARGMAX", "GraphOutput", "ObservationInput", "PolicyGraph"]
 
 ARGMAX = "argmax over the action's logits or Q values"  # the post-processing of the discrete built-ins
 
@@ -45,10 +45,23 @@ class PolicyGraph:
     float32) and returns ``(action, next_state)``, as ``predict(obs, state)``. It may hold the policy's own
     networks: export traces a copy. Read ``obs.shape[0]``, never ``len(obs)``, or the trace fixes the batch size.
     ``post_processing``: what it does to the network's output (recorded in the exported file's sidecar).
+    ``outputs``: the action outputs when there are several (a hybrid action's ``continuous_action`` and
+    ``discrete_action``: ``forward`` returns them in this order, before a recurrent policy's next state, and
+    ``predict`` returns them as a tuple); None: one ``action`` output of the policy's ``action_shape``.
     """
 
     module: nn.Module
     post_processing: str
+    outputs: tuple[GraphOutput, ...] | None = None
+
+
+@dataclass(frozen=True)
+class GraphOutput:
+    """One action output of an exported graph: its name, dtype ("float32" or "int64") and shape after the batch axis."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
 
 
 class ObservationInput(nn.Module):

@@ -36,12 +36,15 @@ class RecurrentActorCritic(nn.Module):
         head_sizes, activation: hidden layers of the MLP heads on top of the recurrent layer.
         encoders: (actor encoder, its F) and (critic encoder, its F) or None with ``shared_trunk``
             (module docstring); None: the layers read the flattened observations.
+        gaussian: the Gaussian columns of a hybrid action (the first C outputs; None: all of a continuous
+            action's, none of a discrete one's).
     """
 
     def __init__(self, obs_dim: int, act_dim: int, discrete: bool, kind: Literal["lstm", "gru"], hidden: int,
                  shared_trunk: bool = False, head_sizes: list[int] | None = None, activation: str = "tanh",
                  log_std_init: float = 0.0,
-                 encoders: tuple[tuple[nn.Module, int], tuple[nn.Module, int] | None] | None = None):
+                 encoders: tuple[tuple[nn.Module, int], tuple[nn.Module, int] | None] | None = None,
+                 gaussian: int | None = None):
         super().__init__()
         rnn = nn.LSTM if kind == "lstm" else nn.GRU
         self.discrete, self.lstm, self.hidden = discrete, kind == "lstm", hidden
@@ -57,7 +60,8 @@ class RecurrentActorCritic(nn.Module):
         self.critic_rnn = None if shared_trunk else _init(rnn(critic_dim, hidden, batch_first=True))
         self.actor_head = mlp(hidden, head_sizes or [], act_dim, activation, out_gain=0.01)
         self.critic_head = mlp(hidden, head_sizes or [], 1, activation, out_gain=1.0)
-        self.log_std = nn.Parameter(torch.full((act_dim,), log_std_init)) if not discrete else None
+        width = gaussian if gaussian is not None else (0 if discrete else act_dim)  # (actor_critic.log_std_parameter)
+        self.log_std = nn.Parameter(torch.full((width,), log_std_init)) if width else None
         self.layer_size = hidden * (2 if self.lstm else 1)  # state columns of one recurrent layer
         self.state_size = self.layer_size * (1 if shared_trunk else 2)
 

@@ -1,7 +1,8 @@
 """PettingZoo ParallelEnvs for tests of ``relayrl/envs/multiagent.py``: one whose agents come and go, and
 cooperative ones that a shared policy learns quickly (``relay_team``: agents join and leave, vector or image
 observations, also as an AEC env; what ``relayrl train ppo --env pettingzoo:relayrl.testing.multiagent_envs:
-relay_team`` trains on; ``masked_pick``: Dict observations with action masks, counting forbidden actions)."""
+relay_team`` trains on; ``masked_pick``: Dict observations with action masks, counting forbidden actions;
+``hybrid_echo``: a hybrid action space, continuous values and a discrete branch)."""
 
 from __future__ import annotations
 
@@ -247,6 +248,46 @@ def masked_pick(length: int = 8, mask_in: str = "obs", mask_width: int = 5, extr
 def relay_team(length: int = 8, image: bool = False) -> RelayTeamEnv:
     """``--env pettingzoo:relayrl.testing.multiagent_envs:relay_team`` (``env.kwargs``: length, image)."""
     return RelayTeamEnv(length, image)
+
+
+class HybridEchoEnv(_SharedSpaces):
+    """Two agents with a hybrid action space (relayrl/envs/hybrid.py): Tuple((Box(-1, 1, (2,)), MultiDiscrete([3]))).
+    Each observes the action it was given last, [continuous 0, continuous 1, discrete]; reward
+    1 - |c0 - 0.5| + (discrete == 2); episodes of ``length`` steps. An action that is not a (continuous [2],
+    discrete [1] int) tuple, as the space samples it, is an AssertionError."""
+
+    metadata = {"name": "relayrl_hybrid_echo_v0"}
+
+    def __init__(self, length: int = 6):
+        self.length = length
+        self.possible_agents = ["a_0", "a_1"]
+        self._obs_space = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
+        self._act_space = gym.spaces.Tuple((gym.spaces.Box(-1.0, 1.0, (2,), np.float32), gym.spaces.MultiDiscrete([3])))
+
+    def reset(self, seed=None, options=None):
+        self.t, self.agents = 0, list(self.possible_agents)
+        return {a: np.zeros(3, np.float32) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions):
+        self.t += 1
+        obs, rewards = {}, {}
+        for agent, action in actions.items():
+            assert isinstance(action, tuple) and len(action) == 2, action
+            continuous, discrete = action
+            assert continuous.shape == (2,) and discrete.shape == (1,) and discrete.dtype.kind == "i", action
+            obs[agent] = np.array([*continuous, discrete[0]], np.float32)
+            rewards[agent] = 1.0 - abs(float(continuous[0]) - 0.5) + float(discrete[0] == 2)
+        done = self.t >= self.length
+        infos = {a: {} for a in actions}
+        terminated, truncated = {a: False for a in actions}, {a: done for a in actions}
+        if done:
+            self.agents = []
+        return obs, rewards, terminated, truncated, infos
+
+
+def hybrid_echo(length: int = 6) -> HybridEchoEnv:
+    """``--env pettingzoo:relayrl.testing.multiagent_envs:hybrid_echo`` (``env.kwargs``: length)."""
+    return HybridEchoEnv(length)
 
 
 def relay_team_aec(length: int = 8):

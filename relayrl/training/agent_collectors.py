@@ -11,6 +11,10 @@ The collectors here turn that into what the algorithms already learn from:
   observation (or final observation) arrives.
 - ``AgentEvaluator``: deterministic episodes with a quota per agent, like ``Evaluator``.
 
+A recurrent policy's state follows each agent id (``relayrl/training/agent_states.py``): the rollout
+stores it at each step's start ("hidden"), and the learner's sequences, cut where an agent's trace stops,
+start from it.
+
 Each of them is written as a *turn generator*: it yields the actions for the current turn and is sent
 the next ``AgentTurn`` (``nxt = yield env_action``), returning its result (a rollout, transitions, an
 ``EvalResult``) when done. ``drive(env, generator)`` runs one against an ``AgentEnv``; with several
@@ -28,6 +32,7 @@ from relayrl.core import SampleSource
 from relayrl.data.dtypes import to_stored
 from relayrl.envs.agents import AgentEnv, AgentTurn
 from relayrl.errors import ConfigError, EnvError
+from relayrl.training.agent_states import AgentStates
 from relayrl.training.evaluator import EvalResult, Evaluation
 from relayrl.types import Batch
 
@@ -81,10 +86,12 @@ class AgentEpisodes:
 
 class _Steps:
     """Growable columns of acted steps (slots) and their outcomes, filled as agents report back;
-    with ``masked``, the action mask each step was acted under too (the loss's distribution)."""
+    with ``masked``, the action mask each step was acted under too (the loss's distribution); with
+    ``recurrent``, the state each step was acted from ("hidden")."""
 
-    def __init__(self, masked: bool = False):
-        self.fields = ("obs", "action", "logp", "value") + (("action_mask",) if masked else ())
+    def __init__(self, masked: bool = False, recurrent: bool = False):
+        self.fields = ("obs", "action", "logp", "value") + (("action_mask",) if masked else ()) + \
+            (("hidden",) if recurrent else ())
         self.cols: dict[str, list[np.ndarray]] = {f: [] for f in self.fields}
         self.keys: list[np.ndarray] = []
         self.size = 0
@@ -111,6 +118,7 @@ class AgentRolloutCollector(SampleSource):
         self.episodes = AgentEpisodes()
         self._turn: AgentTurn | None = None
         self._pending: dict[int, tuple] = {}  # agent -> (obs, action, logp, value) acted, not yet answered
+        self.states = AgentStates(policy, "collect")  # a recurrent policy's state per agent id
 
     def reset(self, seed: int | None) -> None:
         self.start(self.env.reset(seed))
@@ -120,6 +128,7 @@ class AgentRolloutCollector(SampleSource):
         self._turn = turn
         self.episodes.reset()
         self._pending = {}
+        self.states.clear()
 
     def pull(self) -> tuple[Batch, int]:
         rollout = self.collect()
@@ -130,14 +139,15 @@ class AgentRolloutCollector(SampleSource):
 
     def rollout(self) -> Turns[Batch]:
         """The next rollout as a turn generator (``collect`` drives it against the env)."""
-        steps, pending = _Steps(masked=self._turn.action_mask is not None), {}
+        steps, pending = _Steps(masked=self._turn.action_mask is not None, recurrent=self.states.recurrent), {}
         for agent, row in self._pending.items():  # answers still owed from the previous rollout
             pending[agent] = int(steps.add(np.array([agent]), **{f: v[None] for f, v in zip(steps.fields, row)})[0])
         for _ in range(self.num_steps):
             turn = self._turn
             if len(turn.ids):
-                out = self.policy.act_masked(turn.obs, "collect", turn.action_mask)
+                out, hidden = self.states.act(turn.ids, turn.obs, turn.action_mask)
                 masks = {} if turn.action_mask is None else {"action_mask": turn.action_mask}
+                masks.update({} if hidden is None else {"hidden": hidden})
                 slots = steps.add(turn.ids, obs=out.obs, action=out.action, logp=out.logp, value=out.value, **masks)
                 pending.update(zip(turn.ids.tolist(), slots.tolist()))
                 env_action = out.env_action
@@ -148,7 +158,8 @@ class AgentRolloutCollector(SampleSource):
             self.episodes.track(nxt, acted)
             boot = np.zeros(len(nxt.end_ids), np.float32)
             if nxt.interrupted.any():
-                boot[nxt.interrupted] = self.policy.value(nxt.end_obs[nxt.interrupted])
+                boot[nxt.interrupted] = self.states.value(nxt.end_ids[nxt.interrupted], nxt.end_obs[nxt.interrupted])
+            self.states.end(nxt.end_ids)
             for k, agent in enumerate(nxt.end_ids.tolist()):
                 slot = pending.pop(agent, None)
                 if slot is not None:
@@ -179,8 +190,8 @@ class AgentRolloutCollector(SampleSource):
         outcome = np.array([steps.outcome[s] for s in order.tolist()], np.float64)
         reward, term, trunc, boot = outcome[:, 0], outcome[:, 1] > 0, outcome[:, 2] > 0, outcome[:, 3]
         current = self._turn  # agents deciding now act next in the following rollout
-        current_values = dict(zip(current.ids.tolist(), self.policy.value_masked(  # (PQN: max over allowed actions)
-            current.obs, current.action_mask).tolist())) if len(current.ids) else {}
+        current_values = dict(zip(current.ids.tolist(), self.states.value(  # (PQN: max over allowed actions)
+            current.ids, current.obs, current.action_mask).tolist())) if len(current.ids) else {}
         next_value = np.zeros(len(order), np.float32)
         cut = np.zeros(len(order), bool)  # the trace stops here inside the rollout: bootstrap
         for i, slot in enumerate(order.tolist()):
@@ -305,13 +316,14 @@ class AgentEvaluator(Evaluation):
         quota = {a: self.episodes // len(agents) for a in agents}
         for a in agents[: self.episodes % len(agents)]:
             quota[a] += 1
-        tracker = AgentEpisodes()
+        tracker, states = AgentEpisodes(), AgentStates(policy, "eval")
         returns, lengths = [], []
         for _ in range(MAX_EVAL_TURNS):
             acted = set(turn.ids.tolist())
-            action = policy.act_masked(turn.obs, "eval", turn.action_mask).env_action if len(turn.ids) else \
+            action = states.act(turn.ids, turn.obs, turn.action_mask)[0].env_action if len(turn.ids) else \
                 np.zeros((0, *policy.action_shape), policy.action_dtype)
             turn = yield action
+            states.end(turn.end_ids)
             tracker.track(turn, acted)
             for agent, ret, length in zip(turn.end_ids.tolist(), tracker.returns, tracker.lengths):
                 if quota.get(agent, 0) > 0:

@@ -24,7 +24,6 @@ class PlainConfig(AlgoConfig):  # an algorithm of one's own that states nothing
     ("agents", ["ppo.prenorm=true"], "ppo.prenorm does not apply to agent envs"),
     ("workers", ["ppo.prenorm=true"], "which rollout workers replace: set ppo.prenorm=false"),
     ("relay", ["ppo.prenorm=true"], "which remote workers replace: set ppo.prenorm=false"),
-    ("agents", ["ppo.recurrent=gru"], "set ppo.recurrent=null"),
 ])
 def test_ppo_refuses_the_options_that_cannot_work_where_the_experience_comes_from(placement, sets, message):
     cfg = build_config("ppo", None, ["ppo.obs_norm=true", *sets]).ppo
@@ -33,6 +32,12 @@ def test_ppo_refuses_the_options_that_cannot_work_where_the_experience_comes_fro
     cfg.check_placement("ppo", "envs")  # the learner's own envs take both
     for where in ("agents", "workers", "relay"):
         build_config("ppo", None, []).ppo.check_placement("ppo", where)  # the defaults work anywhere
+
+
+@pytest.mark.parametrize("algo", ["ppo", "a2c"])
+def test_recurrent_policies_run_on_agent_envs(algo):
+    """Issue 26 (was refused): the state follows each agent id (training/agent_states.py)."""
+    build_config(algo, None, [f"{algo}.recurrent=gru"]).algo_config.check_placement(algo, "agents")
 
 
 def test_an_algorithm_that_states_nothing_gets_the_defaults():

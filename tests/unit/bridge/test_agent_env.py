@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from relayrl.bridge.agent_env import BridgeAgents
+from relayrl.bridge.channel import BridgeError
 from relayrl.errors import ConfigError, EnvError
 
 PARAMS_SIM = textwrap.dedent("""
@@ -63,15 +64,41 @@ def test_unknown_engine_options_are_named():
         BridgeAgents([sys.executable, "-c", PARAMS_SIM], engine={"timescale": 2})
 
 
-def test_hybrid_actions_are_refused_with_the_reason():
-    sim = textwrap.dedent("""
-        from relayrl.bridge import World
-        world = World()
-        world.register("h", 2, [(1,)], continuous=1, branches=(2,))
-        world.step()
-    """)
-    with pytest.raises(EnvError, match="continuous actions or discrete branches, not both"):
-        BridgeAgents([sys.executable, "-c", sim])
+HYBRID_SIM = textwrap.dedent("""
+    from relayrl.bridge import World
+    world = World()
+    world.register("h", 2, [(3,)], continuous=2, branches=(3,))
+    actions = {}
+    while True:
+        for a in range(2):  # each agent sees the action it was sent: continuous values, then the branch index
+            c, d = actions.get(a, ((0.0, 0.0), (0,)))
+            decision = world.request_decision("h", a).set_observation(0, [c[0], c[1], d[0]])
+            if a == 0:
+                decision.set_action_mask(0, [2])  # agent 0 may not choose option 2
+        if world.step() == "closed":
+            break
+        actions = world.actions("h")
+""")
+
+
+def test_a_hybrid_behaviour_is_a_tuple_space_whose_rows_reach_the_simulator_as_both_parts():
+    """Issue 26 item 5 (was: refused): continuous=2 and branches=(3,) become Tuple(Box(-1, 1, (2,)),
+    MultiDiscrete([3])); a [n, 2 + 1] row is split into the continuous values and the branch index."""
+    env = BridgeAgents([sys.executable, "-c", HYBRID_SIM])
+    try:
+        space = env.single_action_space
+        assert space == gym.spaces.Tuple((gym.spaces.Box(-1.0, 1.0, (2,), np.float32), gym.spaces.MultiDiscrete([3])))
+        turn = env.reset()
+        np.testing.assert_array_equal(turn.action_mask, [[True, True, False], [True, True, True]])
+        turn = env.step(np.array([[0.25, -0.5, 1.0], [1.0, 0.75, 2.0]], np.float32))
+        np.testing.assert_allclose(turn.obs, [[0.25, -0.5, 1.0], [1.0, 0.75, 2.0]])
+        with pytest.raises(EnvError, match=r"hybrid actions for behaviour 'h' have shape \(2, 2\), expected \(n, 3\).*"
+                                           r"2 continuous values, then the indices of branches \[3\]"):
+            env.step(np.zeros((2, 2), np.float32))
+        with pytest.raises(BridgeError, match=r"continuous actions for 'h' have shape \(2, 3\), expected \(2, 2\)"):
+            env.bridge.set_actions("h", continuous=np.zeros((2, 3)), discrete=np.zeros((2, 1)))  # BridgeEnv's own check
+    finally:
+        env.close()
 
 
 IMAGE_SIM = textwrap.dedent("""

@@ -1,16 +1,14 @@
-"""Recurrent PPO through the training loop and `relayrl eval`, and where it is refused."""
+"""Recurrent PPO through the training loop and `relayrl eval`, and where it is refused (agent envs take it since
+issue 26: tests/integration/test_recurrent_agents.py)."""
 
 from __future__ import annotations
 
 import copy
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
-from relayrl.envs.agents import AgentEnv
-from relayrl.training.experience import AgentExperience
 from relayrl.errors import ConfigError
 from relayrl.io.checkpoint import load_checkpoint
 from relayrl.training.saved_policy import evaluate_checkpoint, load_policy
@@ -43,27 +41,6 @@ def test_memory_env_hides_the_velocities():
     obs, *_ = env.step(1)
     full_obs, *_ = full.step(1)
     np.testing.assert_array_equal(obs, full_obs[[0, 2]])
-
-
-class AgentEnvStub(AgentEnv):
-    """Just enough of an agent env (training/agent_collectors.py) to reach the loop's checks."""
-
-    single_observation_space = gym.spaces.Box(-1, 1, (3,), np.float32)
-    single_action_space = gym.spaces.Discrete(2)
-    num_envs = 4
-
-    def reset(self, seed=None):
-        raise AssertionError("the loop refuses before resetting")
-
-    def step(self, actions):
-        raise AssertionError("the loop refuses before stepping")
-
-
-def test_agent_envs_refuse_recurrent_policies(tmp_path, tiny_config):
-    with pytest.raises(ConfigError, match="ppo.recurrent=null"):
-        run_trainer(tiny_config("ppo.recurrent=gru"), run_dir=tmp_path / "r",
-                    experience=AgentExperience(AgentEnvStub(), AgentEnvStub()))
-    assert not (tmp_path / "r").exists()  # refused before the run directory is written
 
 
 def test_a_mirror_spec_that_does_not_fit_the_env_stops_before_training(tmp_path, tiny_config):
