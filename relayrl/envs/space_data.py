@@ -8,7 +8,8 @@ The data is JSON-able (and msgpack-able): dicts, lists, strings, numbers. Suppor
 space's shape; infinite bounds as the strings ``"inf"`` and ``"-inf"``), ``Discrete`` (``n``,
 ``start``), ``MultiDiscrete`` (``nvec``, ``start``, ``dtype``) and ``MultiBinary`` (``n``: an
 integer or a shape), and a Dict or Tuple observation as relayrl packs it (envs/packed.py):
-``{"type": "Dict", "spaces": [[key, space], ...]}`` or ``{"type": "Tuple", "spaces": [space, ...]}``,
+``{"type": "Dict", "spaces": [[key, space], ...]}`` or ``{"type": "Tuple", "spaces": [space, ...]}``
+(a hybrid action, envs/hybrid.py: ``{"type": "Hybrid", "spaces": [Box, MultiDiscrete]}``),
 nested at most ``MAX_NESTING`` levels with at most ``MAX_KEYS`` keys, which ``space_from_data``
 returns as the ``PackedDict`` the worker's env has. Any other space is refused with ``EnvError`` by ``space_to_data`` (a worker's
 env that cannot be described); ``space_from_data`` raises ``SpaceDataError`` for data that does
@@ -25,6 +26,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from relayrl.envs.hybrid import hybrid_layout
 from relayrl.envs.packed import PackedDict
 from relayrl.errors import EnvError
 
@@ -48,6 +50,8 @@ def space_to_data(space: gym.Space) -> dict[str, Any]:
     """A JSON-able description of ``space``; EnvError for a space the relay cannot describe."""
     if isinstance(space, PackedDict):
         return _structure_to_data(space.space)
+    if hybrid_layout(space) is not None:  # a hybrid action (envs/hybrid.py): the two parts, in order
+        return {"type": "Hybrid", "spaces": [_leaf_to_data(sub) for sub in space.spaces]}
     if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
         raise EnvError(f"the env's space {space} is a Dict or Tuple that was not packed: relayrl carries Dict "
                        "observations packed into one row, as relayrl.envs.make packs them; make the env with "
@@ -85,6 +89,14 @@ def _leaf_to_data(space: gym.Space) -> dict[str, Any]:
 
 def space_from_data(data: Any) -> gym.Space:
     """The space ``space_to_data`` described; SpaceDataError for anything else."""
+    if isinstance(data, dict) and data.get("type") == "Hybrid":
+        parts = data.get("spaces")
+        if not isinstance(parts, list) or len(parts) != 2:
+            raise SpaceDataError(f"a Hybrid's \"spaces\" are [Box, MultiDiscrete], got {str(parts)[:80]}")
+        space = gym.spaces.Tuple([_leaf_from_data(part) for part in parts])
+        if hybrid_layout(space) is None:
+            raise SpaceDataError(f"a Hybrid holds a Box of one axis and a MultiDiscrete of one axis, got {space}")
+        return space
     if isinstance(data, dict) and data.get("type") in ("Dict", "Tuple"):
         space = _structure_from_data(data, 0, [0])
         try:

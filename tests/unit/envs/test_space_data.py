@@ -103,3 +103,15 @@ def test_data_that_describes_no_space_is_a_space_data_error(data, says):
     with pytest.raises(SpaceDataError) as info:
         space_from_data(data)
     assert says in str(info.value)
+
+
+def test_a_hybrid_action_space_round_trips_and_a_malformed_one_is_refused():
+    from relayrl.envs.hybrid import hybrid_space
+
+    space = hybrid_space(2, (3, 4))
+    data = space_to_data(space)
+    assert data["type"] == "Hybrid" and space_from_data(data) == space
+    with pytest.raises(SpaceDataError, match="Box of one axis and a MultiDiscrete"):
+        space_from_data({"type": "Hybrid", "spaces": [data["spaces"][1], data["spaces"][0]]})
+    with pytest.raises(SpaceDataError, match=r"\[Box, MultiDiscrete\]"):
+        space_from_data({"type": "Hybrid", "spaces": [data["spaces"][0]]})
