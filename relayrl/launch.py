@@ -31,9 +31,9 @@ def run(config: RunConfig, **options: Any) -> dict[str, Any]:
     if config.env.id.startswith("bridge:"):  # an external simulator through shared memory
         from relayrl.bridge.agent_env import make_bridge_envs
 
-        if config.net.server is not None or config.workers != 1 or config.backend not in ("auto", "inline"):
-            raise ConfigError("a bridge simulator trains in this process: drop --server/--workers/--backend "
-                              "(one simulator process holds all its agents)")
+        if config.net.server is not None or config.backend not in ("auto", "inline"):
+            raise ConfigError("a bridge simulator trains in this process: drop --server/--backend (--workers N "
+                              "launches N simulator instances, each on its own channel)")
         return Trainer(config, AgentExperience(*make_bridge_envs(config)), **options).run()
     if is_pettingzoo(config.env.id):  # PettingZoo copies in this process, every agent a row
         if config.net.server is not None or config.workers != 1 or config.backend not in ("auto", "inline"):

@@ -27,7 +27,7 @@ from typing import Any, Sequence
 import gymnasium as gym
 import numpy as np
 
-from relayrl.bridge.env import BridgeEnv
+from relayrl.bridge.instances import BridgeInstances
 from relayrl.bridge.layout import ObsSpec
 from relayrl.bridge.sidechannel import EngineConfigurationChannel, EnvironmentParametersChannel
 from relayrl.errors import ConfigError, EnvError
@@ -36,15 +36,17 @@ from relayrl.envs.masks import check_mask
 from relayrl.envs.packed import PackedDict
 
 PREFIX = "bridge:"
+ATTACH = "attach"  # --env bridge:attach: wait for a simulator started by hand (an editor) at the editor path
 KWARGS = {"behaviour", "timeout_s", "args", "spin_us", "parameters", "engine"}
 
 
 class BridgeAgents(AgentEnv):
     """One behaviour of a launched simulator: ``reset(seed) -> AgentTurn``, ``step(actions) -> AgentTurn``."""
 
-    def __init__(self, command: str | Sequence[str], behaviour: str | None = None, timeout_s: float = 60.0,
+    def __init__(self, command: str | Sequence[str] | None, behaviour: str | None = None, timeout_s: float = 60.0,
                  args: Sequence[str] = (), spin_us: float = 500.0, parameters: dict[str, float] | None = None,
-                 engine: dict[str, Any] | None = None):
+                 engine: dict[str, Any] | None = None, instances: int = 1, max_restarts: int = 3,
+                 attach: bool = False):
         self.parameters, self.engine = EnvironmentParametersChannel(), EngineConfigurationChannel()
         for key, value in (parameters or {}).items():
             self.parameters.set_float_parameter(str(key), float(value))
@@ -53,8 +55,9 @@ class BridgeAgents(AgentEnv):
         except TypeError as exc:
             raise ConfigError(f"env.kwargs.engine: {exc}; use time_scale, width, height, quality_level, "
                               "target_frame_rate, capture_frame_rate") from None
-        self.bridge = BridgeEnv(command, args=[str(a) for a in args], timeout_s=timeout_s, spin_us=spin_us,
-                                side_channels=[self.parameters, self.engine])
+        self.bridge = BridgeInstances(None if attach else command, instances, attach=attach,
+                                      args=[str(a) for a in args], timeout_s=timeout_s, spin_us=spin_us,
+                                      side_channels=[self.parameters, self.engine], max_restarts=max_restarts)
         try:
             names = list(self.bridge.behaviours)
             if behaviour is None:
@@ -85,7 +88,7 @@ class BridgeAgents(AgentEnv):
 
     @property
     def stats(self) -> dict[str, int]:
-        return {"bridge_turns": self.turns}
+        return {"bridge_turns": self.turns, **self.bridge.stats}
 
     def _turn(self) -> AgentTurn:
         decisions, ends = self.bridge.get_steps(self.behaviour)
@@ -146,8 +149,10 @@ def rows(space: gym.Space, arrays: list[np.ndarray]) -> np.ndarray:
     return np.concatenate([a.reshape(n, int(np.prod(a.shape[1:]))).astype(np.float32) for a in arrays], axis=1)  # vectors, side by side
 
 
-def make_bridge_envs(config: Any, evaluation: bool = True) -> tuple[BridgeAgents, BridgeAgents | None]:
-    """The training simulator and, for evaluation, a second one (same command and options)."""
+def make_bridge_envs(config: Any, evaluation: bool = True) -> tuple[AgentEnv, AgentEnv | None]:
+    """The training simulator (``config.workers`` instances of it) and, for evaluation, one more
+    instance (same command and options). With ``bridge:attach``, the one attached simulator serves
+    both (``relayrl/bridge/attach.py``)."""
     command = config.env.id[len(PREFIX):].strip()
     if not command:
         raise ConfigError("--env bridge:COMMAND needs the simulator's command, e.g. --env \"bridge:./my_sim --fast\"")
@@ -155,9 +160,16 @@ def make_bridge_envs(config: Any, evaluation: bool = True) -> tuple[BridgeAgents
     unknown = set(options) - KWARGS
     if unknown:
         raise ConfigError(f"env.kwargs {sorted(unknown)} do not apply to a bridge simulator; use {sorted(KWARGS)}")
-    train = BridgeAgents(command, **options)
+    if command == ATTACH:
+        from relayrl.bridge.attach import SharedSimulator
+
+        if config.workers != 1:
+            raise ConfigError("--env bridge:attach trains on the one simulator that attaches: drop --workers")
+        shared = SharedSimulator(BridgeAgents(None, attach=True, **options))
+        return shared.training, shared.evaluation if evaluation else None
+    train = BridgeAgents(command, instances=config.workers, max_restarts=config.env.max_restarts, **options)
     try:
-        return train, BridgeAgents(command, **options) if evaluation else None
+        return train, BridgeAgents(command, **options) if evaluation else None  # one instance evaluates
     except BaseException:
         train.close()
         raise
@@ -172,7 +184,8 @@ def evaluate_bridge_checkpoint(ckpt: Any, config: Any, episodes: int, seed: int)
     from relayrl.training.agent_collectors import AgentEvaluator
 
     options = {k: v for k, v in config.env.kwargs.items() if k in KWARGS}
-    env = BridgeAgents(config.env.id[len(PREFIX):].strip(), **options)
+    command = config.env.id[len(PREFIX):].strip()
+    env = BridgeAgents(None, attach=True, **options) if command == ATTACH else BridgeAgents(command, **options)
     try:
         policy = get_algo(config.algo).build_policy(config.algo_config, env.single_observation_space,
                                                     env.single_action_space)
