@@ -34,7 +34,8 @@ def run(config: RunConfig, **options: Any) -> dict[str, Any]:
         if config.net.server is not None or config.backend not in ("auto", "inline"):
             raise ConfigError("a bridge simulator trains in this process: drop --server/--backend (--workers N "
                               "launches N simulator instances, each on its own channel)")
-        return Trainer(config, AgentExperience(*make_bridge_envs(config)), **options).run()
+        envs = make_bridge_envs(config, stop=options.get("stop_event"))
+        return Trainer(config, AgentExperience(*envs), **options).run()
     if is_pettingzoo(config.env.id):  # PettingZoo copies in this process, every agent a row
         if config.net.server is not None or config.workers != 1 or config.backend not in ("auto", "inline"):
             raise ConfigError(f"{config.env.id}: PettingZoo envs train in this process (their agents come and go, "

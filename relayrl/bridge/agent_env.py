@@ -46,7 +46,7 @@ class BridgeAgents(AgentEnv):
     def __init__(self, command: str | Sequence[str] | None, behaviour: str | None = None, timeout_s: float = 60.0,
                  args: Sequence[str] = (), spin_us: float = 500.0, parameters: dict[str, float] | None = None,
                  engine: dict[str, Any] | None = None, instances: int = 1, max_restarts: int = 3,
-                 attach: bool = False):
+                 attach: bool = False, stop: Any = None):
         self.parameters, self.engine = EnvironmentParametersChannel(), EngineConfigurationChannel()
         for key, value in (parameters or {}).items():
             self.parameters.set_float_parameter(str(key), float(value))
@@ -57,7 +57,8 @@ class BridgeAgents(AgentEnv):
                               "target_frame_rate, capture_frame_rate") from None
         self.bridge = BridgeInstances(None if attach else command, instances, attach=attach,
                                       args=[str(a) for a in args], timeout_s=timeout_s, spin_us=spin_us,
-                                      side_channels=[self.parameters, self.engine], max_restarts=max_restarts)
+                                      side_channels=[self.parameters, self.engine], max_restarts=max_restarts,
+                                      stop=stop)
         try:
             names = list(self.bridge.behaviours)
             if behaviour is None:
@@ -149,10 +150,10 @@ def rows(space: gym.Space, arrays: list[np.ndarray]) -> np.ndarray:
     return np.concatenate([a.reshape(n, int(np.prod(a.shape[1:]))).astype(np.float32) for a in arrays], axis=1)  # vectors, side by side
 
 
-def make_bridge_envs(config: Any, evaluation: bool = True) -> tuple[AgentEnv, AgentEnv | None]:
+def make_bridge_envs(config: Any, evaluation: bool = True, stop: Any = None) -> tuple[AgentEnv, AgentEnv | None]:
     """The training simulator (``config.workers`` instances of it) and, for evaluation, one more
     instance (same command and options). With ``bridge:attach``, the one attached simulator serves
-    both (``relayrl/bridge/attach.py``)."""
+    both (``relayrl/bridge/attach.py``); ``stop`` (Ctrl-C) ends a wait for it."""
     command = config.env.id[len(PREFIX):].strip()
     if not command:
         raise ConfigError("--env bridge:COMMAND needs the simulator's command, e.g. --env \"bridge:./my_sim --fast\"")
@@ -165,7 +166,7 @@ def make_bridge_envs(config: Any, evaluation: bool = True) -> tuple[AgentEnv, Ag
 
         if config.workers != 1:
             raise ConfigError("--env bridge:attach trains on the one simulator that attaches: drop --workers")
-        shared = SharedSimulator(BridgeAgents(None, attach=True, **options))
+        shared = SharedSimulator(BridgeAgents(None, attach=True, stop=stop, **options))
         return shared.training, shared.evaluation if evaluation else None
     train = BridgeAgents(command, instances=config.workers, max_restarts=config.env.max_restarts, **options)
     try:

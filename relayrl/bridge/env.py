@@ -20,6 +20,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -29,6 +30,7 @@ import numpy as np
 from relayrl.bridge import layout as L
 from relayrl.bridge.channel import BridgeError, Channel
 from relayrl.bridge.errors import BridgeTimeout, PeerDied, SimulatorNotStarted
+from relayrl.bridge.files import pid_alive
 from relayrl.bridge.sidechannel import SideChannel, SideChannels
 
 CLOSE_GRACE_S = 5.0
@@ -73,12 +75,15 @@ class BridgeEnv:
     path is appended as ``--memory-path PATH``) or, with ``attach=True``, wait for a running one at
     the fixed editor path. ``side_channels`` are SideChannel objects (engine configuration,
     environment parameters, your own). ``handshake=False`` returns as soon as the simulator is
-    launched: call ``handshake()`` before anything else (``BridgeInstances`` starts several at once)."""
+    launched: call ``handshake()`` before anything else (``BridgeInstances`` starts several at once).
+    ``stop``: an event (``relayrl train``'s Ctrl-C) that ends the wait for an attaching simulator with
+    ``KeyboardInterrupt`` (looked at every poll slice, 0.1 s)."""
 
     def __init__(self, executable: str | Sequence[str] | None = None, *, args: Sequence[str] = (),
                  attach: bool = False, timeout_s: float = 60.0, spin_us: float = 500.0,
                  side_channels: Iterable[SideChannel] = (), directory: str | os.PathLike | None = None,
-                 log_path: str | os.PathLike | None = None, handshake: bool = True):
+                 log_path: str | os.PathLike | None = None, handshake: bool = True,
+                 stop: threading.Event | None = None):
         if (executable is None) == (not attach):
             raise BridgeError("give the simulator executable to launch, or attach=True to wait for a running one")
         self.side_channels = SideChannels(side_channels)
@@ -101,6 +106,8 @@ class BridgeEnv:
                     raise not_started(cmd[0], exc) from None
                 self.channel.peer_alive = lambda: self.proc.poll() is None
             else:
+                if stop is not None:
+                    self.channel.peer_alive = self._attaching(stop)
                 print(attach_prompt(self.channel.header_path), file=sys.stderr, flush=True)
         except BaseException:
             self.close()
@@ -260,6 +267,17 @@ class BridgeEnv:
                 self._n[name] = (n, m)
         except L.LayoutError as exc:
             raise channel._fail(str(exc)) from None
+
+    def _attaching(self, stop: threading.Event):
+        """The liveness check of an attach (the channel calls it every poll slice): a stop request ends
+        the wait for the simulator; once attached, the simulator's pid says whether it is alive."""
+        channel = self.channel
+
+        def alive() -> bool:
+            if stop.is_set() and not channel.handshaken:
+                raise KeyboardInterrupt
+            return pid_alive(channel.peer_pid)
+        return alive
 
     def _died(self, exc: PeerDied) -> PeerDied:
         """The channel's PeerDied with the launched simulator's exit code or signal (checklist A15)."""

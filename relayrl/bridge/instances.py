@@ -23,6 +23,7 @@ on their number; ``bridge_attaches`` counts them).
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import replace
 from typing import Iterable, Sequence
 
@@ -81,13 +82,15 @@ class BridgeInstances:
 
     def __init__(self, command: str | Sequence[str] | None = None, count: int = 1, *, attach: bool = False,
                  args: Sequence[str] = (), timeout_s: float = 60.0, spin_us: float = 500.0,
-                 side_channels: Iterable[SideChannel] = (), max_restarts: int = 3, directory=None):
+                 side_channels: Iterable[SideChannel] = (), max_restarts: int = 3, directory=None,
+                 stop: threading.Event | None = None):
         if attach and count != 1:
             raise BridgeError("attach mode waits for one simulator (the editor's): use one instance")
         if count < 1:
             raise BridgeError(f"the number of simulator instances must be at least 1, not {count}")
         self.command, self.count, self.attach = command, count, attach
         self._options = dict(args=list(args), timeout_s=timeout_s, spin_us=spin_us, directory=directory)
+        self._stop = stop  # ends the wait for an attaching simulator (BridgeEnv)
         self.max_restarts = max_restarts
         self.restarts = self.attaches = 0
         self._channels = list(side_channels)
@@ -235,7 +238,7 @@ class BridgeInstances:
         else:
             self._relays.append(relays)
         if self.attach:
-            return BridgeEnv(attach=True, side_channels=relays, handshake=handshake,
+            return BridgeEnv(attach=True, side_channels=relays, handshake=handshake, stop=self._stop,
                              **{key: v for key, v in self._options.items() if key != "args"})
         return BridgeEnv(self.command, side_channels=relays, handshake=handshake, **self._options)
 
