@@ -214,8 +214,8 @@ class BridgeInstances:
         else:
             self.restarts += 1
             if self.restarts > self.max_restarts:
-                raise type(exc)(f"{self._named(exc, k)} (after {self.max_restarts} restarts of simulator instances, "
-                                "env.max_restarts): fix the simulator, or raise env.max_restarts") from None
+                raise type(exc)(f"{self._named(exc, k)} (after {self.max_restarts} restarts, env.max_restarts): fix "
+                                "the simulator, or raise env.max_restarts") from None
             log.warning("bridge: %s; restarting it (restart %d of at most %d, env.max_restarts); its %d agents' "
                         "episodes end as interrupted", self._named(exc, k), self.restarts, self.max_restarts, agents)
         self._turns[k], self._live[k] = {}, {}

@@ -4,6 +4,7 @@ run; one that is killed mid-run is restarted (the log names the signal) and the 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -64,6 +65,28 @@ DIES_ONCE = textwrap.dedent("""
     World.step = step_and_maybe_die
     sys.exit(ball3d.main(argv))
 """)
+
+
+def test_an_instance_that_fails_to_start_stops_the_run_with_one_message(tmp_path):
+    script = tmp_path / "sim.py"
+    script.write_text(textwrap.dedent("""
+        import os, sys
+        try:
+            os.close(os.open(sys.argv[1], os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            sys.exit(2)  # every copy but the first: a simulator that cannot start
+        from relayrl.bridge.examples import ball3d
+        sys.exit(ball3d.main(sys.argv[2:]))
+    """))
+    env = f"bridge:{shlex.quote(sys.executable)} {shlex.quote(str(script))} {shlex.quote(str(tmp_path / 'first'))}"
+    run = subprocess.run([sys.executable, "-m", "relayrl", "train", "ppo", "--env", env, "--workers", "2",
+                          "--total-steps", "64", "--run-dir", str(tmp_path / "run"), *TINY],
+                         capture_output=True, text=True, timeout=120)
+    errors = [line for line in run.stderr.splitlines() if line.startswith("relayrl: error:")]
+    assert run.returncode == 3, run.stderr[-3000:]
+    assert len(errors) == 1 and re.search(r"simulator instance [01] of 2: .*exited with code 2", errors[0]), \
+        run.stderr[-3000:]
+    assert "Traceback" not in run.stderr
 
 
 def test_a_killed_instance_is_restarted_and_the_run_goes_on(tmp_path):
