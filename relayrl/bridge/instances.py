@@ -59,6 +59,9 @@ class _Live:
         self.obs: list[np.ndarray] | None = None
 
     def update(self, decisions: DecisionSteps, ends: TerminalSteps) -> None:
+        if np.array_equal(self.ids, decisions.agent_id):  # the usual case: the same agents decide again
+            self.obs = decisions.obs
+            return
         if self.obs is None:
             self.obs = [o[:0] for o in decisions.obs]
         keep = ~np.isin(self.ids, np.concatenate([decisions.agent_id, ends.agent_id]))
@@ -97,6 +100,9 @@ class BridgeInstances:
         self._sent: list[tuple[int, bytes]] = []  # every side-channel message so far, for a restarted instance
         self._relays: list[list[_Relay]] = []
         self.instances: list[BridgeEnv] = []
+        self._specs: dict[str, L.BehaviourSpec] = {}
+        self._specs_key: tuple = ()
+        self._launches = 0  # BridgeEnvs created so far
         self._turns: list[dict[str, tuple[DecisionSteps, TerminalSteps]]] = [{} for _ in range(count)]
         self._live: list[dict[str, _Live]] = [{} for _ in range(count)]
         self._ended: list[dict[str, TerminalSteps]] = [{} for _ in range(count)]
@@ -117,12 +123,15 @@ class BridgeInstances:
     @property
     def behaviours(self) -> dict[str, L.BehaviourSpec]:
         """Each behaviour's spec, ``max_agents`` summed over the instances that have it."""
-        specs: dict[str, L.BehaviourSpec] = {}
-        for instance in self.instances:
-            for name, spec in instance.behaviours.items():
-                specs[name] = replace(spec, max_agents=specs[name].max_agents + spec.max_agents) \
-                    if name in specs else spec
-        return specs
+        key = (self._launches, *(instance.channel.generation for instance in self.instances))
+        if key != self._specs_key:  # (an instance's behaviours change only with its body's generation)
+            specs: dict[str, L.BehaviourSpec] = {}
+            for instance in self.instances:
+                for name, spec in instance.behaviours.items():
+                    specs[name] = replace(spec, max_agents=specs[name].max_agents + spec.max_agents) \
+                        if name in specs else spec
+            self._specs, self._specs_key = specs, key
+        return self._specs
 
     @property
     def stats(self) -> dict[str, int]:
@@ -229,6 +238,7 @@ class BridgeInstances:
 
     # ---- instances
     def _launch(self, k: int, handshake: bool) -> BridgeEnv:
+        self._launches += 1
         relays = [_Relay(channel) for channel in self._channels]
         by_id = {relay.channel_id: relay for relay in relays}
         for channel_id, payload in self._sent:  # a restarted instance: everything its predecessor got
