@@ -21,6 +21,7 @@ learner's batch as uint8 and each block gets its own encoder.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from typing import Any, Sequence
 
@@ -46,7 +47,7 @@ class BridgeAgents(AgentEnv):
     def __init__(self, command: str | Sequence[str] | None, behaviour: str | None = None, timeout_s: float = 60.0,
                  args: Sequence[str] = (), spin_us: float = 500.0, parameters: dict[str, float] | None = None,
                  engine: dict[str, Any] | None = None, instances: int = 1, max_restarts: int = 3,
-                 attach: bool = False, stop: Any = None):
+                 attach: bool = False, stop: threading.Event | None = None):
         self.parameters, self.engine = EnvironmentParametersChannel(), EngineConfigurationChannel()
         for key, value in (parameters or {}).items():
             self.parameters.set_float_parameter(str(key), float(value))
@@ -150,7 +151,7 @@ def rows(space: gym.Space, arrays: list[np.ndarray]) -> np.ndarray:
     return np.concatenate([a.reshape(n, int(np.prod(a.shape[1:]))).astype(np.float32) for a in arrays], axis=1)  # vectors, side by side
 
 
-def make_bridge_envs(config: Any, evaluation: bool = True, stop: Any = None) -> tuple[AgentEnv, AgentEnv | None]:
+def make_bridge_envs(config: Any, evaluation: bool = True, stop: threading.Event | None = None) -> tuple[AgentEnv, AgentEnv | None]:
     """The training simulator (``config.workers`` instances of it) and, for evaluation, one more
     instance (same command and options). With ``bridge:attach``, the one attached simulator serves
     both (``relayrl/bridge/attach.py``); ``stop`` (Ctrl-C) ends a wait for it."""
