@@ -7,8 +7,8 @@ through shared memory (specification: docs/bridge-protocol.md).
 """
 
 from relayrl.bridge.env import BridgeEnv, DecisionSteps, TerminalSteps
-from relayrl.bridge.instances import BridgeInstances
 from relayrl.bridge.errors import BridgeClosed, BridgeError, BridgeTimeout, PeerDied, VersionMismatch
+from relayrl.bridge.instances import BridgeInstances
 from relayrl.bridge.layout import BehaviourSpec, ObsSpec
 from relayrl.bridge.sidechannel import EngineConfigurationChannel, EnvironmentParametersChannel, SideChannel
 from relayrl.bridge.world import World
