@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from dataclasses import replace
 from typing import Iterable, Sequence
 
@@ -97,7 +98,7 @@ class BridgeInstances:
         self.max_restarts = max_restarts
         self.restarts = self.attaches = 0
         self._channels = list(side_channels)
-        self._sent: list[tuple[int, bytes]] = []  # every side-channel message so far, for a restarted instance
+        self._sent: list[tuple[uuid.UUID, bytes]] = []  # every side-channel message so far, for a restarted instance
         self._relays: list[list[_Relay]] = []
         self.instances: list[BridgeEnv] = []
         self._specs: dict[str, L.BehaviourSpec] = {}
@@ -228,8 +229,8 @@ class BridgeInstances:
             log.warning("bridge: %s; restarting it (restart %d of at most %d, env.max_restarts); its %d agents' "
                         "episodes end as interrupted", self._named(exc, k), self.restarts, self.max_restarts, agents)
         self._turns[k], self._live[k] = {}, {}
-        self.instances[k] = self._launch(k, handshake=True)
         try:
+            self.instances[k] = self._launch(k, handshake=True)
             self.instances[k].reset()  # the settings sent so far, and fresh episodes
         except BridgeError as error:
             raise self._named(error, k) from None
