@@ -17,13 +17,15 @@ PROMPT = "waiting for a simulator to attach to "
 
 
 class Trainer:
-    """`relayrl train ... --env bridge:attach` at a terminal; a thread collects its stderr lines."""
+    """`relayrl train ... --env bridge:attach` at a terminal (or another relayrl command, ``command``); a
+    thread collects its stderr lines."""
 
-    def __init__(self, tmp_path, *args: str):
+    def __init__(self, tmp_path, *args: str, command: tuple[str, ...] = ()):
         env = dict(os.environ, RELAYRL_BRIDGE_DIR=str(tmp_path / "bridge"))
-        self.proc = subprocess.Popen([sys.executable, "-m", "relayrl", "train", "ppo", "--env", "bridge:attach",
-                                      "--run-dir", str(tmp_path / "run"), "--quiet", "--no-tensorboard", *args],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+        command = command or ("train", "ppo", "--env", "bridge:attach", "--run-dir", str(tmp_path / "run"), "--quiet",
+                              "--no-tensorboard")
+        self.proc = subprocess.Popen([sys.executable, "-m", "relayrl", *command, *args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                                      start_new_session=True)
         self.lines: queue.Queue[str] = queue.Queue()
         self.seen: list[str] = []
@@ -89,6 +91,20 @@ def test_training_attaches_to_an_editor_and_survives_play_pressed_again(tmp_path
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [m["env/bridge_attaches"] for m in metrics if "env/bridge_attaches" in m][-1] == 1
     assert not list((tmp_path / "bridge").iterdir()), "the channel's files are removed"
+
+    # relayrl eval of the run waits for an attach the same way
+    evaluation = Trainer(tmp_path, command=("eval", str(tmp_path / "run"), "--episodes", "3"))
+    try:
+        sims.append(simulator(evaluation.wait_for_prompt()))
+        code = evaluation.wait(120)
+        out = evaluation.proc.stdout.read()
+    finally:
+        for proc in [evaluation.proc, *sims]:
+            if proc.poll() is None:
+                proc.kill()
+    assert code == 0, evaluation.output()[-3000:]
+    assert out.startswith("bridge:attach: return ") and "over 3 episodes" in out, out
+    assert sims[2].wait(timeout=30) == 0
 
 
 def test_ctrl_c_while_waiting_exits_130_and_removes_the_channel(tmp_path):
