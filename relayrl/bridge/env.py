@@ -124,8 +124,8 @@ class BridgeEnv:
             if self.proc is not None:
                 raise
             raise BridgeTimeout(f"no simulator attached to {self.memory_path} within {self.channel.timeout_s:g} s "
-                                "(timeout_s): start the simulator with --memory-path "
-                                f"{self.memory_path} (or raise timeout_s)") from None
+                                "(timeout_s; or one attached but never finished its handshake): start the "
+                                f"simulator with --memory-path {self.memory_path}, or raise timeout_s") from None
         except BaseException:
             self.close()
             raise
