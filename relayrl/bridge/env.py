@@ -315,6 +315,8 @@ class BridgeEnv:
                 except ProcessLookupError:
                     pass
                 self.proc.wait()
+            if channel is not None:  # a body generation it created after our close (it held the turn: growing at
+                channel.unlink()     # its handshake, e.g. when another instance failed to start)
         if self._log is not None:
             self._log.close()
             self._log = None
