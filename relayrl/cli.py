@@ -39,7 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog=EPILOG)
     p.add_argument("algo", metavar="ALGO", nargs="?",
                    help=f"algorithm: one of {algos} (with --resume: optional, the run records it)")
-    p.add_argument("--env", help="Gymnasium env id, e.g. CartPole-v1 (default: the config's env.id)")
+    p.add_argument("--env", help="Gymnasium env id, e.g. CartPole-v1 (default: the config's env.id); "
+                   "\"bridge:COMMAND\" launches a simulator, bridge:attach waits for one started by hand "
+                   "(docs/bridge.md)")
     p.add_argument("--config", type=Path, help="YAML file of options (see `relayrl config ALGO`)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override one option, e.g. --set ppo.epochs=4 (repeatable)")
@@ -54,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="start from another run's policy weights and normaliser")
     p.add_argument("--backend", choices=["auto", "inline", "mp", "ray"],
                    help="where rollout workers run (default auto: inline for one worker, mp for more)")
-    p.add_argument("--workers", type=int, help="rollout workers, each with env.num_envs envs")
+    p.add_argument("--workers", type=int, help="rollout workers, each with env.num_envs envs (bridge: "
+                   "simulator instances)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"],
                    help="where the learner's networks and batches live (default auto: CUDA when there is one); "
                         "rollout workers and evaluation act on the CPU")

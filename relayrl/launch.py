@@ -32,12 +32,12 @@ def run(config: RunConfig, **options: Any) -> dict[str, Any]:
     if config.env.id.startswith("bridge:"):  # an external simulator through shared memory
         from relayrl.bridge.agent_env import make_bridge_envs
 
-        if config.net.server is not None or config.workers != 1 or config.backend not in ("auto", "inline"):
-            raise ConfigError("a bridge simulator trains in this process: drop --server/--workers/--backend "
-                              "(one simulator process holds all its agents)")
+        if config.net.server is not None or config.backend not in ("auto", "inline"):
+            raise ConfigError("a bridge simulator trains in this process: drop --server/--backend (--workers N "
+                              "launches N simulator instances, each on its own channel)")
         from relayrl.training.behaviours import behaviour_config, check_behaviour_names, run_behaviours
 
-        train, evaluation = make_bridge_envs(config)
+        train, evaluation = make_bridge_envs(config, stop=options.get("stop_event"))
         if len(train.behaviours) > 1:  # every behaviour trains, each with a Trainer of its own
             return run_behaviours(config, train, evaluation, **options)
         name = next(iter(train.behaviours))

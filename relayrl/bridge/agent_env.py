@@ -24,13 +24,14 @@ learner's batch as uint8 and each block gets its own encoder.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from typing import Any, Mapping, Sequence
 
 import gymnasium as gym
 import numpy as np
 
-from relayrl.bridge.env import BridgeEnv
+from relayrl.bridge.instances import BridgeInstances
 from relayrl.bridge.layout import BehaviourSpec, ObsSpec
 from relayrl.bridge.sidechannel import EngineConfigurationChannel, EnvironmentParametersChannel, StatsChannel
 from relayrl.errors import ConfigError, EnvError
@@ -40,6 +41,7 @@ from relayrl.envs.masks import check_mask
 from relayrl.envs.packed import PackedDict
 
 PREFIX = "bridge:"
+ATTACH = "attach"  # --env bridge:attach: wait for a simulator started by hand (an editor) at the editor path
 KWARGS = {"behaviour", "timeout_s", "args", "spin_us", "parameters", "engine"}
 
 
@@ -47,9 +49,11 @@ class BridgeBehaviours(BehaviourEnv):
     """The behaviours of a launched simulator, stepped together: ``behaviours`` (names) picks some, None
     takes every one it registers; ``reset(seed) -> {name: AgentTurn}``, ``step({name: actions})``."""
 
-    def __init__(self, command: str | Sequence[str], behaviours: Sequence[str] | None = None, timeout_s: float = 60.0,
+    def __init__(self, command: str | Sequence[str] | None, behaviours: Sequence[str] | None = None,
+                 timeout_s: float = 60.0,
                  args: Sequence[str] = (), spin_us: float = 500.0, parameters: dict[str, float] | None = None,
-                 engine: dict[str, Any] | None = None):
+                 engine: dict[str, Any] | None = None, instances: int = 1, max_restarts: int = 3,
+                 attach: bool = False, stop: threading.Event | None = None):
         self.parameters, self.engine = EnvironmentParametersChannel(), EngineConfigurationChannel()
         self.sim_stats = StatsChannel()
         for key, value in (parameters or {}).items():
@@ -59,8 +63,10 @@ class BridgeBehaviours(BehaviourEnv):
         except TypeError as exc:
             raise ConfigError(f"env.kwargs.engine: {exc}; use time_scale, width, height, quality_level, "
                               "target_frame_rate, capture_frame_rate") from None
-        self.bridge = BridgeEnv(command, args=[str(a) for a in args], timeout_s=timeout_s, spin_us=spin_us,
-                                side_channels=[self.parameters, self.engine, self.sim_stats])
+        self.bridge = BridgeInstances(None if attach else command, instances, attach=attach,
+                                      args=[str(a) for a in args], timeout_s=timeout_s, spin_us=spin_us,
+                                      side_channels=[self.parameters, self.engine, self.sim_stats],
+                                      max_restarts=max_restarts, stop=stop)
         try:
             names = list(self.bridge.behaviours)
             missing = [name for name in behaviours or () if name not in names]
@@ -79,7 +85,7 @@ class BridgeBehaviours(BehaviourEnv):
 
     @property
     def stats(self) -> dict[str, int]:
-        return {"bridge_turns": self.turns}
+        return {"bridge_turns": self.turns, **self.bridge.stats}
 
     def simulator_stats(self) -> dict[str, float]:
         return self.sim_stats.drain()
@@ -142,7 +148,7 @@ def action_space(name: str, spec: BehaviourSpec) -> gym.Space:
     raise EnvError(f"behaviour {name!r} has no actions (0 continuous, no branches): give it some")
 
 
-def send_actions(bridge: BridgeEnv, name: str, space: gym.Space, actions: np.ndarray) -> None:
+def send_actions(bridge: BridgeInstances, name: str, space: gym.Space, actions: np.ndarray) -> None:
     """A behaviour's policy actions (one row per deciding agent) into the bridge's blocks."""
     hybrid = hybrid_layout(space)
     if hybrid is not None:  # one [C + B] row per agent: the values, then the branch indices
@@ -183,9 +189,12 @@ def rows(space: gym.Space, arrays: list[np.ndarray]) -> np.ndarray:
     return np.concatenate([a.reshape(n, int(np.prod(a.shape[1:]))).astype(np.float32) for a in arrays], axis=1)  # vectors, side by side
 
 
-def make_bridge_envs(config: Any, evaluation: bool = True) -> tuple[BridgeBehaviours, BridgeBehaviours | None]:
-    """The training simulator and, for evaluation, a second one (same command and options): every behaviour,
-    or the one ``env.kwargs.behaviour`` names."""
+def make_bridge_envs(config: Any, evaluation: bool = True,
+                     stop: threading.Event | None = None) -> tuple[BehaviourEnv, BehaviourEnv | None]:
+    """The training simulator (``config.workers`` instances of it) and, for evaluation, one more
+    instance (same command and options): every behaviour, or the one ``env.kwargs.behaviour`` names. With
+    ``bridge:attach``, the one attached simulator serves both (``relayrl/bridge/attach.py``); ``stop``
+    (Ctrl-C) ends a wait for it."""
     command = config.env.id[len(PREFIX):].strip()
     if not command:
         raise ConfigError("--env bridge:COMMAND needs the simulator's command, e.g. --env \"bridge:./my_sim --fast\"")
@@ -195,9 +204,16 @@ def make_bridge_envs(config: Any, evaluation: bool = True) -> tuple[BridgeBehavi
         raise ConfigError(f"env.kwargs {sorted(unknown)} do not apply to a bridge simulator; use {sorted(KWARGS)}")
     behaviour = options.pop("behaviour", None)
     options["behaviours"] = None if behaviour is None else [behaviour]
-    train = BridgeBehaviours(command, **options)
+    if command == ATTACH:
+        from relayrl.bridge.attach import SharedSimulator
+
+        if config.workers != 1:
+            raise ConfigError("--env bridge:attach trains on the one simulator that attaches: drop --workers")
+        shared = SharedSimulator(BridgeBehaviours(None, attach=True, stop=stop, **options))
+        return shared.training, shared.evaluation if evaluation else None
+    train = BridgeBehaviours(command, instances=config.workers, max_restarts=config.env.max_restarts, **options)
     try:
-        return train, BridgeBehaviours(command, **options) if evaluation else None
+        return train, BridgeBehaviours(command, **options) if evaluation else None  # one instance evaluates
     except BaseException:
         train.close()
         raise
@@ -218,7 +234,9 @@ def evaluate_bridge_checkpoint(ckpt: Any, config: Any, episodes: int, seed: int,
     options = {k: v for k, v in config.env.kwargs.items() if k in KWARGS}
     behaviour = options.pop("behaviour", None)
     chosen = None if behaviour is None else [behaviour, *partners]
-    env = BridgeBehaviours(config.env.id[len(PREFIX):].strip(), chosen, **options)
+    command = config.env.id[len(PREFIX):].strip()
+    env = BridgeBehaviours(None, chosen, attach=True, **options) if command == ATTACH else \
+        BridgeBehaviours(command, chosen, **options)
     try:
         if behaviour is None and len(env.behaviours) != 1:
             raise CheckpointError(f"the simulator now has behaviours {list(env.behaviours)}; the run trained one "

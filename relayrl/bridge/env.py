@@ -20,6 +20,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -28,7 +29,8 @@ import numpy as np
 
 from relayrl.bridge import layout as L
 from relayrl.bridge.channel import BridgeError, Channel
-from relayrl.bridge.errors import SimulatorNotStarted
+from relayrl.bridge.errors import BridgeTimeout, PeerDied, SimulatorNotStarted
+from relayrl.bridge.files import pid_alive
 from relayrl.bridge.sidechannel import SideChannel, SideChannels
 
 CLOSE_GRACE_S = 5.0
@@ -72,12 +74,16 @@ class BridgeEnv:
     """A channel to one simulator: launch its executable (a list or a shell-like string; the memory
     path is appended as ``--memory-path PATH``) or, with ``attach=True``, wait for a running one at
     the fixed editor path. ``side_channels`` are SideChannel objects (engine configuration,
-    environment parameters, your own)."""
+    environment parameters, your own). ``handshake=False`` returns as soon as the simulator is
+    launched: call ``handshake()`` before anything else (``BridgeInstances`` starts several at once).
+    ``stop``: an event (``relayrl train``'s Ctrl-C) that ends the wait for an attaching simulator with
+    ``KeyboardInterrupt`` (looked at every poll slice, 0.1 s)."""
 
     def __init__(self, executable: str | Sequence[str] | None = None, *, args: Sequence[str] = (),
                  attach: bool = False, timeout_s: float = 60.0, spin_us: float = 500.0,
                  side_channels: Iterable[SideChannel] = (), directory: str | os.PathLike | None = None,
-                 log_path: str | os.PathLike | None = None):
+                 log_path: str | os.PathLike | None = None, handshake: bool = True,
+                 stop: threading.Event | None = None):
         if (executable is None) == (not attach):
             raise BridgeError("give the simulator executable to launch, or attach=True to wait for a running one")
         self.side_channels = SideChannels(side_channels)
@@ -100,9 +106,26 @@ class BridgeEnv:
                     raise not_started(cmd[0], exc) from None
                 self.channel.peer_alive = lambda: self.proc.poll() is None
             else:
-                print(f"relayrl bridge: waiting for a simulator to attach to {self.channel.header_path}",
-                      file=sys.stderr, flush=True)
-            self._wait()  # the handshake turn: the simulator's version, behaviours and first decisions
+                if stop is not None:
+                    self.channel.peer_alive = self._attaching(stop)
+                print(attach_prompt(self.channel.header_path), file=sys.stderr, flush=True)
+        except BaseException:
+            self.close()
+            raise
+        if handshake:
+            self.handshake()
+
+    def handshake(self) -> None:
+        """Wait for the handshake turn: the simulator's version, behaviours and first decisions."""
+        try:
+            self.receive()
+        except BridgeTimeout:
+            self.close()
+            if self.proc is not None:
+                raise
+            raise BridgeTimeout(f"no simulator attached to {self.memory_path} within {self.channel.timeout_s:g} s "
+                                "(timeout_s; or one attached but never finished its handshake): start the "
+                                f"simulator with --memory-path {self.memory_path}, or raise timeout_s") from None
         except BaseException:
             self.close()
             raise
@@ -179,17 +202,13 @@ class BridgeEnv:
     def step(self) -> None:
         """Send the actions set this turn and wait for the next decisions. A behaviour given no actions
         gets 0.0 for every continuous action and the lowest option its masks allow in every branch."""
-        for name, views in self._views.items():
-            n = self._n[name][0]
-            if name not in self._acted and n:
-                views.continuous[:n] = 0
-                views.discrete[:n] = _lowest_allowed(views, n)
-        self._hand_over()
+        self.send_step()
+        self.receive()
 
     def reset(self) -> None:
         """Ask the simulator to reset every behaviour; fresh decisions, no terminations, follow."""
-        self.channel.set_flag(L.OFF_RESET, 1)
-        self._hand_over()
+        self.send_reset()
+        self.receive()
 
     def query(self) -> None:
         """Exchange side-channel messages without advancing the simulation (the actions stay owed)."""
@@ -197,18 +216,42 @@ class BridgeEnv:
         self._hand_over(keep_actions=True)
 
     def _hand_over(self, keep_actions: bool = False) -> None:
+        self.send(keep_actions)
+        self.receive()
+
+    # A turn's two halves, so that several simulators step at once (``BridgeInstances``): ``send_*``
+    # hands the memory over without waiting, ``receive`` waits for the simulator's answer and reads it.
+    def send_step(self) -> None:
+        """``step()`` without the wait: ``receive()`` next."""
+        for name, views in self._views.items():
+            n = self._n[name][0]
+            if name not in self._acted and n:
+                views.continuous[:n] = 0
+                views.discrete[:n] = _lowest_allowed(views, n)
+        self.send()
+
+    def send_reset(self) -> None:
+        """``reset()`` without the wait: ``receive()`` next."""
+        self.channel.set_flag(L.OFF_RESET, 1)
+        self.send()
+
+    def send(self, keep_actions: bool = False) -> None:
         if self.channel.closed:
             raise BridgeError("the bridge is closed: create a new BridgeEnv")
         self.channel.write_side(self.side_channels.outgoing())
         if not keep_actions:
             self._acted.clear()
         self.channel.hand_over()
-        self._wait()
 
-    def _wait(self) -> None:
+    def receive(self) -> None:
+        """Wait for the simulator's turn and read it. A launched simulator that died is reported with
+        its exit code or signal."""
         channel = self.channel
-        channel.wait_turn()
-        channel.finish_handshake()
+        try:
+            channel.wait_turn()
+            channel.finish_handshake()
+        except PeerDied as exc:
+            raise self._died(exc) from None
         try:
             channel.sync_body()
             if channel.generation != self._generation:  # a new body, ours or the simulator's: views moved
@@ -224,6 +267,27 @@ class BridgeEnv:
                 self._n[name] = (n, m)
         except L.LayoutError as exc:
             raise channel._fail(str(exc)) from None
+
+    def _attaching(self, stop: threading.Event):
+        """The liveness check of an attach (the channel calls it every poll slice): a stop request ends
+        the wait for the simulator; once attached, the simulator's pid says whether it is alive."""
+        channel = self.channel
+
+        def alive() -> bool:
+            if stop.is_set() and not channel.handshaken:
+                raise KeyboardInterrupt
+            return pid_alive(channel.peer_pid)
+        return alive
+
+    def _died(self, exc: PeerDied) -> PeerDied:
+        """The channel's PeerDied with the launched simulator's exit code or signal (checklist A15)."""
+        if self.proc is None:
+            return exc
+        try:
+            code = self.proc.wait(timeout=CLOSE_GRACE_S)  # its end of the channel closed: it is exiting
+        except subprocess.TimeoutExpired:
+            return exc
+        return PeerDied(f"the simulator died (pid {self.proc.pid}): it {describe_exit(code)}; see its output")
 
     def _parse(self) -> None:
         body, self._generation = self.channel.body, self.channel.generation
@@ -251,6 +315,8 @@ class BridgeEnv:
                 except ProcessLookupError:
                     pass
                 self.proc.wait()
+            if channel is not None:  # a body generation it created after our close (it held the turn: growing at
+                channel.unlink()     # its handshake, e.g. when another instance failed to start)
         if self._log is not None:
             self._log.close()
             self._log = None
@@ -283,6 +349,23 @@ def not_started(command: str, exc: OSError) -> SimulatorNotStarted:
     else:
         what, fix = f"could not be started{where}: {exc.strerror or exc}", "check the command"
     return SimulatorNotStarted(f"the simulator command {command!r} {what}: {fix}")
+
+
+def describe_exit(code: int) -> str:
+    """A process's return code in words: "exited with code 3", "was killed by signal 9 (SIGKILL)"."""
+    if code >= 0:
+        return f"exited with code {code}"
+    try:
+        name = f" ({signal.Signals(-code).name})"
+    except ValueError:
+        name = ""
+    return f"was killed by signal {-code}{name}"
+
+
+def attach_prompt(path: Path) -> str:
+    """Where an attaching trainer waits, and how to start the example simulator against it."""
+    return (f"relayrl bridge: waiting for a simulator to attach to {path}; start yours with --memory-path {path}, "
+            f"e.g. python -m relayrl.bridge.examples.ball3d --memory-path {path}")
 
 
 def _lowest_allowed(views: L.SectionViews, n: int) -> np.ndarray:

@@ -11,12 +11,17 @@ axis. Reward 0.1 per step on the platform; leaving it (|x| or |z| > 1) ends the 
 0.5 of the centre, rolling at up to 0.3 m/s. All agents decide every turn; a platform whose episode
 ended starts the next one in the same turn. A perfect episode scores 50. Every turn it sends the
 balls that fell as the stat "balls_dropped" (summed: ``sim/balls_dropped`` in the run's metrics).
+
+Options for tests and benchmarks: ``--step-ms MS`` makes every step cost MS milliseconds of CPU (a
+busy wait, like a heavier physics step; benchmarks/bridge_instances.py), ``--close-after TURNS``
+closes the channel normally after that many turns and exits 0, as an editor leaving play mode does.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 import numpy as np
 
@@ -59,15 +64,22 @@ def behaviour(agents: int) -> dict:
     return dict(name=NAME, max_agents=agents, observations=[(6,)], continuous=2)
 
 
-def run(world: World, agents: int, seed: int) -> int:
+def run(world: World, agents: int, seed: int, step_ms: float = 0.0, close_after: int = 0) -> int:
     platforms = Platforms(agents, seed)
     ids = np.arange(agents, dtype=np.int64)
     reward = np.zeros(agents, np.float32)
+    turns = 0
     while True:
         world.set_decisions(NAME, ids, [platforms.observe()], reward)
+        if close_after and turns >= close_after:
+            world.close()  # the editor left play mode
+            return 0
         status = world.step()
+        turns += 1
         if status == CLOSED:
             return 0
+        if step_ms > 0:
+            busy_wait(step_ms / 1000)
         if status == RESET:
             platforms.restart(np.ones(agents, bool))
             reward[:] = 0
@@ -82,16 +94,25 @@ def run(world: World, agents: int, seed: int) -> int:
             reward = np.where(ended, 0.0, reward).astype(np.float32)
 
 
+def busy_wait(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="3DBall-like balancing simulator for the relayrl bridge")
     parser.add_argument("--memory-path", required=True)
     parser.add_argument("--agents", type=int, default=12)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--bridge-timeout", type=float, default=60.0)
+    parser.add_argument("--step-ms", type=float, default=0.0, help="CPU time each step costs (a busy wait)")
+    parser.add_argument("--close-after", type=int, default=0, metavar="TURNS",
+                        help="close the channel normally after TURNS turns (an editor leaving play mode)")
     args = parser.parse_args(argv)
     try:
         with World(args.memory_path, behaviours=[behaviour(args.agents)], timeout_s=args.bridge_timeout) as world:
-            return run(world, args.agents, args.seed)
+            return run(world, args.agents, args.seed, args.step_ms, args.close_after)
     except BridgeError as exc:
         print(f"ball3d: {exc}", file=sys.stderr)
         return exc.exit_code or 4

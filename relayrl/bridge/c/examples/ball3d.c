@@ -2,7 +2,7 @@
  * ball3d.c - a 3DBall-like multi-agent balancing simulator on the relayrl bridge (same dynamics
  * as relayrl/bridge/examples/ball3d.py).
  *
- *   ball3d --memory-path PATH [--agents 12] [--bridge-timeout S] [--seed N]
+ *   ball3d --memory-path PATH [--agents 12] [--bridge-timeout S] [--seed N] [--step-ms MS]
  *
  * Behaviour "ball3d": N = agents (ids 0..N-1), one observation float32 (6,) =
  * [tilt_x, tilt_z, x, z, vx, vz], C = 2 continuous actions, no discrete branches.
@@ -16,14 +16,20 @@
  * decision in the same turn. All agents decide every turn. A reset restarts every platform.
  * Every turn it sends the balls that fell as the stat "balls_dropped" (RRB_STAT_SUM: the trainer
  * logs sim/balls_dropped, the drops between two metrics rows).
+ * --step-ms MS: every step costs MS milliseconds of CPU (a busy wait, like a heavier physics step;
+ * benchmarks/bridge_instances.py).
  *
  * Exit codes: 0 trainer closed normally; 2 protocol version mismatch; 3 trainer died or timed
  * out; 4 any other error.
  */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L /* clock_gettime under -std=c11 */
+#endif
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../relayrl_bridge.h"
 
@@ -90,6 +96,12 @@ static int on_message(rrb_world *w, const uint8_t id[16], const uint8_t *payload
     return memcmp(id, ENGINE_CONFIG_ID, 16) == 0 || memcmp(id, ENV_PARAMS_ID, 16) == 0;
 }
 
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 int main(int argc, char **argv) {
     const char *path = rrb_memory_path_from_args(argc, argv);
     if (!path) {
@@ -99,6 +111,7 @@ int main(int argc, char **argv) {
     double timeout = rrb_double_from_args(argc, argv, "--bridge-timeout", 60.0);
     double agents_d = rrb_double_from_args(argc, argv, "--agents", 12.0);
     double seed_d = rrb_double_from_args(argc, argv, "--seed", 0.0);
+    double step_s = rrb_double_from_args(argc, argv, "--step-ms", 0.0) / 1000.0;
     if (!(agents_d >= 1 && agents_d <= 1 << 20) || agents_d != floor(agents_d)) {
         fprintf(stderr, "ball3d: --agents must be a positive integer\n");
         return 4;
@@ -149,6 +162,11 @@ int main(int argc, char **argv) {
             fprintf(stderr, "ball3d: %u actions for %d agents\n", (unsigned)rrb_decision_count(w, b), n);
             code = 4;
             break;
+        }
+        if (step_s > 0) {
+            double end = now_s() + step_s;
+            while (now_s() < end) {
+            }
         }
         const float *act = rrb_continuous_actions(w, b);
         for (int i = 0; i < n; i++) {
