@@ -88,7 +88,7 @@ def test_the_settings_go_with_the_first_reset_in_a_fixed_order_and_are_applied_b
         env.reset()  # a second reset: the settings are not sent again
     finally:
         env.close()
-    assert env.bridge.returncode == 0
+    assert env.bridge.instances[0].returncode == 0
     seen = [part.strip() for part in capfd.readouterr().out.split("|") if part.strip()]
     assert seen == ["param zeta", "param alpha", "engine screen_resolution", "engine time_scale",
                     "engine target_frame_rate", "reset", "reset"]
