@@ -324,6 +324,11 @@ class SampleSource(ABC):
     def pop_episodes(self) -> tuple[list[float], list[int]]:
         """Returns and lengths of the episodes finished since the last call."""
 
+    def collect_time_elsewhere(self) -> float:
+        """Seconds the last ``pull``'s experience took to collect outside ``pull`` (a source whose env is stepped
+        by a driver of several, training/behaviours.py); 0 for a source that collects inside ``pull``."""
+        return 0.0
+
     def stats(self) -> dict[str, float]:
         """Metrics to log with every iteration (e.g. ``workers/lag_mean``, ``net/refused``)."""
         return {}

@@ -259,8 +259,8 @@ def _describe(policy: Policy, graph: PolicyGraph, fmt: str, path: Path, inputs: 
 
 
 def _action_space_data(space: gym.Space) -> dict[str, Any]:
-    """The action space as data (net/spaces.py); a hybrid action's Tuple as {"type": "Tuple", "spaces": [...]}."""
-    from relayrl.net.spaces import space_to_data
+    """The action space as data (envs/space_data.py); a hybrid action's Tuple as {"type": "Tuple", "spaces": [...]}."""
+    from relayrl.envs.space_data import space_to_data
 
     if isinstance(space, gym.spaces.Tuple):
         return {"type": "Tuple", "spaces": [space_to_data(part) for part in space.spaces]}

@@ -22,6 +22,7 @@ its algorithm's settings, total_steps, stop_value, save_freq, eval.
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Generator
@@ -65,7 +66,8 @@ class Member:
         self.turns: Turns | None = None
         self.action: np.ndarray | None = None
         self.turn: AgentTurn | None = None  # the behaviour's latest turn
-        self.results: deque[tuple[Batch, int]] = deque()
+        self.results: deque[tuple[Batch, int, float]] = deque()  # (work, env steps, seconds of env steps it took)
+        self.stepping_s = 0.0  # env time since the current generator started
         self.retired = False  # its Trainer has stopped: the agents act, nothing is recorded
 
     def next_action(self) -> np.ndarray:
@@ -84,8 +86,9 @@ class Member:
             self.action = self.turns.send(turn)
         except StopIteration as done:
             self.turns = None
-            result = done.value
-            self.results.append((result, result["reward"].size) if self.on_policy else result)
+            work, steps = (done.value, done.value["reward"].size) if self.on_policy else done.value
+            self.results.append((work, steps, self.stepping_s))
+            self.stepping_s = 0.0
 
 
 class Lockstep:
@@ -112,19 +115,28 @@ class Lockstep:
     def ready(self, name: str) -> bool:
         return bool(self.members[name].results)
 
-    def pull(self, name: str) -> tuple[Batch, int]:
+    def pull(self, name: str) -> tuple[Batch, int, float]:
+        """Behaviour ``name``'s next finished work, its env steps and the seconds the env took for it."""
         member = self.members[name]
         while not member.results:
             self.step()
         return member.results.popleft()
 
     def step(self) -> None:
+        t0 = time.perf_counter()
         actions = {name: member.next_action() for name, member in self.members.items()}
         turns = self.env.step(actions)
+        took = time.perf_counter() - t0
         for name, member in self.members.items():
+            if member.turns is not None:  # (the time of a turn counts for every rollout it is part of)
+                member.stepping_s += took
             member.answer(turns[name])
 
-    def retire(self, name: str) -> None:
+    def retire(self, name: str, policy: Policy | None = None) -> None:
+        """Stop recording behaviour ``name``; its agents go on acting with its policy (``policy``: of a behaviour
+        that never joined, a resumed run's behaviour with nothing left to train)."""
+        if name not in self.members:
+            self.members[name] = Member(lambda turn: None, lambda: None, policy, on_policy=True)
         member = self.members[name]
         member.retired, member.turns = True, None
         member.results.clear()
@@ -135,12 +147,17 @@ class BehaviourSource(SampleSource):
 
     def __init__(self, lockstep: Lockstep, name: str, collector: AgentRolloutCollector | AgentTransitionCollector):
         self.lockstep, self.name, self.collector = lockstep, name, collector
+        self.stepping_s = 0.0
 
     def reset(self, seed: int | None) -> None:
         self.lockstep.reset(seed)
 
     def pull(self) -> tuple[Batch, int]:
-        return self.lockstep.pull(self.name)
+        work, steps, self.stepping_s = self.lockstep.pull(self.name)
+        return work, steps
+
+    def collect_time_elsewhere(self) -> float:
+        return self.stepping_s
 
     def pop_episodes(self) -> tuple[list[float], list[int]]:
         return self.collector.pop_episodes()
@@ -271,6 +288,8 @@ def run_behaviours(config: RunConfig, env: BehaviourEnv, eval_env: BehaviourEnv,
             trainers[name] = Trainer(configs[name], BehaviourExperience(lockstep, eval_env, name, policies),
                                      run_dir=run_dir / BEHAVIOURS_DIR / name, resume=resume, stop_event=stop_event,
                                      **options)
+            if trainers[name].complete is not None:  # resumed with nothing left to do: it acts, it does not learn
+                lockstep.retire(name, trainers[name].algo.policy)
         lock = RunLock(run_dir).acquire()
         if not resume:
             save_config(config, run_dir / "config.yaml")
@@ -326,7 +345,7 @@ def _take_turns(trainers: dict[str, Trainer], lockstep: Lockstep, stop_event: An
             except Exception:  # (the first error is the one to report)
                 log.exception("closing behaviour %s's run", name)
         raise
-    return summaries
+    return {name: summaries[name] for name in trainers}  # (in the env's order)
 
 
 def joint_summary(config: RunConfig, summaries: dict[str, dict[str, Any]]) -> dict[str, Any]:

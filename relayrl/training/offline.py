@@ -46,6 +46,9 @@ class OfflineRounds(Rounds[UpdatesDue]):
         due = max(0, min(self.cfg.updates_per_round, self.total_steps - env_steps))
         return UpdatesDue(due), due
 
+    def collect_time_elsewhere(self) -> float:
+        return 0.0  # (no collection)
+
     def pop_episodes(self) -> tuple[list[float], list[int]]:
         return [], []
 

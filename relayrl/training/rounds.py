@@ -60,6 +60,10 @@ class Rounds(ABC, Generic[W]):
     def pop_episodes(self) -> tuple[list[float], list[int]]:
         return self.samples.pop_episodes()
 
+    def collect_time_elsewhere(self) -> float:
+        """Seconds the last ``gather``'s experience took to collect outside it (``SampleSource.collect_time_elsewhere``)."""
+        return self.samples.collect_time_elsewhere()
+
     def stats(self) -> dict[str, float]:
         return self.samples.stats()
 

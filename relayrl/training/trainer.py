@@ -361,7 +361,7 @@ class Trainer:
         t0 = time.perf_counter()
         work, steps = self.rounds.gather(ctx.env_steps, ctx.updates)
         ctx.env_steps += steps
-        self.timing.update(collect_s=time.perf_counter() - t0, steps=steps)
+        self.timing.update(collect_s=time.perf_counter() - t0 + self.rounds.collect_time_elsewhere(), steps=steps)
         return work
 
     def learn(self, work: Work) -> None:
