@@ -250,21 +250,12 @@ def _describe(policy: Policy, graph: PolicyGraph, fmt: str, path: Path, inputs: 
         described_outputs.append({"name": "next_state", **state})
     return {"format": fmt, "file": path.name, "relayrl_version": __version__, **info,
             "inputs": described_inputs, "outputs": described_outputs,
-            "observation_space": space_to_data(obs_space), "action_space": _action_space_data(policy.action_space),
+            "observation_space": space_to_data(obs_space), "action_space": space_to_data(policy.action_space),
             "recurrent": bool(policy.recurrent), "deterministic": True,
             **({"packed_fields": [{"key": f.name, "offset": f.offset, "nbytes": f.nbytes, "shape": list(f.shape),
                                    "dtype": f.dtype.name} for f in obs_space.fields]}
                if isinstance(obs_space, PackedDict) else {}),
             "includes": _includes(policy, graph)}
-
-
-def _action_space_data(space: gym.Space) -> dict[str, Any]:
-    """The action space as data (envs/space_data.py); a hybrid action's Tuple as {"type": "Tuple", "spaces": [...]}."""
-    from relayrl.envs.space_data import space_to_data
-
-    if isinstance(space, gym.spaces.Tuple):
-        return {"type": "Tuple", "spaces": [space_to_data(part) for part in space.spaces]}
-    return space_to_data(space)
 
 
 def _includes(policy: Policy, graph: PolicyGraph) -> list[str]:

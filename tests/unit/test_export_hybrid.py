@@ -55,6 +55,6 @@ def test_the_exported_hybrid_policy_gives_predict_s_two_parts(tmp_path, case, fm
     assert names == ["continuous_action", "discrete_action", *(["next_state"] if policy.recurrent else [])]
     assert sidecar["outputs"][:2] == [{"name": "continuous_action", "dtype": "float32", "shape": ["batch", 2]},
                                       {"name": "discrete_action", "dtype": "int64", "shape": ["batch", 2]}]
-    assert sidecar["action_space"]["type"] == "Tuple"
+    assert sidecar["action_space"]["type"] == "Hybrid"  # (envs/space_data.py)
     assert [s["type"] for s in sidecar["action_space"]["spaces"]] == ["Box", "MultiDiscrete"]
     assert hybrid_layout(policy.action_space).width == 4
