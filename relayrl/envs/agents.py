@@ -53,20 +53,8 @@ class AgentTurn:
     action_mask: np.ndarray | None = None  # [n, width] bool, True = allowed (None: the env gives no masks)
 
 
-class AgentEnv(ABC):
-    """Agents as rows. ``num_envs`` is the most agents it can have at once."""
-
-    single_observation_space: gym.Space
-    single_action_space: gym.Space
-    num_envs: int
-
-    @abstractmethod
-    def reset(self, seed: int | None = None) -> AgentTurn:
-        """Start new episodes for every agent; the first decisions."""
-
-    @abstractmethod
-    def step(self, actions: np.ndarray) -> AgentTurn:
-        """Actions for the ids of the previous turn, in its order; the next turn."""
+class Reports:
+    """What both kinds of agent env report besides turns, and their release."""
 
     @property
     def stats(self) -> dict[str, Any]:
@@ -81,6 +69,22 @@ class AgentEnv(ABC):
         """Release what the env holds (processes, shared memory)."""
 
 
+class AgentEnv(Reports, ABC):
+    """Agents as rows. ``num_envs`` is the most agents it can have at once."""
+
+    single_observation_space: gym.Space
+    single_action_space: gym.Space
+    num_envs: int
+
+    @abstractmethod
+    def reset(self, seed: int | None = None) -> AgentTurn:
+        """Start new episodes for every agent; the first decisions."""
+
+    @abstractmethod
+    def step(self, actions: np.ndarray) -> AgentTurn:
+        """Actions for the ids of the previous turn, in its order; the next turn."""
+
+
 @dataclass(frozen=True)
 class Behaviour:
     """One behaviour's spaces and the most agents it can have at once."""
@@ -90,7 +94,7 @@ class Behaviour:
     num_envs: int
 
 
-class BehaviourEnv(ABC):
+class BehaviourEnv(Reports, ABC):
     """Several behaviours stepped together (module docstring). ``behaviours`` is fixed after construction."""
 
     behaviours: dict[str, Behaviour]
@@ -103,18 +107,6 @@ class BehaviourEnv(ABC):
     def step(self, actions: Mapping[str, np.ndarray]) -> dict[str, AgentTurn]:
         """``actions[name]``: one row per id of that behaviour's previous turn, in its order; a behaviour left
         out gets the env's default answer. The next turn of every behaviour."""
-
-    @property
-    def stats(self) -> dict[str, Any]:
-        """Counters to log with every iteration (``env/<name>``)."""
-        return {}
-
-    def simulator_stats(self) -> dict[str, float]:
-        """What the simulator reported since the last call (``sim/<name>``), as ``AgentEnv.simulator_stats``."""
-        return {}
-
-    def close(self) -> None:
-        """Release what the env holds."""
 
 
 class OneBehaviour(AgentEnv):

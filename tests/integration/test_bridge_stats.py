@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 import shlex
-import struct
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from relayrl.testing.tensorboard import tensorboard_scalars
 
 
 @pytest.mark.parametrize("simulator", ["python", "c"])
@@ -39,20 +38,3 @@ def test_a_short_run_logs_the_simulators_stat_in_every_row(tmp_path, simulator):
     assert sum(dropped) == sum(r.get("train/episodes", 0) for r in train), train
     assert tensorboard_scalars(tmp_path / "run")["sim/balls_dropped"] == [(r["env_steps"], d) for r, d in
                                                                           zip(train, dropped)]
-
-
-def tensorboard_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    """{tag: [(step, value), ...]} from the TFRecord event files of ``run_dir``."""
-    from tensorboardX.proto import event_pb2
-
-    scalars: dict[str, list[tuple[int, float]]] = {}
-    for path in sorted(run_dir.glob("events.out.tfevents.*")):
-        data, i = path.read_bytes(), 0
-        while i < len(data):
-            (length,) = struct.unpack("<Q", data[i:i + 8])
-            event = event_pb2.Event()
-            event.ParseFromString(data[i + 12:i + 12 + length])
-            i += 12 + length + 4
-            for value in event.summary.value:
-                scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
-    return scalars

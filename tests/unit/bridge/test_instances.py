@@ -19,16 +19,10 @@ from relayrl.bridge import BridgeEnv, PeerDied
 from relayrl.bridge.instances import ID_BITS, BridgeInstances
 from relayrl.bridge.sidechannel import EnvironmentParametersChannel, SideChannel
 
+from test_lifecycle import gone  # same folder
+
 ECHO = [sys.executable, "-m", "relayrl.bridge.examples.echo_sim"]
 BALL3D = [sys.executable, "-m", "relayrl.bridge.examples.ball3d", "--agents", "3"]
-
-
-def gone(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return True
-    return state in ("Z", "X")
 
 
 def test_two_instances_join_their_agents_as_rows_with_unique_ids_and_get_their_own_actions(tmp_path):

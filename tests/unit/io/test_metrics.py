@@ -4,29 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-import struct
 
 import numpy as np
 import pytest
 
 from relayrl.io.metrics import MetricsLogger, read_metrics
-
-
-def tensorboard_scalars(run_dir) -> dict[str, list[tuple[int, float]]]:
-    """Parse the TFRecord event files of ``run_dir`` into {tag: [(step, value), ...]}."""
-    from tensorboardX.proto import event_pb2
-
-    scalars: dict[str, list[tuple[int, float]]] = {}
-    for path in sorted(run_dir.glob("events.out.tfevents.*")):
-        data, i = path.read_bytes(), 0
-        while i < len(data):
-            (length,) = struct.unpack("<Q", data[i:i + 8])
-            event = event_pb2.Event()
-            event.ParseFromString(data[i + 12:i + 12 + length])
-            i += 12 + length + 4
-            for value in event.summary.value:
-                scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
-    return scalars
+from relayrl.testing.tensorboard import tensorboard_scalars
 
 
 def test_one_json_object_per_line_with_required_keys(tmp_path):
