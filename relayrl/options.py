@@ -344,7 +344,8 @@ class RunConfig(Section):
     behaviours: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """A simulator with several behaviours trains each with a policy of its own, with the run's algorithm and
     settings; this maps a behaviour's name to what differs for it: its algorithm's section, total_steps,
-    stop_value, save_freq, eval (e.g. {striker: {ppo: {lr: 1e-4}, total_steps: 50000}})."""
+    stop_value, save_freq, eval, or its algorithm (e.g. {striker: {ppo: {actor_lr: 1e-4}, total_steps: 50000},
+    goalie: {algo: sac}})."""
     eval: EvalConfig = Field(default_factory=EvalConfig)
     net: NetConfig = Field(default_factory=NetConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)

@@ -16,7 +16,8 @@ Evaluation runs on the evaluation env with every behaviour acting deterministica
 The simulator's own statistics (``sim/<name>``) are logged with the first behaviour's metrics.
 
 Each behaviour's config is the run's, with ``behaviours.<name>`` deep-merged over it (``behaviour_config``):
-its algorithm's settings, total_steps, stop_value, save_freq, eval.
+its algorithm (``algo``: another one, from its defaults) and its settings, total_steps, stop_value,
+save_freq, eval.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from relayrl.algos import get_algo
 from relayrl.config import format_validation_error, save_config
 from relayrl.core import Policy, SampleSource
 from relayrl.envs.agents import AgentTurn, BehaviourEnv, OneBehaviour
-from relayrl.errors import ConfigError
+from relayrl.errors import ConfigError, EnvError
 from relayrl.io.rundir import BEHAVIOURS_DIR, RunLock, check_fresh_run_dir, new_run_dir, write_summary
 from relayrl.options import RunConfig
 from relayrl.training.agent_collectors import (AgentEvaluator, AgentRolloutCollector, AgentTransitionCollector,
@@ -235,23 +236,32 @@ class BehaviourExperience(Experience):
 
 
 def behaviour_config(config: RunConfig, name: str) -> RunConfig:
-    """Behaviour ``name``'s config: the run's, with ``config.behaviours[name]`` deep-merged over it."""
+    """Behaviour ``name``'s config: the run's, with ``config.behaviours[name]`` deep-merged over it (with ``algo``,
+    another algorithm, from its defaults)."""
     from pydantic import ValidationError
 
-    from relayrl.config import config_model, deep_merge
+    from relayrl.config import config_model, deep_merge, default_config
 
     overrides = dict(config.behaviours.get(name, {}))
-    section = get_algo(config.algo).name
-    unknown = set(overrides) - OVERRIDABLE - {section}
+    algo = overrides.pop("algo", config.algo)
+    entry = get_algo(algo)
+    if entry.offline:
+        raise ConfigError(f"behaviours.{name}.algo: {algo} learns from a dataset, not from a simulator; choose an "
+                          "online algorithm")
+    unknown = set(overrides) - OVERRIDABLE - {entry.name}
     if unknown:
-        raise ConfigError(f"behaviours.{name}: {sorted(unknown)} cannot differ between behaviours; set "
-                          f"{section} (the algorithm's settings), {', '.join(sorted(OVERRIDABLE))}")
-    tree = deep_merge(config.model_dump(), overrides)
+        raise ConfigError(f"behaviours.{name}: {sorted(unknown)} cannot differ between behaviours; set algo, "
+                          f"{entry.name} (the algorithm's settings), {', '.join(sorted(OVERRIDABLE))}")
+    tree = config.model_dump()
+    if algo != config.algo:  # the run's common options, the other algorithm's own defaults
+        del tree[get_algo(config.algo).name]
+        tree.update(algo=algo, **{entry.name: default_config(algo).model_dump()[entry.name]})
+    tree = deep_merge(tree, overrides)
     tree["behaviours"] = {}
     tree["env"]["kwargs"] = {**tree["env"]["kwargs"], "behaviour": name}
     wandb = tree["logging"]["wandb"]
     wandb["name"] = f"{wandb['name']}/{name}" if wandb.get("name") else name
-    model = config_model(config.algo)
+    model = config_model(algo)
     try:
         return model.model_validate(tree)
     except ValidationError as exc:
@@ -285,9 +295,13 @@ def run_behaviours(config: RunConfig, env: BehaviourEnv, eval_env: BehaviourEnv,
             check_fresh_run_dir(run_dir)
         lockstep, policies = Lockstep(env), {}
         for name in names:
-            trainers[name] = Trainer(configs[name], BehaviourExperience(lockstep, eval_env, name, policies),
-                                     run_dir=run_dir / BEHAVIOURS_DIR / name, resume=resume, stop_event=stop_event,
-                                     **options)
+            try:
+                trainers[name] = Trainer(configs[name], BehaviourExperience(lockstep, eval_env, name, policies),
+                                         run_dir=run_dir / BEHAVIOURS_DIR / name, resume=resume,
+                                         stop_event=stop_event, **options)
+            except (ConfigError, EnvError) as exc:  # e.g. an algorithm that cannot act in this behaviour's space
+                raise type(exc)(f"behaviour {name!r}: {exc} (one behaviour's algorithm: --set \"behaviours={{{name}: "
+                                "{algo: NAME}}\")") from None
             if trainers[name].complete is not None:  # resumed with nothing left to do: it acts, it does not learn
                 lockstep.retire(name, trainers[name].algo.policy)
         lock = RunLock(run_dir).acquire()

@@ -90,6 +90,31 @@ def test_a_resumed_run_trains_on_while_a_finished_behaviour_keeps_acting(tmp_pat
     assert parts["ball"]["env_steps"] == 2048 and parts["reach"]["env_steps"] == 1024  # reach's own budget
 
 
+def test_a_behaviour_may_train_with_another_algorithm(tmp_path):
+    run_dir = tmp_path / "run"
+    run = relayrl_cli("train", "ppo", "--env", SCENE, "--total-steps", "512", "--run-dir", str(run_dir), *QUIET,
+                      "--set", "eval.freq=0", "--set", "eval.episodes=2",
+                      "--set", "behaviours={ball: {algo: sac, sac: {batch_size: 32, start_training: 64}}}")
+    assert run.returncode == 0, run.stderr[-3000:]
+    parts = json.loads((run_dir / "summary.json").read_text())["behaviours"]
+    assert parts["ball"]["algo"] == "sac" and parts["reach"]["algo"] == "ppo"
+    assert parts["ball"]["updates"] > 0 and parts["reach"]["updates"] > 0
+    assert "batch_size: 32" in (run_dir / "behaviours" / "ball" / "config.yaml").read_text()
+    assert relayrl.load(run_dir, behaviour="ball").predict(np.zeros(6, np.float32)).shape == (2,)
+
+
+@pytest.mark.parametrize("algo, sets, says", [
+    ("dqn", [], r"behaviour 'ball': DQN needs a Discrete.*behaviours=\{ball: \{algo: NAME\}\}"),
+    ("ppo", ["--set", "behaviours={ball: {algo: iql}}"], r"behaviours.ball.algo: iql learns from a dataset"),
+])
+def test_an_algorithm_a_behaviour_cannot_use_is_named_with_the_fix(tmp_path, algo, sets, says):
+    run = relayrl_cli("train", algo, "--env", SCENE, "--total-steps", "256", "--run-dir", str(tmp_path / "run"),
+                      *QUIET, *sets)
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert re.search(says, run.stderr) and "Traceback" not in run.stderr
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("sets, says", [
     (["--set", "behaviours={raech: {total_steps: 10}}"], r"names \['raech'\].*trains \['ball', 'reach'\]"),
     (["--set", "behaviours={reach: {seed: 3}}"], r"behaviours.reach: \['seed'\] cannot differ"),
