@@ -75,6 +75,22 @@ def test_the_documented_two_behaviour_run_trains_each_behaviour_with_its_own_pol
         relayrl.load(run_dir)
 
 
+def test_the_c_sdk_example_with_two_behaviours_trains_both(tmp_path):
+    from relayrl.bridge.cbuild import build, have_compiler
+
+    if not have_compiler():
+        pytest.skip("no C compiler ($CC or cc)")
+    sim = build("ball3d", tmp_path / "build")
+    run_dir = tmp_path / "run"
+    run = relayrl_cli("train", "ppo", "--env", f"bridge:{shlex.quote(str(sim))} --groups 2 --agents 6",
+                      "--total-steps", "8000", "--run-dir", str(run_dir), *QUIET)
+    assert run.returncode == 0, run.stderr[-3000:]
+    parts = json.loads((run_dir / "summary.json").read_text())["behaviours"]
+    assert list(parts) == ["ball3d", "ball3d_1"]
+    # a ball left alone falls within ~20 steps (return ~1); seeds 0-3 gave 21.6-50 for both at 6,000-8,000 steps
+    assert all(part["last_eval_return"] > 10 for part in parts.values()), parts
+
+
 def test_a_resumed_run_trains_on_while_a_finished_behaviour_keeps_acting(tmp_path):
     run_dir = tmp_path / "run"
     first = relayrl_cli("train", "ppo", "--env", SCENE, "--total-steps", "1024", "--run-dir", str(run_dir), *QUIET,

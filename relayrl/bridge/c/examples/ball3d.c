@@ -2,7 +2,7 @@
  * ball3d.c - a 3DBall-like multi-agent balancing simulator on the relayrl bridge (same dynamics
  * as relayrl/bridge/examples/ball3d.py).
  *
- *   ball3d --memory-path PATH [--agents 12] [--bridge-timeout S] [--seed N] [--step-ms MS]
+ *   ball3d --memory-path PATH [--agents 12] [--bridge-timeout S] [--seed N] [--step-ms MS] [--groups G]
  *
  * Behaviour "ball3d": N = agents (ids 0..N-1), one observation float32 (6,) =
  * [tilt_x, tilt_z, x, z, vx, vz], C = 2 continuous actions, no discrete branches.
@@ -16,6 +16,8 @@
  * decision in the same turn. All agents decide every turn. A reset restarts every platform.
  * Every turn it sends the balls that fell as the stat "balls_dropped" (RRB_STAT_SUM: the trainer
  * logs sim/balls_dropped, the drops between two metrics rows).
+ * --groups G: G behaviours of N platforms each, "ball3d", "ball3d_1", ... (a scene of several behaviours,
+ * each trained with its own policy; ids 0..N-1 in each).
  * --step-ms MS: every step costs MS milliseconds of CPU (a busy wait, like a heavier physics step;
  * benchmarks/bridge_instances.py).
  *
@@ -38,6 +40,7 @@
 #define MAX_TILT 0.25
 #define NOISE 0.05
 #define MAX_STEPS 500
+#define MAX_GROUPS 8
 
 static const uint8_t ENGINE_CONFIG_ID[16] = {0x2c, 0x34, 0x51, 0xe9, 0x7e, 0x4f, 0xea, 0x11,
                                              0xb2, 0x38, 0x78, 0x4f, 0x43, 0x87, 0xd1, 0xf7};
@@ -105,13 +108,20 @@ static double now_s(void) {
 int main(int argc, char **argv) {
     const char *path = rrb_memory_path_from_args(argc, argv);
     if (!path) {
-        fprintf(stderr, "usage: ball3d --memory-path PATH [--agents 12] [--bridge-timeout S] [--seed N]\n");
+        fprintf(stderr, "usage: ball3d --memory-path PATH [--agents 12] [--bridge-timeout S] [--seed N] [--step-ms MS] "
+                        "[--groups G]\n");
         return 4;
     }
     double timeout = rrb_double_from_args(argc, argv, "--bridge-timeout", 60.0);
     double agents_d = rrb_double_from_args(argc, argv, "--agents", 12.0);
     double seed_d = rrb_double_from_args(argc, argv, "--seed", 0.0);
     double step_s = rrb_double_from_args(argc, argv, "--step-ms", 0.0) / 1000.0;
+    double groups_d = rrb_double_from_args(argc, argv, "--groups", 1.0);
+    if (!(groups_d >= 1 && groups_d <= MAX_GROUPS) || groups_d != floor(groups_d)) {
+        fprintf(stderr, "ball3d: --groups must be an integer from 1 to %d\n", MAX_GROUPS);
+        return 4;
+    }
+    int groups = (int)groups_d;
     if (!(agents_d >= 1 && agents_d <= 1 << 20) || agents_d != floor(agents_d)) {
         fprintf(stderr, "ball3d: --agents must be a positive integer\n");
         return 4;
@@ -127,19 +137,25 @@ int main(int argc, char **argv) {
         return reason == RRB_REASON_VERSION ? 2 : reason == RRB_REASON_TIMEOUT || reason == RRB_REASON_PEER_DIED ? 3 : 4;
     }
     rrb_set_message_handler(w, on_message, NULL);
-    platform *pl = calloc((size_t)n, sizeof *pl);
+    platform *all = calloc((size_t)n * (size_t)groups, sizeof *all);
     rrb_obs_spec spec = {RRB_FLOAT32, 1, {6, 0, 0}};
-    int b = pl ? rrb_register(w, "ball3d", (uint32_t)n, 1, &spec, 2, 0, NULL) : -1;
+    int bs[MAX_GROUPS];
     int code = 0;
-    if (b < 0) {
-        fprintf(stderr, "ball3d: %s\n", pl ? rrb_error(w) : "out of memory");
-        code = 4;
-        goto out;
+    for (int g = 0; g < groups; g++) {
+        char name[32];
+        snprintf(name, sizeof name, g ? "ball3d_%d" : "ball3d", g);
+        bs[g] = all ? rrb_register(w, name, (uint32_t)n, 1, &spec, 2, 0, NULL) : -1;
+        if (bs[g] < 0) {
+            fprintf(stderr, "ball3d: %s\n", all ? rrb_error(w) : "out of memory");
+            code = 4;
+            goto out;
+        }
     }
-    for (int i = 0; i < n; i++) {
-        restart(&pl[i]);
-        if (decide(w, b, i, &pl[i], 0.0f) < 0) goto fail;
-    }
+    for (int g = 0; g < groups; g++)
+        for (int i = 0; i < n; i++) {
+            restart(&all[g * n + i]);
+            if (decide(w, bs[g], i, &all[g * n + i], 0.0f) < 0) goto fail;
+        }
     for (;;) {
         int r = rrb_step(w);
         if (r == RRB_CLOSED) break;
@@ -151,38 +167,43 @@ int main(int argc, char **argv) {
             break;
         }
         if (r == RRB_RESET) {
-            for (int i = 0; i < n; i++) {
-                restart(&pl[i]);
-                if (decide(w, b, i, &pl[i], 0.0f) < 0) goto fail;
-            }
+            for (int g = 0; g < groups; g++)
+                for (int i = 0; i < n; i++) {
+                    restart(&all[g * n + i]);
+                    if (decide(w, bs[g], i, &all[g * n + i], 0.0f) < 0) goto fail;
+                }
             continue;
         }
-        /* RRB_OK: row i is agent i (all agents decide every turn, in id order) */
-        if (rrb_decision_count(w, b) != (uint32_t)n) {
-            fprintf(stderr, "ball3d: %u actions for %d agents\n", (unsigned)rrb_decision_count(w, b), n);
-            code = 4;
-            break;
-        }
+        /* RRB_OK: row i is agent i of each group (all agents decide every turn, in id order) */
+        for (int g = 0; g < groups; g++)
+            if (rrb_decision_count(w, bs[g]) != (uint32_t)n) {
+                fprintf(stderr, "ball3d: %u actions for %d agents\n", (unsigned)rrb_decision_count(w, bs[g]), n);
+                code = 4;
+                goto out;
+            }
         if (step_s > 0) {
             double end = now_s() + step_s;
             while (now_s() < end) {
             }
         }
-        const float *act = rrb_continuous_actions(w, b);
-        for (int i = 0; i < n; i++) {
-            platform *q = &pl[i];
-            for (int a = 0; a < 2; a++) {
-                q->tilt[a] = MAX_TILT * clip((double)act[2 * i + a], -1.0, 1.0);
-                q->v[a] += GRAVITY * sin(q->tilt[a]) * DT + NOISE * uniform(-1.0, 1.0);
-                q->p[a] += q->v[a] * DT;
-            }
-            q->steps += 1;
-        }
         int dropped = 0;
-        for (int i = 0; i < n; i++) dropped += fabs(pl[i].p[0]) > 1.0 || fabs(pl[i].p[1]) > 1.0;
+        for (int g = 0; g < groups; g++) {
+            const float *act = rrb_continuous_actions(w, bs[g]);
+            for (int i = 0; i < n; i++) {
+                platform *q = &all[g * n + i];
+                for (int a = 0; a < 2; a++) {
+                    q->tilt[a] = MAX_TILT * clip((double)act[2 * i + a], -1.0, 1.0);
+                    q->v[a] += GRAVITY * sin(q->tilt[a]) * DT + NOISE * uniform(-1.0, 1.0);
+                    q->p[a] += q->v[a] * DT;
+                }
+                q->steps += 1;
+                dropped += fabs(q->p[0]) > 1.0 || fabs(q->p[1]) > 1.0;
+            }
+        }
         if (rrb_record_stat(w, "balls_dropped", (float)dropped, RRB_STAT_SUM) < 0) goto fail;
-        for (int i = 0; i < n; i++) {
-            platform *q = &pl[i];
+        for (int k = 0; k < groups * n; k++) {
+            int g = k / n, i = k % n, b = bs[g];
+            platform *q = &all[k];
             int fell = fabs(q->p[0]) > 1.0 || fabs(q->p[1]) > 1.0;
             float reward = 0.1f;
             if (fell || q->steps >= MAX_STEPS) {
@@ -201,7 +222,7 @@ fail:
     fprintf(stderr, "ball3d: %s\n", rrb_error(w));
     code = 4;
 out:
-    free(pl);
+    free(all);
     rrb_close(w);
     return code;
 }
