@@ -266,7 +266,7 @@ class AgentTransitionCollector(SampleSource):
                 self._pending.update(zip(turn.ids.tolist(), zip(to_stored(np.asarray(turn.obs)), out.action)))
                 env_action = out.env_action
             else:
-                env_action = np.zeros((0, *self.policy.action_shape), np.float32)
+                env_action = np.zeros((0, *self.policy.action_shape), self.policy.action_dtype)
             acted = set(turn.ids.tolist())
             nxt = yield env_action
             self.episodes.track(nxt, acted)
