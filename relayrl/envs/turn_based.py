@@ -28,9 +28,9 @@ How PettingZoo's AEC API maps onto the ``AgentTurn`` of each player:
   continues its generator), and the next game's first mover decides in the same turn.
 - **Observations and masks** (``relayrl/envs/agentobs.py``, as for ParallelEnvs). The classic games'
   Dict ``{"observation", "action_mask"}`` gives the mask (True = allowed) as ``AgentTurn.action_mask``
-  and the observation as the row. A Box observation that is no image is flattened to float32 (a board of
-  int8 planes, ``[3, 3, 2]`` for tictactoe, becomes 18 floats for the MLP); images stay as they are (the
-  CNN takes them).
+  and the observation as the row. A Box observation other than a uint8 image is flattened to float32 (a
+  board of int8 planes, ``[3, 3, 2]`` for tictactoe, becomes 18 floats for the MLP); uint8 images stay as
+  they are (the CNN takes them), and several entries are packed into one row (``PackedDict``).
 - **Actions.** Each is checked against its space and its mover's mask: a forbidden action is one EnvError.
   A player left out of ``step`` gets the default answer: its lowest allowed action in every branch (0.0
   for a Box), as the bridge's.
@@ -49,9 +49,9 @@ from relayrl.envs.agentobs import AgentObservations
 from relayrl.envs.agents import AgentTurn, Behaviour, BehaviourEnv
 from relayrl.envs.masks import allowed_all, branch_sizes
 from relayrl.envs.multiagent import is_turn_based_env, pettingzoo_env_function
-from relayrl.errors import ConfigError, EnvError
+from relayrl.envs.packed import PackedDict
 from relayrl.envs.vector import ActionSpec, check_actions
-from relayrl.policy.encoders import is_image
+from relayrl.errors import ConfigError, EnvError
 
 __all__ = ["TurnBasedEnv", "turn_based_envs", "is_turn_based", "game_factory"]
 
@@ -66,7 +66,8 @@ class _Player:
         self.name, self.action_space = name, action_space
         self.view = AgentObservations(observation_space, action_space, name)
         space = self.view.space
-        self.flat = isinstance(space, gym.spaces.Box) and not is_image(space)
+        image = len(space.shape or ()) == 3 and space.dtype == np.uint8  # (the CNN's pictures)
+        self.flat = isinstance(space, gym.spaces.Box) and not isinstance(space, PackedDict) and not image
         if self.flat:
             space = gym.spaces.Box(np.asarray(space.low, np.float32).reshape(-1),
                                    np.asarray(space.high, np.float32).reshape(-1), dtype=np.float32)
@@ -75,7 +76,9 @@ class _Player:
 
     def rows(self, values: list[Any]) -> np.ndarray:
         rows = self.view.rows(values)
-        return rows.reshape(len(values), *self.behaviour.observation_space.shape).astype(np.float32) if self.flat else rows
+        if not self.flat:
+            return rows
+        return rows.reshape(len(values), *self.behaviour.observation_space.shape).astype(np.float32)
 
     def masks(self, masks: list[np.ndarray | None]) -> np.ndarray | None:
         """[n, width] masks of the deciding rows (a row without one allows everything), or None without masks."""

@@ -19,6 +19,7 @@ from relayrl.config import build_config  # noqa: E402
 from relayrl.core import Policy  # noqa: E402
 from relayrl.envs.agents import OneBehaviour  # noqa: E402
 from relayrl.envs.multiagent import pettingzoo_factory  # noqa: E402
+from relayrl.envs.packed import PackedDict  # noqa: E402
 from relayrl.envs.turn_based import TurnBasedEnv, is_turn_based, turn_based_envs  # noqa: E402
 from relayrl.errors import ConfigError, EnvError  # noqa: E402
 from relayrl.training.agent_collectors import AgentEvaluator  # noqa: E402
@@ -117,12 +118,13 @@ class CountGame(AECEnv):
 
     metadata = {"name": "count_v0", "is_parallelizable": False}
 
-    def __init__(self, max_moves: int = 100):
+    def __init__(self, max_moves: int = 100, dict_obs: bool = False):
         self.possible_agents = ["a", "b"]
-        self.max_moves = max_moves
+        self.max_moves, self.dict_obs = max_moves, dict_obs
 
     def observation_space(self, agent: str) -> gym.Space:
-        return gym.spaces.Box(0, 10, (1,), np.float32)
+        count = gym.spaces.Box(0, 10, (1,), np.float32)
+        return gym.spaces.Dict({"count": count, "moves": gym.spaces.Discrete(100)}) if self.dict_obs else count
 
     def action_space(self, agent: str) -> gym.Space:
         return gym.spaces.Discrete(2)
@@ -136,8 +138,9 @@ class CountGame(AECEnv):
         self.truncations = {a: False for a in self.agents}
         self.infos = {a: {} for a in self.agents}
 
-    def observe(self, agent: str) -> np.ndarray:
-        return np.array([self.count], np.float32)
+    def observe(self, agent: str) -> Any:
+        count = np.array([self.count], np.float32)
+        return {"count": count, "moves": self.moves} if self.dict_obs else count
 
     def step(self, action: Any) -> None:
         if self.terminations[self.agent_selection] or self.truncations[self.agent_selection]:
@@ -167,6 +170,16 @@ def test_a_truncated_game_interrupts_both_players_and_rewards_between_moves_add_
         assert turns["a"].interrupted.tolist() == [True, False] and turns["b"].interrupted.tolist() == [True, False]
         assert turns["a"].end_reward.tolist() == [-0.5, 1.0] and turns["b"].end_reward.tolist() == [-0.5, -1.0]
         np.testing.assert_array_equal(turns["b"].end_obs, [[3.0], [5.0]])
+
+
+def test_a_dict_observation_is_packed_into_one_row():
+    with TurnBasedEnv([lambda: CountGame(dict_obs=True)] * 2) as env:
+        space = env.behaviours["b"].observation_space
+        assert isinstance(space, PackedDict)
+        turns = play(env, env.reset(seed=0), [{"a": [1, 0]}])
+        unpacked = space.unpack(turns["b"].obs)
+        np.testing.assert_array_equal(unpacked["count"], [[2.0], [1.0]])
+        np.testing.assert_array_equal(unpacked["moves"], [1, 1])
 
 
 class FirstAllowed(Policy):
