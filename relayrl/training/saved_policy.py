@@ -18,8 +18,8 @@ from relayrl.envs.masks import info_mask
 from relayrl.envs.multiagent import MultiAgentVectorEnv, agent_env_factory, is_pettingzoo, pettingzoo_factory
 from relayrl.envs.native import in_process_manager
 from relayrl.envs.registry import make
-from relayrl.envs.turn_based import TurnBasedEnv, game_factory, is_turn_based
 from relayrl.envs.space_data import SpaceDataError, space_from_data
+from relayrl.envs.turn_based import TurnBasedEnv, game_factory, is_turn_based
 from relayrl.errors import CheckpointError, ConfigError, EnvError, install_hint
 from relayrl.io.checkpoint import Checkpoint, explain_load_error, load_checkpoint
 from relayrl.io.rundir import BEHAVIOURS_DIR, behaviour_names, behaviour_run, check_behaviour

@@ -45,6 +45,8 @@ def test_tictactoe_trains_both_players_and_each_evaluates_and_loads(tmp_path, ca
         assert f"{TICTACTOE}: return" in line and "over 3 episodes" in line and f"behaviours/{player}/" in line, line
     assert main(["eval", str(run), "--episodes", "3"]) == 2
     assert "choose one with --behaviour NAME" in capsys.readouterr().err
+    assert main(["eval", str(run / "behaviours" / "player_1"), "--episodes", "2"]) == 0  # alone: player_2 plays
+    assert "over 2 episodes" in capsys.readouterr().out                                # its lowest allowed moves
 
     game = tictactoe_v3.env()
     game.reset(seed=0)
