@@ -326,7 +326,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         result = evaluate_bridge_checkpoint(ckpt, config, args.episodes, args.seed, partners)
     else:
         result = evaluate_checkpoint(ckpt, episodes=args.episodes, env_id=args.env, seed=args.seed,
-                                     render=args.render, video=args.video, video_episodes=args.video_episodes)
+                                     render=args.render, video=args.video, video_episodes=args.video_episodes,
+                                     partners=partners)
     print(f"{result['env']}: return {result['return_mean']:.2f} ± {result['return_std']:.2f}, "
           f"length {result['length_mean']:.1f} ± {result['length_std']:.1f} over {result['episodes']} episodes "
           f"({result['checkpoint']})")

@@ -4,6 +4,7 @@
 
 - ``env.id`` "bridge:COMMAND": a simulator's agents through shared memory (``relayrl.bridge``);
 - ``env.id`` "pettingzoo:module:env_fn": PettingZoo ParallelEnv copies, agents as rows (``relayrl.envs.multiagent``);
+  a turn-based (AEC) game: a policy per player (``relayrl.envs.turn_based``, ``run_behaviours``);
 - ``net.server``: remote workers through a relay (``relayrl.net``);
 - ``workers`` > 1 or ``backend`` mp/ray: a pool of rollout workers (``relayrl.runtime``);
 - otherwise local envs in this process (``relayrl.training``).
@@ -17,6 +18,7 @@ from relayrl.algos import get_algo
 from relayrl.core import SampleSource
 from relayrl.envs.agents import OneBehaviour
 from relayrl.envs.multiagent import is_pettingzoo, multiagent_envs
+from relayrl.envs.turn_based import is_turn_based, turn_based_envs
 from relayrl.errors import ConfigError
 from relayrl.io.metrics import check_tracking
 from relayrl.options import RunConfig
@@ -56,6 +58,10 @@ def run(config: RunConfig, **options: Any) -> dict[str, Any]:
             raise ConfigError(f"{config.env.id}: PettingZoo envs train in this process (their agents come and go, "
                               "which rollout workers do not carry yet): drop --server/--workers/--backend and "
                               "raise env.num_envs for more env copies")
+        if is_turn_based(config.env.id, config.env.kwargs):  # a board game: each player trains a policy of its own
+            from relayrl.training.behaviours import run_behaviours
+
+            return run_behaviours(config, *turn_based_envs(config), **options)
         return Trainer(config, AgentExperience(*multiagent_envs(config)), **options).run()
     if config.net.server is not None:
         from relayrl.net.backend import make_relay_source

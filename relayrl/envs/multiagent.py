@@ -38,12 +38,14 @@ How PettingZoo's parallel API maps onto an ``AgentTurn``:
 
 Every agent must have the same observation and action space. ``stats`` counts ``resets`` (copies
 reset after their agents were all gone). Turn-based AEC envs (one agent acting at a time: PettingZoo's
-classic board games) are refused by ``pettingzoo_factory``: ``aec_to_parallel`` cannot step them.
+classic board games) are refused by ``pettingzoo_factory`` (``aec_to_parallel`` cannot step them):
+``relayrl/envs/turn_based.py`` steps them, a behaviour per player, and ``relayrl train`` trains a policy each.
 
 From the command line the env is an id, ``"pettingzoo:package.module:env_fn"`` (``relayrl train ppo
 --env pettingzoo:pettingzoo.butterfly.cooperative_pong_v6:parallel_env``): ``pettingzoo_factory``
 imports the module, and ``env_fn(**env.kwargs)`` must return a ParallelEnv, or an AEC env that
-PettingZoo can convert (``aec_to_parallel``: its metadata says ``is_parallelizable``). ``env.resize``
+PettingZoo can convert (``aec_to_parallel``: its metadata says ``is_parallelizable``), or a turn-based
+AEC env (``is_turn_based_env``; ``relayrl.launch`` then trains it through ``turn_based_envs``). ``env.resize``
 and ``env.grayscale`` shrink every agent's image observations (``agent_env_factory``; envs/imageobs.py).
 """
 
@@ -64,7 +66,7 @@ from relayrl.errors import ConfigError, EnvError, RelayRLError, install_hint
 from relayrl.usercode import describe, import_module
 
 __all__ = ["MultiAgentVectorEnv", "multiagent_envs", "agent_env_factory", "pettingzoo_factory", "is_pettingzoo",
-           "PREFIX"]
+           "pettingzoo_env_function", "is_turn_based_env", "PREFIX"]
 
 PREFIX = "pettingzoo:"
 ID_FORM = '"pettingzoo:package.module:env_fn" (env_fn returns a PettingZoo ParallelEnv)'
@@ -228,12 +230,12 @@ class MultiAgentVectorEnv(AgentEnv):
         self.close()
 
 
-def pettingzoo_factory(env_id: str) -> Callable[..., Any]:
-    """The env function of ``"pettingzoo:package.module:env_fn"``, as a function returning a ParallelEnv.
+def pettingzoo_env_function(env_id: str) -> Callable[..., Any]:
+    """The env function of ``"pettingzoo:package.module:env_fn"``, as a function returning what it returns: a
+    ParallelEnv or an AEC env (anything else refused when it is called).
 
-    The module and its attribute are checked here (an EnvError naming the id form otherwise); what the
-    function returns is checked when it is called: a ParallelEnv as it is, an AEC env converted by
-    PettingZoo's ``aec_to_parallel``, anything else refused.
+    The module and its attribute are checked here (an EnvError naming the id form otherwise); the keyword
+    arguments and what the function returns when it is called.
     """
     reference = env_id[len(PREFIX):] if is_pettingzoo(env_id) else env_id
     module_name, _, name = reference.strip().rpartition(":")
@@ -248,7 +250,7 @@ def pettingzoo_factory(env_id: str) -> Callable[..., Any]:
         raise EnvError(f"env id {env_id!r}: module {module_name!r} {found} {name!r}; name a function returning a "
                        f"ParallelEnv in {ID_FORM}")
 
-    def make_parallel(**kwargs: Any) -> Any:
+    def make_env(**kwargs: Any) -> Any:
         from pettingzoo.utils.env import AECEnv, ParallelEnv
 
         try:
@@ -264,25 +266,45 @@ def pettingzoo_factory(env_id: str) -> Callable[..., Any]:
         except Exception as exc:  # noqa: BLE001 - user code may raise anything: one line naming it and where
             raise EnvError(f"env id {env_id!r}: {name}(**{kwargs}) raised {describe(exc)}: fix the env "
                            "function") from None
-        if isinstance(env, ParallelEnv):
+        if isinstance(env, (ParallelEnv, AECEnv)):
             return env
-        if isinstance(env, AECEnv):
-            from pettingzoo.utils.conversions import aec_to_parallel
-
-            try:
-                return aec_to_parallel(env)
-            except AssertionError:
-                env.close()
-                fix = "name the module's parallel_env function instead"
-                if not callable(getattr(module, "parallel_env", None)):
-                    fix = ("relayrl trains PettingZoo envs whose agents act together (ParallelEnvs, or AEC envs "
-                           "that are is_parallelizable); turn-based AEC envs (the classic board games) are not "
-                           "supported yet")
-                raise EnvError(f"env id {env_id!r}: {name} returned an AEC env whose metadata does not say "
-                               f"is_parallelizable (one agent acts at a time), so it cannot be stepped as a parallel "
-                               f"env: {fix}") from None
         raise EnvError(f"env id {env_id!r}: {name} returned {type(env).__name__}, not a PettingZoo ParallelEnv "
                        f"(or AEC env); name a function returning one in {ID_FORM}")
+
+    make_env.__qualname__ = make_env.__name__ = name
+    return make_env
+
+
+def is_turn_based_env(env: Any) -> bool:
+    """Whether ``env`` is a turn-based AEC env (one agent acts at a time: its metadata does not say
+    ``is_parallelizable``), which ``relayrl.envs.turn_based.TurnBasedEnv`` steps, a policy per player."""
+    from pettingzoo.utils.env import AECEnv
+
+    return isinstance(env, AECEnv) and not env.metadata.get("is_parallelizable", False)
+
+
+def pettingzoo_factory(env_id: str) -> Callable[..., Any]:
+    """The env function of ``"pettingzoo:package.module:env_fn"``, as a function returning a ParallelEnv
+    (``pettingzoo_env_function``'s checks): a ParallelEnv as it is, an AEC env converted by PettingZoo's
+    ``aec_to_parallel``; a turn-based AEC env is refused (``TurnBasedEnv`` steps those)."""
+    make_env = pettingzoo_env_function(env_id)
+    name = make_env.__name__
+
+    def make_parallel(**kwargs: Any) -> Any:
+        from pettingzoo.utils.env import AECEnv
+
+        env = make_env(**kwargs)
+        if not isinstance(env, AECEnv):
+            return env
+        if is_turn_based_env(env):
+            env.close()
+            raise EnvError(f"env id {env_id!r}: {name} returned a turn-based AEC env (its metadata does not say "
+                           "is_parallelizable: one agent acts at a time), which cannot be stepped as a parallel env "
+                           "by one shared policy: train it with `relayrl train` (each player gets a policy of its "
+                           "own) or step it with relayrl.envs.turn_based.TurnBasedEnv")
+        from pettingzoo.utils.conversions import aec_to_parallel
+
+        return aec_to_parallel(env)
 
     make_parallel.__qualname__ = make_parallel.__name__ = name
     return make_parallel

@@ -37,6 +37,7 @@ from relayrl.training.evaluator import EvalResult, Evaluation
 from relayrl.types import Batch
 
 MAX_EVAL_TURNS = 1_000_000
+FIRST_DECISION_TURNS = 1000  # turns an evaluation waits for a first agent to decide
 
 R = TypeVar("R")
 Turns = Generator[np.ndarray, AgentTurn, R]  # yields a turn's actions, is sent the next turn, returns R
@@ -57,21 +58,27 @@ class AgentEpisodes:
 
     def __init__(self):
         self._open: dict[int, list] = {}
+        self._waiting: set[int] = set()  # agents that acted and have not reported back yet
         self.returns: list[float] = []
         self.lengths: list[int] = []
 
     def reset(self) -> None:
         self._open.clear()
+        self._waiting.clear()
 
     def track(self, turn: AgentTurn, acted: set[int]) -> None:
-        """``acted``: agents whose action this turn answered (their reward completes a step)."""
+        """``acted``: agents whose action this turn answers; an agent's next decision (this turn, or a later one
+        after skipped turns: a turn-based game's player) completes its step with the reward it brings."""
+        self._waiting |= acted
         ended = turn.end_ids.tolist()
         for k, agent in enumerate(ended):
             ret, length = self._open.pop(agent, (0.0, 0))
             self.returns.append(ret + float(turn.end_reward[k]))
             self.lengths.append(length + 1)
+            self._waiting.discard(agent)
         for k, agent in enumerate(turn.ids.tolist()):
-            if agent in acted and agent not in ended:  # (after an end, a decision starts the next episode)
+            if agent in self._waiting and agent not in ended:  # (after an end, a decision starts the next episode)
+                self._waiting.discard(agent)
                 entry = self._open.setdefault(agent, [0.0, 0])
                 entry[0] += float(turn.reward[k])
                 entry[1] += 1
@@ -259,7 +266,7 @@ class AgentTransitionCollector(SampleSource):
                 self._pending.update(zip(turn.ids.tolist(), zip(to_stored(np.asarray(turn.obs)), out.action)))
                 env_action = out.env_action
             else:
-                env_action = np.zeros((0, *self.policy.action_shape), np.float32)
+                env_action = np.zeros((0, *self.policy.action_shape), self.policy.action_dtype)
             acted = set(turn.ids.tolist())
             nxt = yield env_action
             self.episodes.track(nxt, acted)
@@ -309,10 +316,16 @@ class AgentEvaluator(Evaluation):
         return self.seed + 100_003 * (self.count - 1)
 
     def episodes_of(self, policy, turn: AgentTurn) -> Turns[EvalResult]:
-        """The evaluation from ``turn`` (the first after a reset) as a turn generator."""
+        """The evaluation from ``turn`` (the first after a reset) as a turn generator. The episodes are spread over
+        the agents of the first turn with any (a turn-based game's second player first decides in the second)."""
+        for _ in range(FIRST_DECISION_TURNS):
+            if len(turn.ids):
+                break
+            turn = yield np.zeros((0, *policy.action_shape), policy.action_dtype)
         agents = sorted(turn.ids.tolist())[:self.episodes]
         if not agents:
-            raise EnvError("the agent env reported no agents after a reset: nothing to evaluate")
+            raise EnvError(f"the agent env reported no agents in the {FIRST_DECISION_TURNS} turns after a reset: "
+                           "nothing to evaluate")
         quota = {a: self.episodes // len(agents) for a in agents}
         for a in agents[: self.episodes % len(agents)]:
             quota[a] += 1

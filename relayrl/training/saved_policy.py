@@ -19,6 +19,7 @@ from relayrl.envs.multiagent import MultiAgentVectorEnv, agent_env_factory, is_p
 from relayrl.envs.native import in_process_manager
 from relayrl.envs.registry import make
 from relayrl.envs.space_data import SpaceDataError, space_from_data
+from relayrl.envs.turn_based import TurnBasedEnv, game_factory, is_turn_based
 from relayrl.errors import CheckpointError, ConfigError, EnvError, install_hint
 from relayrl.io.checkpoint import Checkpoint, explain_load_error, load_checkpoint
 from relayrl.io.rundir import BEHAVIOURS_DIR, behaviour_names, behaviour_run, check_behaviour
@@ -70,6 +71,17 @@ class _AgentSpaces:
         self.env.close()
 
 
+class _PlayerSpaces:
+    """One player's spaces of a turn-based game (the player a checkpoint's ``env.kwargs.behaviour`` names)."""
+
+    def __init__(self, env: TurnBasedEnv, player: str):
+        self.env, behaviour = env, env.behaviours[player]
+        self.observation_space, self.action_space = behaviour.observation_space, behaviour.action_space
+
+    def close(self) -> None:
+        self.env.close()
+
+
 class _StoredSpaces:
     """The spaces a checkpoint records (a simulator's run: no env to build here)."""
 
@@ -93,9 +105,27 @@ def _spaces_env(env_id: str, config, stored: dict[str, Any] | None = None) -> gy
             raise CheckpointError(f"the checkpoint of {env_id!r} records no spaces (written before relayrl stored "
                                   "them): evaluate it with relayrl eval, which launches the simulator")
         return _StoredSpaces(stored, env_id)
+    if is_pettingzoo(env_id) and is_turn_based(env_id, config.env.kwargs):
+        env = TurnBasedEnv([game_factory(env_id, config.env.kwargs)])
+        try:
+            return _PlayerSpaces(env, _player(env, config, env_id))
+        except BaseException:
+            env.close()
+            raise
     if is_pettingzoo(env_id):
         return _AgentSpaces(_pettingzoo_envs(env_id, config, 1))
     return make(env_id, **config.env.wrapping(), **config.env.kwargs)
+
+
+def _player(env: TurnBasedEnv, config, env_id: str) -> str:
+    """The player of ``env`` whose policy a checkpoint with ``config`` holds (its ``env.kwargs.behaviour``)."""
+    player = config.env.kwargs.get("behaviour")
+    if player not in env.behaviours:
+        held = f"player {player!r}'s policy" if player else "one policy, not a player's"
+        raise CheckpointError(f"{env_id} is a turn-based game with a policy per player {list(env.behaviours)}, but "
+                              f"the checkpoint holds {held}: pass a checkpoint of a run trained on this game, with "
+                              "--behaviour PLAYER")
+    return player
 
 
 def _pettingzoo_envs(env_id: str, config, copies: int) -> MultiAgentVectorEnv:
@@ -104,9 +134,11 @@ def _pettingzoo_envs(env_id: str, config, copies: int) -> MultiAgentVectorEnv:
 
 def evaluate_checkpoint(path: Path | Checkpoint, episodes: int = 10, env_id: str | None = None, seed: int = 0,
                         render: str | None = None, video: Path | str | None = None,
-                        video_episodes: int = 1) -> dict[str, Any]:
+                        video_episodes: int = 1, partners: dict[str, Checkpoint] | None = None) -> dict[str, Any]:
     """``path``: a checkpoint file or run directory, or a Checkpoint already loaded; ``render``: a GIF of one
-    episode; ``video``: a folder for ``video_episodes`` episodes as mp4 files (the ``video`` extra)."""
+    episode; ``video``: a folder for ``video_episodes`` episodes as mp4 files (the ``video`` extra); ``partners``:
+    of a player of a turn-based game, the other players' checkpoints (``behaviour_checkpoint``), whose policies
+    play against it (players without one get the game's default answer, their lowest allowed action)."""
     if episodes < 1:
         raise CheckpointError(f"--episodes {episodes}: evaluate at least 1 episode")
     if video is not None:
@@ -115,7 +147,12 @@ def evaluate_checkpoint(path: Path | Checkpoint, episodes: int = 10, env_id: str
             raise ConfigError(f"--video-episodes {video_episodes}: record at least 1 episode")
     ckpt = path if isinstance(path, Checkpoint) else load_checkpoint(path)
     policy, config, env_id = load_policy(ckpt, env_id)
-    if is_pettingzoo(env_id):  # every agent of the copies is a row: episodes per agent (the training evaluator's)
+    if is_pettingzoo(env_id) and is_turn_based(env_id, config.env.kwargs):  # a player against its partners
+        if render is not None or video is not None:
+            raise ConfigError(f"{env_id}: --render and --video record single-agent Gymnasium envs; evaluate a "
+                              "turn-based game without them")
+        result = _evaluate_player(policy, config, env_id, episodes, seed, partners or {})
+    elif is_pettingzoo(env_id):  # every agent of the copies is a row: episodes per agent (the training evaluator's)
         if render is not None or video is not None:
             raise ConfigError(f"{env_id}: --render and --video record single-agent Gymnasium envs; evaluate a "
                               "PettingZoo run without them")
@@ -138,6 +175,18 @@ def evaluate_checkpoint(path: Path | Checkpoint, episodes: int = 10, env_id: str
     if video is not None:
         out["videos"] = [str(p) for p in record_videos(policy, env_id, config, Path(video), video_episodes, seed)]
     return out
+
+
+def _evaluate_player(policy, config, env_id: str, episodes: int, seed: int,
+                     partners: dict[str, Checkpoint]) -> Any:
+    """Deterministic episodes of the player ``config.env.kwargs.behaviour`` of a turn-based game, the other players
+    acting deterministically with their ``partners`` policies."""
+    from relayrl.training.behaviours import JointEvaluation
+
+    with TurnBasedEnv([game_factory(env_id, config.env.kwargs)] * min(episodes, 10)) as env:
+        player = _player(env, config, env_id)
+        others = {name: load_policy(partner)[0] for name, partner in partners.items() if name in env.behaviours}
+        return JointEvaluation(env, player, others, episodes, seed).evaluate(policy)
 
 
 def require_video() -> None:

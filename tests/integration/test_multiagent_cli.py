@@ -126,8 +126,8 @@ def test_masks_and_keys_that_do_not_fit_exit_2_with_one_message(tmp_path, capsys
     (["--env", "pettingzoo:relayrl.testing.multiagent_envs:nope"], "has no attribute 'nope'"),
     (["--env", "pettingzoo:relayrl.testing.multiagent_envs"], "pettingzoo:package.module:env_fn"),
     (["--env", "pettingzoo:relayrl.testing.multiagent_envs:not_an_env"], "returned object, not a PettingZoo"),
-    (["--env", "pettingzoo:pettingzoo.classic.tictactoe_v3:env"], "turn-based AEC envs (the classic board games) "
-                                                                   "are not supported yet"),
+    (["--env", "pettingzoo:pettingzoo.classic.tictactoe_v3:env", "--set", "env.frame_stack=2"],  # (a game
+     "env.frame_stack do not apply to a turn-based PettingZoo game"),                  # trains: test_turn_based_training)
     (["--env", ENV, "--workers", "2"], "PettingZoo envs train in this process"),
     (["--env", ENV, "--set", "env.max_episode_steps=5"], "env.max_episode_steps do not apply to PettingZoo envs"),
     (["--env", ENV, "--set", "env.manager=native"], "env.manager do not apply to PettingZoo envs"),
