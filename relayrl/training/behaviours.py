@@ -287,7 +287,7 @@ def run_behaviours(config: RunConfig, env: BehaviourEnv, eval_env: BehaviourEnv,
         names = list(env.behaviours)
         check_behaviour_names(config, names)
         if options.get("previous") is not None:
-            raise ConfigError("--previous takes one policy's checkpoint; this simulator has several behaviours "
+            raise ConfigError("--previous takes one policy's checkpoint; this env has several behaviours "
                               f"{names}: start them fresh, or train one with --set env.kwargs.behaviour=NAME")
         configs = {name: behaviour_config(config, name) for name in names}
         run_dir = Path(run_dir) if run_dir is not None else new_run_dir(config.env.id, config.algo)
