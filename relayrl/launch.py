@@ -40,6 +40,10 @@ def run(config: RunConfig, **options: Any) -> dict[str, Any]:
         from relayrl.training.behaviours import behaviour_config, check_behaviour_names, run_behaviours
 
         train, evaluation = make_bridge_envs(config, stop=options.get("stop_event"))
+        if config.selfplay.active:  # two teams: one policy against its own snapshots
+            from relayrl.training.selfplay import run_self_play
+
+            return run_self_play(config, train, evaluation, **options)
         if len(train.behaviours) > 1:  # every behaviour trains, each with a Trainer of its own
             return run_behaviours(config, train, evaluation, **options)
         name = next(iter(train.behaviours))
@@ -60,7 +64,10 @@ def run(config: RunConfig, **options: Any) -> dict[str, Any]:
                               "raise env.num_envs for more env copies")
         if is_turn_based(config.env.id, config.env.kwargs):  # a board game: each player trains a policy of its own
             from relayrl.training.behaviours import run_behaviours
+            from relayrl.training.selfplay import run_self_play
 
+            if config.selfplay.active:  # or one policy plays both, against its own snapshots
+                return run_self_play(config, *turn_based_envs(config), **options)
             return run_behaviours(config, *turn_based_envs(config), **options)
         return Trainer(config, AgentExperience(*multiagent_envs(config)), **options).run()
     if config.net.server is not None:

@@ -297,6 +297,34 @@ class WandbConfig(Section):
         return on and self.mode != "disabled"
 
 
+class SelfPlayConfig(Section):
+    """Self-play between two sides of an env (ML-Agents' ghost trainer): one policy learns on one side against
+    frozen snapshots of itself on the other (docs/bridge.md, "Self-play")."""
+
+    sides: list[str] | None = None
+    """The two behaviours (teams, players) that play each other, with the same spaces (null: self-play off, or
+    with enabled: true the env's two behaviours)."""
+    enabled: bool = False
+    """Self-play between the env's two behaviours (sides names them when it has more)."""
+    save_steps: int = Field(20_000, ge=1)
+    """Env steps of the learning side between snapshots of the learning policy."""
+    swap_steps: int = Field(10_000, ge=1)
+    """Env steps between changes of the opponent (a snapshot: the latest with play_against_latest_model_ratio,
+    else one of the last window at random)."""
+    team_change: int = Field(100_000, ge=1)
+    """Env steps before the learning side changes to the other side (the policy learns both)."""
+    window: int = Field(10, ge=1)
+    """Snapshots kept to play against."""
+    play_against_latest_model_ratio: float = Field(0.5, ge=0.0, le=1.0)
+    """How often the opponent is the latest snapshot."""
+    initial_elo: float = 1200.0
+    """Each side's rating at the start (ELO, K = 16)."""
+
+    @property
+    def active(self) -> bool:
+        return self.enabled or self.sides is not None
+
+
 class LoggingConfig(Section):
     """Where metrics go besides metrics.jsonl and TensorBoard."""
 
@@ -347,6 +375,7 @@ class RunConfig(Section):
     stop_value, save_freq, eval, or its algorithm (e.g. {striker: {ppo: {actor_lr: 1e-4}, total_steps: 50000},
     goalie: {algo: sac}})."""
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    selfplay: SelfPlayConfig = Field(default_factory=SelfPlayConfig)
     net: NetConfig = Field(default_factory=NetConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
 

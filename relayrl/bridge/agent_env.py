@@ -233,12 +233,15 @@ def evaluate_bridge_checkpoint(ckpt: Any, config: Any, episodes: int, seed: int,
     partners = partners or {}
     options = {k: v for k, v in config.env.kwargs.items() if k in KWARGS}
     behaviour = options.pop("behaviour", None)
-    chosen = None if behaviour is None else [behaviour, *partners]
+    selfplay = config.selfplay.sides if config.selfplay.active else None
+    chosen = selfplay if behaviour is None else [behaviour, *partners]
     command = config.env.id[len(PREFIX):].strip()
     env = BridgeBehaviours(None, chosen, attach=True, **options) if command == ATTACH else \
         BridgeBehaviours(command, chosen, **options)
     try:
-        if behaviour is None and len(env.behaviours) != 1:
+        if config.selfplay.active:  # a self-play run: its policy on the first side, against itself on the other
+            behaviour = next(iter(env.behaviours))
+        elif behaviour is None and len(env.behaviours) != 1:
             raise CheckpointError(f"the simulator now has behaviours {list(env.behaviours)}; the run trained one "
                                   "policy without naming its behaviour: evaluate with the simulator it trained on")
         name = behaviour or next(iter(env.behaviours))
@@ -250,6 +253,8 @@ def evaluate_bridge_checkpoint(ckpt: Any, config: Any, episodes: int, seed: int,
             raise CheckpointError(f"checkpoint {str(ckpt.path)!r} does not fit this simulator's behaviour "
                                   f"{name!r}: {explain_load_error(exc)}") from None
         others = {other: load_policy(partner)[0] for other, partner in partners.items()}
+        if config.selfplay.active:
+            others = {other: policy for other in env.behaviours if other != name}
         result = JointEvaluation(env, name, others, episodes, seed).evaluate(policy)
     finally:
         env.close()

@@ -40,6 +40,7 @@ from relayrl.io.rundir import BEHAVIOURS_DIR, RunLock, check_fresh_run_dir, new_
 from relayrl.options import RunConfig
 from relayrl.training.agent_collectors import (AgentEvaluator, AgentRolloutCollector, AgentTransitionCollector,
                                                Turns)
+from relayrl.training.agent_states import AgentStates
 from relayrl.training.evaluator import EvalResult, Evaluation
 from relayrl.training.experience import Experience
 from relayrl.training.trainer import Trainer
@@ -51,11 +52,25 @@ OVERRIDABLE = {"total_steps", "stop_value", "save_freq", "eval"}  # besides the 
 STOP_ORDER = ("error", "nonfinite", "interrupted", "terminated", "total_steps", "stop_value")
 
 
-def act(policy: Policy, turn: AgentTurn, mode: str) -> np.ndarray:
-    """``policy``'s env actions for the agents deciding in ``turn`` (none: an empty array)."""
-    if not len(turn.ids):
-        return np.zeros((0, *policy.action_shape), policy.action_dtype)
-    return policy.act_masked(turn.obs, mode, turn.action_mask).env_action
+class Acting:
+    """A policy acting for one behaviour's agents, nothing recorded (a behaviour whose Trainer stopped, the other
+    behaviours in an evaluation, a self-play opponent); a recurrent policy's state follows each agent id."""
+
+    def __init__(self, policy: Policy, mode: str):
+        self.policy, self.states = policy, AgentStates(policy, mode)
+
+    def __call__(self, turn: AgentTurn) -> np.ndarray:
+        """The env actions for the agents deciding in ``turn`` (none: an empty array)."""
+        if not len(turn.ids):
+            return np.zeros((0, *self.policy.action_shape), self.policy.action_dtype)
+        return self.states.act(turn.ids, turn.obs, turn.action_mask)[0].env_action
+
+    def observe(self, turn: AgentTurn) -> None:
+        """After a step: the agents whose episode ended start their next one from zeros."""
+        self.states.end(turn.end_ids)
+
+    def clear(self) -> None:
+        self.states.clear()
 
 
 class Member:
@@ -64,6 +79,7 @@ class Member:
     def __init__(self, start: Callable[[AgentTurn], None], make: Callable[[], Turns], policy: Policy,
                  on_policy: bool):
         self.start, self.make, self.policy, self.on_policy = start, make, policy, on_policy
+        self.acting: Acting | None = None  # once retired
         self.turns: Turns | None = None
         self.action: np.ndarray | None = None
         self.turn: AgentTurn | None = None  # the behaviour's latest turn
@@ -73,7 +89,7 @@ class Member:
 
     def next_action(self) -> np.ndarray:
         if self.retired:
-            return act(self.policy, self.turn, "collect")
+            return self.acting(self.turn)
         if self.turns is None:
             self.turns = self.make()
             self.action = next(self.turns)
@@ -82,6 +98,7 @@ class Member:
     def answer(self, turn: AgentTurn) -> None:
         self.turn = turn
         if self.retired:
+            self.acting.observe(turn)
             return
         try:
             self.action = self.turns.send(turn)
@@ -139,7 +156,7 @@ class Lockstep:
         if name not in self.members:
             self.members[name] = Member(lambda turn: None, lambda: None, policy, on_policy=True)
         member = self.members[name]
-        member.retired, member.turns = True, None
+        member.retired, member.turns, member.acting = True, None, Acting(member.policy, "collect")
         member.results.clear()
 
 
@@ -182,12 +199,15 @@ class JointEvaluation(Evaluation):
 
     def evaluate(self, policy: Policy) -> EvalResult:
         turns = self.env.reset(self.evaluator.next_seed())
+        others = {other: Acting(self.policies[other], "eval") for other in turns
+                  if other != self.name and other in self.policies}
         episodes: Generator = self.evaluator.episodes_of(policy, turns[self.name])
         action = next(episodes)
         while True:
-            actions = {other: act(self.policies[other], turn, "eval") for other, turn in turns.items()
-                       if other != self.name and other in self.policies}
+            actions = {other: acting(turns[other]) for other, acting in others.items()}
             turns = self.env.step({**actions, self.name: action})
+            for other, acting in others.items():
+                acting.observe(turns[other])
             try:
                 action = episodes.send(turns[self.name])
             except StopIteration as done:

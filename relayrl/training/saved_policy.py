@@ -118,7 +118,10 @@ def _spaces_env(env_id: str, config, stored: dict[str, Any] | None = None) -> gy
 
 
 def _player(env: TurnBasedEnv, config, env_id: str) -> str:
-    """The player of ``env`` whose policy a checkpoint with ``config`` holds (its ``env.kwargs.behaviour``)."""
+    """The player of ``env`` whose policy a checkpoint with ``config`` holds (its ``env.kwargs.behaviour``; a
+    self-play run's policy plays every side, with the first side's spaces)."""
+    if config.selfplay.active:
+        return (config.selfplay.sides or list(env.behaviours))[0]
     player = config.env.kwargs.get("behaviour")
     if player not in env.behaviours:
         held = f"player {player!r}'s policy" if player else "one policy, not a player's"
@@ -186,6 +189,8 @@ def _evaluate_player(policy, config, env_id: str, episodes: int, seed: int,
     with TurnBasedEnv([game_factory(env_id, config.env.kwargs)] * min(episodes, 10)) as env:
         player = _player(env, config, env_id)
         others = {name: load_policy(partner)[0] for name, partner in partners.items() if name in env.behaviours}
+        if config.selfplay.active:  # a self-play run's policy plays every side
+            others = {name: policy for name in env.behaviours if name != player}
         return JointEvaluation(env, player, others, episodes, seed).evaluate(policy)
 
 
