@@ -41,6 +41,7 @@ def steps_per_second(env, seconds: float) -> tuple[float, float]:
 def main(argv: list[str] | None = None) -> dict:
     from relayrl.bridge.cbuild import build
     from relayrl.bridge.instances import BridgeInstances
+    from relayrl.bridge.sidechannel import StatsChannel
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--counts", type=int, nargs="+", default=[1, 2, 4])
@@ -53,7 +54,8 @@ def main(argv: list[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         exe = build("ball3d", os.path.join(tmp, "build"))
         command = [str(exe), "--agents", str(args.agents), "--step-ms", str(args.step_ms)]
-        envs = {n: BridgeInstances(command, n, timeout_s=60, spin_us=args.spin_us) for n in args.counts}
+        envs = {n: BridgeInstances(command, n, timeout_s=60, spin_us=args.spin_us, side_channels=[StatsChannel()])
+                for n in args.counts}  # (ball3d sends a stat every turn: received, not warned about)
         try:
             for env in envs.values():
                 env.reset()
