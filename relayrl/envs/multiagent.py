@@ -77,12 +77,15 @@ def is_pettingzoo(env_id: str) -> bool:
     return env_id.startswith(PREFIX)
 
 
-class MultiAgentVectorEnv(AgentEnv):
-    """PettingZoo ParallelEnv copies as one agent env (see module docstring)."""
+class PettingZooCopies:
+    """Copies of a PettingZoo env made by ``factories``, checked by ``_setup`` and closed together (a copy that fails
+    to build, or a check that fails, closes those built)."""
+
+    what = "a PettingZoo env"
 
     def __init__(self, factories: list[Callable[[], Any]]):
         if not factories:
-            raise EnvError("a multi-agent vector env needs at least one env")
+            raise EnvError(f"{self.what} needs at least one env copy")
         self.envs: list[Any] = []
         try:
             for factory in factories:
@@ -91,6 +94,25 @@ class MultiAgentVectorEnv(AgentEnv):
         except BaseException:
             self.close()
             raise
+
+    def _setup(self) -> None:
+        """Check the copies and read what the env needs from them."""
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class MultiAgentVectorEnv(PettingZooCopies, AgentEnv):
+    """PettingZoo ParallelEnv copies as one agent env (see module docstring)."""
+
+    what = "a multi-agent vector env"
 
     def _setup(self) -> None:
         first = self.envs[0]
@@ -218,16 +240,6 @@ class MultiAgentVectorEnv(AgentEnv):
             for gone in [a for a in self._obs[i] if a not in live]:
                 del self._obs[i][gone], self._mask[i][gone]
         return self._turn(reward, ends)
-
-    def close(self) -> None:
-        for env in self.envs:
-            env.close()
-
-    def __enter__(self) -> "MultiAgentVectorEnv":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
 
 def pettingzoo_env_function(env_id: str) -> Callable[..., Any]:

@@ -48,7 +48,7 @@ import numpy as np
 from relayrl.envs.agentobs import AgentObservations
 from relayrl.envs.agents import AgentTurn, Behaviour, BehaviourEnv
 from relayrl.envs.masks import allowed_all, branch_sizes
-from relayrl.envs.multiagent import is_turn_based_env, pettingzoo_env_function
+from relayrl.envs.multiagent import PettingZooCopies, is_turn_based_env, pettingzoo_env_function
 from relayrl.envs.packed import PackedDict
 from relayrl.envs.vector import ActionSpec, check_actions
 from relayrl.errors import ConfigError, EnvError
@@ -114,20 +114,10 @@ class _Player:
         return int(action) if isinstance(self.action_space, gym.spaces.Discrete) else np.asarray(action)
 
 
-class TurnBasedEnv(BehaviourEnv):
+class TurnBasedEnv(PettingZooCopies, BehaviourEnv):
     """Copies of a PettingZoo turn-based AEC env, a behaviour per player (module docstring)."""
 
-    def __init__(self, factories: list[Callable[[], Any]]):
-        if not factories:
-            raise EnvError("a turn-based env needs at least one env copy")
-        self.envs: list[Any] = []
-        try:
-            for factory in factories:
-                self.envs.append(factory())
-            self._setup()
-        except BaseException:
-            self.close()
-            raise
+    what = "a turn-based env"
 
     def _setup(self) -> None:
         first = self.envs[0]
@@ -246,16 +236,6 @@ class TurnBasedEnv(BehaviourEnv):
             env.step(moves[i])
             self._settle(i)
         return self._turns()
-
-    def close(self) -> None:
-        for env in self.envs:
-            env.close()
-
-    def __enter__(self) -> "TurnBasedEnv":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
 
 def game_factory(env_id: str, kwargs: Mapping[str, Any]) -> Callable[[], Any]:

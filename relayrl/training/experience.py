@@ -43,7 +43,7 @@ from relayrl.training.agent_collectors import AgentEvaluator, AgentRolloutCollec
 from relayrl.training.collector import OffPolicyCollector, OnPolicyCollector
 from relayrl.training.evaluator import Evaluation, Evaluator
 
-__all__ = ["Experience", "GymExperience", "AgentExperience", "SourceExperience", "env_setup"]
+__all__ = ["Experience", "EnvPair", "GymExperience", "AgentExperience", "SourceExperience", "env_setup"]
 
 
 class Experience(ABC):
