@@ -92,7 +92,7 @@ class BridgeEnv:
         self._views: dict[str, L.SectionViews] = {}
         self._generation = 0  # of the body the views point into
         self._n: dict[str, tuple[int, int]] = {}
-        self._acted: set[str] = set()
+        self._acted: dict[str, set[str]] = {}  # behaviour -> the parts ("continuous", "discrete") set this turn
         self._log = None
         try:
             if executable is not None:
@@ -152,7 +152,8 @@ class BridgeEnv:
         """Actions for this turn's deciding agents, row i for decision row i: continuous [n, C]
         (cast to float32, any finite value: the simulator clips to its range, [-1, 1] for relayrl's
         training) and discrete [n, B] (cast to int32; an option the agent's action mask forbids is
-        refused: masks are binding). Agents left without actions get zeros."""
+        refused: masks are binding). A part not given this turn gets the default answer at ``step``: 0.0,
+        or the lowest option each row's mask allows (protocol §3.3)."""
         views = self._get(behaviour)
         spec, (n, _) = views.section.spec, self._n[behaviour]
         if n == 0 and (continuous is not None and np.size(continuous) or discrete is not None and np.size(discrete)):
@@ -177,7 +178,7 @@ class BridgeEnv:
                     raise BridgeError(f"discrete actions for {behaviour!r} out of range for branches {spec.branches}")
                 self._check_masks(behaviour, views, array.astype(np.int64))
             np.copyto(out[:n], array, casting="unsafe")
-        self._acted.add(behaviour)
+            self._acted.setdefault(behaviour, set()).add(kind)
 
     def _check_masks(self, behaviour: str, views: L.SectionViews, chosen: np.ndarray) -> None:
         """Refuse an option the deciding agent's mask forbids (masks are binding, §3.3)."""
@@ -225,8 +226,10 @@ class BridgeEnv:
         """``step()`` without the wait: ``receive()`` next."""
         for name, views in self._views.items():
             n = self._n[name][0]
-            if name not in self._acted and n:
+            acted = self._acted.get(name, set())  # a part not set this turn (both, or one of a hybrid's)
+            if n and "continuous" not in acted:
                 views.continuous[:n] = 0
+            if n and "discrete" not in acted:
                 views.discrete[:n] = _lowest_allowed(views, n)
         self.send()
 

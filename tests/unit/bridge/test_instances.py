@@ -169,3 +169,25 @@ def test_one_simulator_that_dies_is_reported_with_its_exit_code_or_signal(tmp_pa
             env.step()
     finally:
         env.close()
+
+
+def test_a_part_of_the_actions_left_unset_gets_the_default_answer_not_last_turns(tmp_path):
+    """protocol §3.3: a behaviour given only its continuous actions gets the lowest allowed option in each branch
+    (not the discrete actions its agents were sent the turn before)."""
+    with BridgeEnv(ECHO, timeout_s=30, directory=tmp_path) as env:
+        env.reset()
+        for turn in range(2):
+            decisions, _ = env.get_steps("echo")
+            n = len(decisions)
+            if turn == 0:  # every agent: option 2 of branch 0 where allowed (echo_sim forbids option i % 3), 1 of branch 1
+                chosen = np.where(decisions.action_mask[0][:, 2], 1, 2)
+                env.set_actions("echo", continuous=np.zeros((n, 2)), discrete=np.stack([chosen, np.ones(n)], 1))
+            else:
+                env.set_actions("echo", continuous=np.ones((n, 2)))  # no discrete actions this turn
+                sent = dict(zip(decisions.agent_id.tolist(), decisions.action_mask[0].argmin(axis=1).tolist()))
+            env.step()
+        decisions, _ = env.get_steps("echo")
+        echoed = decisions.obs[1][:, 1, :]  # echo_sim: each agent's last discrete actions
+        for agent, last in zip(decisions.agent_id.tolist(), echoed.tolist()):
+            if agent in sent:
+                assert last == [sent[agent], 0], agent
