@@ -41,6 +41,7 @@ Deployment needs the policy only (``relayrl.load``)::
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
@@ -323,6 +324,17 @@ class SampleSource(ABC):
     @abstractmethod
     def pop_episodes(self) -> tuple[list[float], list[int]]:
         """Returns and lengths of the episodes finished since the last call."""
+
+    def state(self) -> dict[str, Any]:
+        """What a resume needs of the source besides the learner (JSON-able, in the checkpoint's meta; e.g. a
+        self-play opponent schedule); default nothing."""
+        return {}
+
+    def save(self, folder: Path) -> None:
+        """Files a resume needs of the source, written into ``folder`` (the checkpoints') before a last checkpoint."""
+
+    def restore(self, folder: Path, state: dict[str, Any]) -> None:
+        """Undo ``save`` and ``state`` on a resume."""
 
     def collect_time_elsewhere(self) -> float:
         """Seconds the last ``pull``'s experience took to collect outside ``pull`` (a source whose env is stepped

@@ -130,12 +130,14 @@ class ReplayRounds(Rounds[UpdatesDue]):
 
     def save(self, folder: Path) -> None:
         self.buffer.save(folder / REPLAY_FILE)
+        super().save(folder)
 
     def state(self) -> dict[str, Any]:
         return {"steps_at_start": -1 if self.steps_at_start is None else self.steps_at_start,
-                "replay_updates": self.learning.updates}
+                "replay_updates": self.learning.updates, **super().state()}
 
     def restore(self, folder: Path, state: dict[str, Any]) -> None:
+        super().restore(folder, state)
         if self.cfg.replay_shards or (folder / REPLAY_FILE).is_file():  # (shards look for their own files)
             self.buffer.load(folder / REPLAY_FILE)
         start = int(state.get("steps_at_start", -1))

@@ -7,7 +7,7 @@ collected with the weights just learned (PPO), or at most a few versions behind 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 from relayrl.core import Algorithm, SampleSource
 from relayrl.errors import ConfigError
@@ -41,5 +41,3 @@ class OnPolicyRounds(Rounds[Batch]):
                               "have: set prenorm=false")
         return self.samples.warmup(steps)
 
-    def state(self) -> dict[str, Any]:
-        return {}

@@ -68,11 +68,13 @@ class Rounds(ABC, Generic[W]):
         return self.samples.stats()
 
     def state(self) -> dict[str, Any]:
-        """Counters a resume needs (stored in the checkpoint's meta)."""
-        return {}
+        """Counters a resume needs (stored in the checkpoint's meta): the sample source's under "samples"."""
+        return {"samples": self.samples.state()}
 
     def save(self, folder: Path) -> None:
-        """What a resume needs besides the checkpoint (the replay buffer), written before it."""
+        """What a resume needs besides the checkpoint (the replay buffer, the source's files), written before it."""
+        self.samples.save(folder)
 
     def restore(self, folder: Path, state: dict[str, Any]) -> None:
         """Undo ``save`` and ``state`` on a resume."""
+        self.samples.restore(folder, state.get("samples", {}))

@@ -27,11 +27,13 @@ import copy
 import random
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import gymnasium as gym
 
 from relayrl.core import Policy, SampleSource
+from relayrl.io.checkpoint import load_checkpoint, save_checkpoint
 from relayrl.envs.agents import AgentTurn, BehaviourEnv, OneBehaviour
 from relayrl.errors import ConfigError
 from relayrl.options import SelfPlayConfig
@@ -42,6 +44,7 @@ from relayrl.training.experience import Experience
 from relayrl.types import Batch
 
 ELO_K = 16.0
+SNAPSHOTS_FILE = "selfplay_snapshots"  # in the checkpoints folder, beside last (what a resume restores)
 
 
 def elo_update(rating: float, opponent: float, score: float) -> float:
@@ -89,10 +92,10 @@ class Ghost:
         self.steps = 0
         self._next = {"save": cfg.save_steps, "swap": cfg.swap_steps, "team": cfg.team_change}
         self.games = self.wins = 0
-        self.save()  # the initial policy is the first opponent
+        self.snapshot()  # the initial policy is the first opponent
         self.current = self.snapshots[-1]
 
-    def save(self) -> None:
+    def snapshot(self) -> None:
         self.snapshots.append(Snapshot(copy.deepcopy(self.policy.get_weights()), self.elo[self.learning],
                                        self.learning))
 
@@ -109,7 +112,7 @@ class Ghost:
         self.steps += steps
         due = {name: self.steps >= at for name, at in self._next.items()}
         if due["save"]:
-            self.save()
+            self.snapshot()
         changed = due["team"]
         if changed:
             self.learning = 1 - self.learning
@@ -131,6 +134,23 @@ class Ghost:
             self.current.elo -= self.elo[side] - before  # the opponent's rating moves the other way
             self.games += 1
             self.wins += score == 1.0
+
+    def state(self) -> dict[str, Any]:
+        """The schedule and ratings (JSON-able); the snapshots' weights go in a file (``GhostSource.save``)."""
+        return {"learning": self.learning, "elo": list(self.elo), "steps": self.steps, "next": dict(self._next),
+                "snapshots": [{"elo": s.elo, "side": s.side} for s in self.snapshots],
+                "current": next(k for k, s in enumerate(self.snapshots) if s is self.current)
+                if any(s is self.current for s in self.snapshots) else -1}
+
+    def restore(self, state: dict[str, Any], weights: list[dict[str, Any]]) -> None:
+        self.learning, self.elo, self.steps = int(state["learning"]), [float(e) for e in state["elo"]], int(state["steps"])
+        self._next = {name: int(at) for name, at in state["next"].items()}
+        self.snapshots.clear()
+        for meta, w in zip(state["snapshots"], weights):
+            self.snapshots.append(Snapshot(w, float(meta["elo"]), int(meta["side"])))
+        current = int(state["current"])
+        self.current = self.snapshots[current] if current >= 0 else self.snapshots[-1]
+        self.opponent.set_weights(self.current.weights)
 
     def stats(self) -> dict[str, float]:
         values = {f"selfplay/elo_{side}": self.elo[k] for k, side in enumerate(self.sides)}
@@ -185,6 +205,21 @@ class GhostSource(SampleSource):
 
     def pop_episodes(self) -> tuple[list[float], list[int]]:
         return self.collector.pop_episodes()
+
+    def state(self) -> dict[str, Any]:
+        return {"ghost": self.ghost.state()}
+
+    def save(self, folder: Path) -> None:
+        save_checkpoint(folder / SNAPSHOTS_FILE, {str(k): s.weights for k, s in enumerate(self.ghost.snapshots)},
+                        {"what": "self-play snapshots, in order (training/selfplay.py)"})
+
+    def restore(self, folder: Path, state: dict[str, Any]) -> None:
+        """The schedule, ratings and snapshots of the run resumed (a run saved without them starts afresh)."""
+        saved = state.get("ghost")
+        if saved is None or not (folder / f"{SNAPSHOTS_FILE}.safetensors").is_file():
+            return
+        weights = load_checkpoint(folder / f"{SNAPSHOTS_FILE}.safetensors").state
+        self.ghost.restore(saved, [weights[str(k)] for k in range(len(saved["snapshots"]))])
 
 
 class SelfPlayExperience(Experience):

@@ -52,6 +52,23 @@ def test_self_play_on_two_teams_rates_both_sides_and_beats_a_scripted_opponent_i
     assert evaluated.returncode == 0 and "over 4 episodes" in evaluated.stdout, evaluated.stderr
 
 
+def test_a_resumed_self_play_run_goes_on_with_its_snapshots_ratings_and_schedule(tmp_path):
+    run_dir = tmp_path / "run"
+    first = relayrl_cli("train", "ppo", "--env", DUEL, "--total-steps", "8192", "--run-dir", str(run_dir), *FAST,
+                        "--set", "selfplay.team_change=5000")
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    again = relayrl_cli("train", "--resume", str(run_dir), "--total-steps", "12288")
+    assert again.returncode == 0, again.stderr[-3000:]
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    last, resumed = [r for r in before if r["event"] == "train"][-1], [r for r in rows[len(before):] if r["event"] == "train"]
+    assert last["selfplay/learning_side"] == 1  # changed at 5000 steps
+    assert resumed[0]["selfplay/learning_side"] == 1 and resumed[-1]["selfplay/learning_side"] == 0  # at 10000
+    assert resumed[0]["selfplay/snapshots"] >= last["selfplay/snapshots"] == 3  # 1 + saves at 3000 and 6000
+    # blue's rating is not touched while red learns: it carries over the resume exactly
+    assert resumed[0]["selfplay/elo_blue"] == last["selfplay/elo_blue"] != 1200
+
+
 def test_a_board_game_trains_by_self_play_with_one_policy(tmp_path):
     run_dir = tmp_path / "run"
     run = relayrl_cli("train", "ppo", "--env", "pettingzoo:pettingzoo.classic.tictactoe_v3:env", "--total-steps",
