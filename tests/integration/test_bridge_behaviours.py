@@ -143,3 +143,32 @@ def test_a_behaviour_mistake_is_one_message_and_writes_nothing(tmp_path, sets, s
     assert run.returncode == 2, run.stderr[-2000:]
     assert re.search(says, run.stderr) and "Traceback" not in run.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_ctrl_c_stops_every_behaviour_with_its_last_checkpoint(tmp_path):
+    import os
+    import signal
+    import time
+
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "relayrl", "train", "ppo", "--env", SCENE, "--total-steps",
+                             "10000000", "--run-dir", str(run_dir), *QUIET, "--set", "eval.freq=0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        metrics = [run_dir / "behaviours" / name / "metrics.jsonl" for name in ("ball", "reach")]
+        while not all(m.is_file() and m.stat().st_size for m in metrics):  # both have learned at least once
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stop_reason"] == "interrupted"
+    for name, part in summary["behaviours"].items():
+        assert part["stop_reason"] == "interrupted" and part["env_steps"] > 0
+        assert (run_dir / "behaviours" / name / "checkpoints" / "last.safetensors").is_file()
