@@ -28,7 +28,8 @@ def last(metrics: list[dict], key: str):
     return [m[key] for m in metrics if key in m][-1]
 
 
-@pytest.mark.parametrize("simulator", ["python", "c"])
+# (two C instances stepping: tests/unit/bridge/test_instances.py in the default suite)
+@pytest.mark.parametrize("simulator", ["python", pytest.param("c", marks=pytest.mark.extended)])
 def test_two_instances_train_as_one_run(tmp_path, simulator):
     from relayrl.bridge.cbuild import build, have_compiler
 

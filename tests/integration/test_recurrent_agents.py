@@ -19,7 +19,7 @@ def relayrl(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "relayrl", *args], capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.mark.parametrize("kind", ["gru", "lstm"])
+@pytest.mark.parametrize("kind", ["gru", pytest.param("lstm", marks=pytest.mark.extended)])
 def test_recurrent_ppo_remembers_each_agent_s_cue_through_the_bridge(tmp_path, kind):
     """Feed-forward PPO scores 1/3 (0.27-0.40 measured up to 30k steps). Recurrent, measured at 8192 steps
     over seeds 0-4, GRU and LSTM: 1.0 every time (48 evaluation episodes)."""

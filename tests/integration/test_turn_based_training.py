@@ -74,7 +74,10 @@ def win_rate_against_random(policy, player: str, games: int = 600) -> float:
     return float(np.mean(np.array(results[:games]) > 0))
 
 
-@pytest.mark.parametrize("learner, frozen, least", [("player_1", "player_2", 0.8), ("player_2", "player_1", 0.45)])
+@pytest.mark.parametrize("learner, frozen, least", [
+    ("player_1", "player_2", 0.8),
+    pytest.param("player_2", "player_1", 0.45, marks=pytest.mark.extended),  # (the same path, the other player)
+])
 def test_a_player_learns_to_beat_a_random_opponent(tmp_path, learner, frozen, least):
     """The other player's policy barely moves from its initial, near-uniform one (actor_lr 1e-12): the learner's
     rewards (its wins, and its losses through the other's winning moves) teach it to beat random play. Random against
