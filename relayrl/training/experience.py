@@ -139,7 +139,27 @@ class GymExperience(Experience):
             self.eval_venv.close()
 
 
-class AgentExperience(Experience):
+class EnvPair(Experience):
+    """An env to train on and one to evaluate on, closed together; the training env's counters and the simulator's
+    statistics (agent envs and ``BehaviourEnv``s: ``AgentExperience``, self-play's)."""
+
+    env: Any
+    eval_env: Any
+
+    def stats(self) -> dict[str, float]:
+        return dict(self.env.stats)
+
+    def simulator_stats(self) -> dict[str, float]:
+        return self.env.simulator_stats()
+
+    def close(self) -> None:
+        try:
+            self.env.close()
+        finally:
+            self.eval_env.close()
+
+
+class AgentExperience(EnvPair):
     """An agent env for training and one for evaluation: every agent is a row; on-policy rollouts
     are one column of every agent's steps in time order (``relayrl/training/agent_collectors.py``)."""
 
@@ -159,18 +179,6 @@ class AgentExperience(Experience):
 
     def evaluator(self, episodes: int, seed: int) -> Evaluation:
         return AgentEvaluator(self.eval_env, episodes, seed=seed)
-
-    def stats(self) -> dict[str, float]:
-        return dict(self.env.stats)
-
-    def simulator_stats(self) -> dict[str, float]:
-        return self.env.simulator_stats()
-
-    def close(self) -> None:
-        try:
-            self.env.close()
-        finally:
-            self.eval_env.close()
 
 
 class SourceExperience(Experience):

@@ -40,7 +40,7 @@ from relayrl.options import SelfPlayConfig
 from relayrl.training.agent_collectors import AgentRolloutCollector, AgentTransitionCollector
 from relayrl.training.behaviours import Acting, JointEvaluation
 from relayrl.training.evaluator import Evaluation
-from relayrl.training.experience import Experience
+from relayrl.training.experience import EnvPair
 from relayrl.types import Batch
 
 ELO_K = 16.0
@@ -222,7 +222,7 @@ class GhostSource(SampleSource):
         self.ghost.restore(saved, [weights[str(k)] for k in range(len(saved["snapshots"]))])
 
 
-class SelfPlayExperience(Experience):
+class SelfPlayExperience(EnvPair):
     """The two sides of ``env`` played by one learning policy and its snapshots (module docstring).
     ``make_policy()`` builds a policy of the algorithm for the sides' spaces (the frozen opponents)."""
 
@@ -253,19 +253,10 @@ class SelfPlayExperience(Experience):
         return _AgainstLatest(evaluation, latest, self)
 
     def stats(self) -> dict[str, float]:
-        values = dict(self.env.stats)
+        values = super().stats()
         if self.ghost is not None:
             values.update(self.ghost.stats())
         return values
-
-    def simulator_stats(self) -> dict[str, float]:
-        return self.env.simulator_stats()
-
-    def close(self) -> None:
-        try:
-            self.env.close()
-        finally:
-            self.eval_env.close()
 
 
 class _AgainstLatest(Evaluation):
