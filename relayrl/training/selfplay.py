@@ -11,7 +11,8 @@ usual agent collector, and a snapshot on the other side, nothing recorded::
     every team_change  the learning side changes; the policy learns to play both
 
 Steps count the learning side's agent decisions (the Trainer's env steps) and the schedule moves between
-pulls, so a rollout has one opponent and one learning side. Every game (an episode of a learning-side
+pulls, so a rollout has one opponent and one learning side; a change of side resets the env, so every game
+rated for a side was played whole by it. Every game (an episode of a learning-side
 agent) that ends updates an ELO rating per side (K = 16) against the opponent snapshot's, which it kept
 from when it was saved: a final reward > 0 is a win, < 0 a loss, 0 a draw (ML-Agents' rule). Metrics:
 ``selfplay/elo_<side>``, ``selfplay/elo`` (the learning side's), ``selfplay/win_rate`` and
@@ -198,7 +199,8 @@ class GhostSource(SampleSource):
                 result = done.value
                 break
         batch, steps = (result, result["reward"].size) if self.on_policy else result
-        if self.ghost.advance(steps):  # the other side learns from now on: its agents start afresh for the collector
+        if self.ghost.advance(steps):  # the other side learns from now on, from fresh games (so each game a side is
+            self.turns = self.env.reset(None)  # rated for, it played whole)
             self.collector.start(self.turns[self.learner])
             self.opponent.clear()
         return batch, steps
