@@ -58,6 +58,9 @@ class OfflineRounds(Rounds[UpdatesDue]):
     def state(self) -> dict[str, Any]:
         return {"offline_updates": self.learning.updates}
 
+    def save(self, folder: Path) -> None:
+        """Nothing: the dataset is read again on a resume (no sample source to save)."""
+
     def restore(self, folder: Path, state: dict[str, Any]) -> None:
         """The dataset is read again from ``dataset`` (nothing of it is saved with the run)."""
         self.learning.updates = int(state.get("offline_updates", 0))
