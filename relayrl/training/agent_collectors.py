@@ -138,7 +138,11 @@ class AgentRolloutCollector(SampleSource):
         self.states.clear()
 
     def pull(self) -> tuple[Batch, int]:
-        rollout = self.collect()
+        return drive(self.env, self.pulls())
+
+    def pulls(self) -> Turns[tuple[Batch, int]]:
+        """``pull`` as a turn generator: the next rollout and its env steps."""
+        rollout = yield from self.rollout()
         return rollout, rollout["reward"].size
 
     def collect(self) -> Batch:
@@ -246,10 +250,10 @@ class AgentTransitionCollector(SampleSource):
         self._pending = {}
 
     def pull(self) -> tuple[Batch, int]:
-        return drive(self.env, self.transitions())
+        return drive(self.env, self.pulls())
 
-    def transitions(self) -> Turns[tuple[Batch, int]]:
-        """``turns_per_pull`` turns' transitions as a turn generator (``pull`` drives it)."""
+    def pulls(self) -> Turns[tuple[Batch, int]]:
+        """``turns_per_pull`` turns' transitions and their count as a turn generator (``pull`` drives it)."""
         rows: dict[str, list] = {"obs": [], "action": [], "reward": [], "next_obs": [], "terminated": [],
                                  "next_action_mask": []}
         masked = self._turn.action_mask is not None
@@ -296,6 +300,13 @@ class AgentTransitionCollector(SampleSource):
 
     def pop_episodes(self) -> tuple[list[float], list[int]]:
         return self.episodes.pop()
+
+
+def agent_collector(env: AgentEnv, policy, cfg, on_policy: bool) -> AgentRolloutCollector | AgentTransitionCollector:
+    """The collector of an agent env for the algorithm's options ``cfg``: rollouts on-policy, transitions off-policy."""
+    if on_policy:
+        return AgentRolloutCollector(env, policy, cfg.num_steps)
+    return AgentTransitionCollector(env, policy, cfg.gamma, cfg.steps_per_iteration, cfg.n_step_for(agents=True))
 
 
 class AgentEvaluator(Evaluation):

@@ -39,7 +39,7 @@ from relayrl.errors import ConfigError, EnvError
 from relayrl.io.rundir import BEHAVIOURS_DIR, RunLock, check_fresh_run_dir, new_run_dir, write_summary
 from relayrl.options import RunConfig
 from relayrl.training.agent_collectors import (AgentEvaluator, AgentRolloutCollector, AgentTransitionCollector,
-                                               Turns)
+                                               Turns, agent_collector)
 from relayrl.training.agent_states import AgentStates
 from relayrl.training.evaluator import EvalResult, Evaluation
 from relayrl.training.experience import Experience
@@ -76,9 +76,9 @@ class Acting:
 class Member:
     """One behaviour in the lockstep: its collector's turn generators, their finished results, its policy."""
 
-    def __init__(self, start: Callable[[AgentTurn], None], make: Callable[[], Turns], policy: Policy,
-                 on_policy: bool):
-        self.start, self.make, self.policy, self.on_policy = start, make, policy, on_policy
+    def __init__(self, start: Callable[[AgentTurn], None], make: Callable[[], Turns], policy: Policy):
+        """``make()``: the next pull as a turn generator returning (work, env steps)."""
+        self.start, self.make, self.policy = start, make, policy
         self.acting: Acting | None = None  # once retired
         self.turns: Turns | None = None
         self.action: np.ndarray | None = None
@@ -104,7 +104,7 @@ class Member:
             self.action = self.turns.send(turn)
         except StopIteration as done:
             self.turns = None
-            work, steps = (done.value, done.value["reward"].size) if self.on_policy else done.value
+            work, steps = done.value
             self.results.append((work, steps, self.stepping_s))
             self.stepping_s = 0.0
 
@@ -154,7 +154,7 @@ class Lockstep:
         """Stop recording behaviour ``name``; its agents go on acting with its policy (``policy``: of a behaviour
         that never joined, a resumed run's behaviour with nothing left to train)."""
         if name not in self.members:
-            self.members[name] = Member(lambda turn: None, lambda: None, policy, on_policy=True)
+            self.members[name] = Member(lambda turn: None, lambda: None, policy)
         member = self.members[name]
         member.retired, member.turns, member.acting = True, None, Acting(member.policy, "collect")
         member.results.clear()
@@ -227,16 +227,9 @@ class BehaviourExperience(Experience):
         self.action_space: gym.Space = behaviour.action_space
 
     def source(self, policy: Policy, cfg: Any, on_policy: bool) -> SampleSource:
-        env = OneBehaviour(self.lockstep.env, self.name)
-        if on_policy:
-            collector = AgentRolloutCollector(env, policy, cfg.num_steps)
-            make = collector.rollout
-        else:
-            collector = AgentTransitionCollector(env, policy, cfg.gamma, cfg.steps_per_iteration,
-                                                 cfg.n_step_for(agents=True))
-            make = collector.transitions
+        collector = agent_collector(OneBehaviour(self.lockstep.env, self.name), policy, cfg, on_policy)
         self.policies[self.name] = policy
-        self.lockstep.join(self.name, Member(collector.start, make, policy, on_policy))
+        self.lockstep.join(self.name, Member(collector.start, collector.pulls, policy))
         return BehaviourSource(self.lockstep, self.name, collector)
 
     def evaluator(self, episodes: int, seed: int) -> Evaluation:

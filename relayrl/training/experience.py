@@ -39,7 +39,7 @@ from relayrl.envs.registry import spec_stop_value
 from relayrl.envs.vector import VectorEnv
 from relayrl.errors import ConfigError
 from relayrl.options import RunConfig
-from relayrl.training.agent_collectors import AgentEvaluator, AgentRolloutCollector, AgentTransitionCollector
+from relayrl.training.agent_collectors import AgentEvaluator, agent_collector
 from relayrl.training.collector import OffPolicyCollector, OnPolicyCollector
 from relayrl.training.evaluator import Evaluation, Evaluator
 
@@ -172,10 +172,7 @@ class AgentExperience(EnvPair):
         self.action_space = env.single_action_space
 
     def source(self, policy: Policy, cfg: Any, on_policy: bool) -> SampleSource:
-        if on_policy:
-            return AgentRolloutCollector(self.env, policy, cfg.num_steps)
-        return AgentTransitionCollector(self.env, policy, cfg.gamma, cfg.steps_per_iteration,
-                                        cfg.n_step_for(agents=True))
+        return agent_collector(self.env, policy, cfg, on_policy)
 
     def evaluator(self, episodes: int, seed: int) -> Evaluation:
         return AgentEvaluator(self.eval_env, episodes, seed=seed)

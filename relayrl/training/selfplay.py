@@ -38,7 +38,7 @@ from relayrl.io.checkpoint import load_checkpoint, save_checkpoint
 from relayrl.envs.agents import AgentTurn, BehaviourEnv, OneBehaviour
 from relayrl.errors import ConfigError
 from relayrl.options import SelfPlayConfig
-from relayrl.training.agent_collectors import AgentRolloutCollector, AgentTransitionCollector
+from relayrl.training.agent_collectors import AgentRolloutCollector, AgentTransitionCollector, agent_collector
 from relayrl.training.behaviours import Acting, JointEvaluation
 from relayrl.training.evaluator import Evaluation
 from relayrl.training.experience import EnvPair
@@ -167,8 +167,8 @@ class GhostSource(SampleSource):
     """The learning side's rollouts (or transitions) with the opponent snapshot on the other side."""
 
     def __init__(self, env: BehaviourEnv, sides: list[str], ghost: Ghost,
-                 collector: AgentRolloutCollector | AgentTransitionCollector, on_policy: bool):
-        self.env, self.sides, self.ghost, self.collector, self.on_policy = env, sides, ghost, collector, on_policy
+                 collector: AgentRolloutCollector | AgentTransitionCollector):
+        self.env, self.sides, self.ghost, self.collector = env, sides, ghost, collector
         self.opponent = Acting(ghost.opponent, "collect")
         self.turns: dict[str, AgentTurn] = {}
 
@@ -187,7 +187,7 @@ class GhostSource(SampleSource):
 
     def pull(self) -> tuple[Batch, int]:
         learner, other = self.learner, self.other
-        work = self.collector.rollout() if self.on_policy else self.collector.transitions()
+        work = self.collector.pulls()
         action = next(work)
         while True:
             self.turns = self.env.step({learner: action, other: self.opponent(self.turns[other])})
@@ -196,9 +196,8 @@ class GhostSource(SampleSource):
             try:
                 action = work.send(self.turns[learner])
             except StopIteration as done:
-                result = done.value
+                batch, steps = done.value
                 break
-        batch, steps = (result, result["reward"].size) if self.on_policy else result
         if self.ghost.advance(steps):  # the other side learns from now on, from fresh games (so each game a side is
             self.turns = self.env.reset(None)  # rated for, it played whole)
             self.collector.start(self.turns[self.learner])
@@ -244,10 +243,7 @@ class SelfPlayExperience(EnvPair):
         self.ghost = Ghost(self.cfg, policy, self.make_policy(self.observation_space, self.action_space),
                            self.sides, self.seed)
         view = OneBehaviour(self.env, self.sides[0])  # (the collectors' env is only stepped through the source)
-        collector = (AgentRolloutCollector(view, policy, cfg.num_steps) if on_policy else
-                     AgentTransitionCollector(view, policy, cfg.gamma, cfg.steps_per_iteration,
-                                              cfg.n_step_for(agents=True)))
-        return GhostSource(self.env, self.sides, self.ghost, collector, on_policy)
+        return GhostSource(self.env, self.sides, self.ghost, agent_collector(view, policy, cfg, on_policy))
 
     def evaluator(self, episodes: int, seed: int) -> Evaluation:
         latest = self.make_policy(self.observation_space, self.action_space)
