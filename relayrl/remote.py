@@ -93,6 +93,7 @@ class Worker:
         self.config = cfg
         self.worker = RemoteWorker(cfg, name=name, expert=expert, weights=weights)
         self.name = self.worker.client.name
+        self._ran = False
 
     @property
     def version(self) -> int:
@@ -101,9 +102,14 @@ class Worker:
 
     def run(self, max_steps: int | None = None, stop: threading.Event | None = None, log=sys.stderr) -> dict:
         """Collect and send until ``max_steps`` env steps, ``stop`` is set, Ctrl-C or SIGTERM; then send what is
-        pending, close, and return the worker's statistics (``env_steps``, ``version``, ``sent``, ``acked``, ...).
+        pending, close, and return the worker's statistics (``env_steps``, ``version``, ``sent``, ``acked``, ...);
+        once per Worker.
         A ``RelayRLError`` if no relay answers within ``net.connect_timeout_s`` of the start; once connected, the
         worker rides out relay restarts (it reconnects and resends)."""
+        if self._ran:
+            raise RelayRLError(f"worker {self.name} has run and closed its connection and envs: make a new Worker "
+                               "to run again")
+        self._ran = True
         stop = stop or threading.Event()
         interrupted = False
         try:

@@ -68,6 +68,8 @@ def test_relay_serves_until_its_stop_event_and_a_worker_connects_to_its_address(
         worker_stop.set()
         runner.join(10)
         assert not runner.is_alive() and result["env_steps"] == 0 and result["version"] == 0
+        with pytest.raises(RelayRLError, match="has run and closed its connection and envs: make a new Worker"):
+            worker.run(log=None)
     finally:
         stop.set()
         thread.join(10)
