@@ -41,7 +41,8 @@ class DDPGPolicy(Policy):
         if not isinstance(obs_space, gym.spaces.Box) or not isinstance(act_space, gym.spaces.Box):
             raise EnvError(f"ddpg needs Box observations and actions, got {obs_space}, {act_space}")
         self.observation_space, self.action_space = obs_space, act_space
-        self.action_shape, self.action_dtype, self.obs_dtype = act_space.shape, np.dtype(np.float32), np.dtype(np.float32)
+        self.action_shape, self.action_dtype = act_space.shape, np.dtype(np.float32)
+        self.obs_dtype = np.dtype(np.float32)
         self.actor = Actor(int(np.prod(obs_space.shape)), int(np.prod(act_space.shape)), cfg.hidden)
         self.low, self.half = act_space.low, (act_space.high - act_space.low) / 2
         self.noise, self.start_training, self.random_actions = cfg.noise, cfg.start_training, cfg.start_training > 0

@@ -46,7 +46,8 @@ def test_the_relay_refuses_what_the_command_line_refuses_and_unknown_options():
         Relay(bind="0.0.0.0:0")
     with pytest.raises(ConfigError, match="--max-queue 0"):
         Relay(bind="127.0.0.1:0", max_queue=0)
-    with pytest.raises(ConfigError, match=r"Relay\(max_queues=...\): no such relay option; the options are .*max_queue"):
+    with pytest.raises(ConfigError, match=r"Relay\(max_queues=...\): no such relay option; the options are .*"
+                                          r"max_queue"):
         Relay(bind="127.0.0.1:0", max_queues=8)
 
 
