@@ -64,18 +64,9 @@ def train(algo: str, env: EnvLike | None = None, config: dict[str, Any] | str | 
         resume: continue the run in ``run_dir``; one with nothing left to do (its ``total_steps`` reached)
             trains nothing, logs why, and returns its summary.
     """
-    if isinstance(config, RunConfig):
-        if config.algo != algo:
-            raise ConfigError(f"the config is for {config.algo!r}, not {algo!r}: pass a config of {algo!r}")
-        data: dict[str, Any] = config.model_dump()
-    elif isinstance(config, (str, Path)):
-        data = read_yaml(Path(config))
-    else:
-        data = dict(config or {})
-    env_id, local = _env_id(env) if env is not None else (None, False)
-    overrides = {"env.id": env_id, "total_steps": total_steps, "stop_value": stop_value, "seed": seed,
-                 "backend": backend, "workers": workers}
-    cfg = build_config(algo, data, (), overrides)
+    overrides = {"total_steps": total_steps, "stop_value": stop_value, "seed": seed, "backend": backend,
+                 "workers": workers}
+    cfg, local = run_config(algo, env, config, overrides)
     if run_dir is not None and not resume:
         check_fresh_run_dir(Path(run_dir))  # before any env, worker or simulator starts
     if local:
@@ -94,6 +85,23 @@ def train(algo: str, env: EnvLike | None = None, config: dict[str, Any] | str | 
     if summary["stop_reason"] == "terminated":
         raise SystemExit(143)  # the process was told to end: it does, once the run is saved
     return Run(summary=summary, run_dir=Path(summary["run_dir"]))
+
+
+def run_config(algo: str, env: EnvLike | None, config: dict[str, Any] | str | Path | RunConfig | None,
+               overrides: dict[str, Any]) -> tuple[RunConfig, bool]:
+    """The RunConfig of ``train``'s (and ``relayrl.remote.Worker``'s) arguments, and whether the env only
+    exists in this process (a factory defined in a script or a function)."""
+    if isinstance(config, RunConfig):
+        if config.algo != algo:
+            raise ConfigError(f"the config is for {config.algo!r}, not {algo!r}: pass a config of {algo!r}")
+        data: dict[str, Any] = config.model_dump()
+    elif isinstance(config, (str, Path)):
+        data = read_yaml(Path(config))
+    else:
+        data = dict(config or {})
+    env_id, local = _env_id(env) if env is not None else (None, False)
+    overrides = {**overrides, "env.id": env_id}
+    return build_config(algo, data, (), overrides), local
 
 
 def load(path: str | Path, behaviour: str | None = None) -> Policy:
