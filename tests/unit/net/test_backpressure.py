@@ -1,0 +1,121 @@
+"""Relay back-pressure (``--overflow block``) and the clients' reconnect backoff: a real relay thread
+on loopback, real RelayClients (test_relay_server's helpers), a slow trainer and a fast worker."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+import zmq
+
+from relayrl.config import build_config
+from relayrl.errors import ConfigError
+from relayrl.net import wire
+from relayrl.net.client import Backoff, RelayClient
+from relayrl.net.relay import Relay
+from test_relay_server import DEADLINE, chunk, clients, connected, make_relay, raw, relay_options, stats, wait_until  # noqa: F401
+
+CHUNKS = 40
+
+
+def slow_trainer_run(make_relay, clients, overflow: str):
+    """A worker sends CHUNKS chunks at once into a relay queue of 4 (window 2); the trainer takes
+    one chunk at a time, 20 ms apart. Returns (relay stats, worker, seqs in the order received)."""
+    run = make_relay(max_queue=4, window=2, overflow=overflow)
+    trainer = clients(run.server, "trainer", "t")
+    worker = clients(run.server, "worker", "w", backlog=64, window=16)
+    connected(trainer, worker)
+    for i in range(CHUNKS):
+        worker.send_samples(chunk(i), version=0, meta={"env_steps": 4})
+    got: list[int] = []
+    deadline = time.monotonic() + 3 * DEADLINE
+    while worker.unacknowledged() and time.monotonic() < deadline:
+        for msg in trainer.receive(0.2):
+            time.sleep(0.02)  # a slow learner
+            trainer.ack([msg])
+            got.append(msg.seq)
+    wait_until(lambda: worker.unacknowledged() == 0, "the worker's backlog to drain")
+    return stats(run.relay), worker, got
+
+
+def test_block_drops_nothing_while_the_trainer_is_alive_and_the_worker_pauses(make_relay, clients):
+    s, worker, got = slow_trainer_run(make_relay, clients, "block")
+    assert s["drops"] == 0 and worker.stats["relay_drops"] == 0 and worker.stats["backlog_drops"] == 0
+    assert got == list(range(CHUNKS))  # every chunk once, in the worker's order
+    assert s["held"] > 0 and s["pauses"] > 0
+    assert worker.stats["pauses"] > 0 and worker.stats["blocked_s"] > 0
+    assert worker.stats["acked"] == CHUNKS
+
+
+def test_drop_oldest_under_the_same_load_drops_chunks(make_relay, clients):
+    s, worker, got = slow_trainer_run(make_relay, clients, "drop-oldest")
+    assert s["drops"] > 0 and worker.stats["relay_drops"] == s["drops"]
+    assert len(got) == CHUNKS - s["drops"] and s["held"] == 0 and worker.stats["pauses"] == 0
+
+
+def test_a_block_relay_refuses_a_worker_that_does_not_hold(make_relay, raw):
+    run = make_relay(overflow="block", peer_timeout_s=30.0)
+    old = raw(run.server, "old")
+    old.send(wire.HELLO, meta={"role": "worker"})  # no meta.holds: a worker of wire protocol 3.1
+    refused = old.expect(wire.REFUSED)
+    assert "--overflow block" in refused.meta["reason"] and "release" in refused.meta["reason"]
+
+
+def test_an_unknown_overflow_policy_is_a_config_error():
+    with pytest.raises(ConfigError, match="--overflow drop-newest: the overflow policy is one of drop-oldest, block"):
+        Relay(relay_options(overflow="drop-newest"))
+
+
+def test_serve_with_a_bad_overflow_exits_2_with_one_line():
+    out = subprocess.run([sys.executable, "-m", "relayrl", "serve", "--bind", "127.0.0.1:0", "--overflow", "lots"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--overflow" in out.stderr and "Traceback" not in out.stderr
+
+
+# ---------------------------------------------------------------- reconnect backoff
+
+
+def hellos_heard(backoff: Backoff, window_s: float) -> int:
+    """Hellos a worker sends in ``window_s`` to a relay that never answers (a ROUTER that only listens)."""
+    sock = zmq.Context.instance().socket(zmq.ROUTER)
+    sock.setsockopt(zmq.LINGER, 0)
+    port = sock.bind_to_random_port("tcp://127.0.0.1")
+    client = RelayClient(f"127.0.0.1:{port}", "worker", name="w", heartbeat_s=0.05, timeout_s=600, backoff=backoff)
+    count, end = 0, time.monotonic() + window_s
+    try:
+        while (left := end - time.monotonic()) > 0:
+            if sock.poll(int(left * 1000) + 1):
+                msg = wire.decode(sock.recv_multipart()[1:])
+                count += msg.type == wire.HELLO
+    finally:
+        client.close(timeout=0)
+        sock.close()
+    return count
+
+
+def test_a_worker_retries_a_silent_relay_at_the_configured_pace():
+    window = 3.0
+    # 0, 0.05, 0.2, 0.65, then every 0.5 s: 8 hellos in 3 s (fewer only if the machine is slow)
+    fast = hellos_heard(Backoff(initial=0.05, factor=3.0, maximum=0.5), window)
+    # the defaults (0.2 s doubling to 30 s): 0, 0.2, 0.6, 1.4 (3.0 is at the window's edge)
+    default = hellos_heard(Backoff(), window)
+    assert 5 <= fast <= 4 + window / 0.5  # (load can only slow it: the upper bound holds regardless)
+    assert 2 <= default <= 5 and default < fast
+
+
+@pytest.mark.parametrize("sets, words", [
+    (["net.reconnect_factor=0.5"], "factor >= 1"),
+    (["net.reconnect_initial_s=5", "net.reconnect_max_s=1"], "maximum >= initial"),
+])
+def test_bad_reconnect_backoff_values_are_config_errors(sets, words):
+    with pytest.raises(ConfigError, match=words):
+        build_config("sac", None, sets, {})
+
+
+def test_bad_reconnect_backoff_exits_2_in_the_cli(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "relayrl", "worker", "--server", "127.0.0.1:9", "--env",
+                          "Pendulum-v1", "--algo", "sac", "--set", "net.reconnect_factor=0.5"],
+                         capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert out.returncode == 2 and "net.reconnect_factor" in out.stderr and "Traceback" not in out.stderr
