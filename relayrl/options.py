@@ -206,6 +206,14 @@ class EvalConfig(Section):
     """Deterministic episodes per evaluation."""
     num_envs: int = Field(10, ge=1)
     """Environment copies used by the evaluator; episodes are balanced across them."""
+    on_best_train: bool = False
+    """Also evaluate whenever the training episodes' mean return (train/return_mean, as logged) is a
+    new best of the run (roadrunner's schedule), at least best_train_gap env steps after the last
+    evaluation. It counts like any other: best checkpoint, metrics, stop_value."""
+    best_train_gap: int = Field(1000, ge=0)
+    """With on_best_train: env steps from the last evaluation (of any kind) before a new best training
+    return triggers another; while the return climbs, nearly every round is a new best, and without a
+    gap each would cost eval.episodes episodes. A new best inside the gap is still the best to beat."""
 
 
 class NetConfig(Section):
