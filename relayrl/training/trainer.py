@@ -214,7 +214,7 @@ class Trainer:
             cfg.check_placement(config.algo, "agents")  # e.g. PPO's prenorm and recurrent policies
         cfg.check(config.algo)  # combinations of options that would silently do nothing, e.g. PPO's prenorm
         self.algo = entry.build_algorithm(cfg, experience.observation_space, experience.action_space, experience.columns)
-        self.algo.bind_env(config.env.id)  # what depends on the env itself, e.g. PPO's built-in mirror specs
+        self.algo.bind_env(config.env.id, experience.mirror_indices)  # what depends on the env, e.g. PPO's mirror spec
         self.algo.stop_on(self.stop_event)  # Ctrl-C ends a long learning iteration early (PPO: between minibatches)
         self.algo.to(resolve_device(config.device, self.algo.devices, config.algo))  # (refused before any file)
         if config.threads == -1:  # before config.yaml is written, so it records the pick
