@@ -416,8 +416,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     print(f"worker done: {stats['env_steps']} env steps, {stats.get('sent', 0)} chunks sent, "
           f"{stats.get('acked', 0)} acknowledged, {stats.get('chunks_refused', 0)} refused by the trainer, "
           f"{stats.get('backlog_drops', 0)} dropped from the backlog, "
-          f"{stats.get('relay_drops', 0)} dropped by the relay, {stats.get('pauses', 0)} pauses for a full relay "
-          f"queue ({stats.get('blocked_s', 0.0):.1f} s), {stats.get('reconnects', 0)} reconnects, "
+          f"{stats.get('relay_drops', 0)} dropped by the relay, {stats.get('reconnects', 0)} reconnects, "
+          f"{stats.get('pauses', 0)} pauses for a full relay queue ({stats.get('blocked_s', 0.0):.1f} s), "
           f"policy version {stats['version']}")
     return EXIT_INTERRUPTED if interrupted else 0
 

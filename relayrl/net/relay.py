@@ -523,9 +523,10 @@ class Relay:
             with self._metrics_file.open("a") as f:
                 f.write(line + "\n")
         if log is not None:
+            held = f"held {int(stats['held'])} (pauses {int(stats['pauses'])}), " if self.block else ""
             print(f"relay: {int(stats['workers'])} workers, trainer {'on' if stats['trainer'] else 'off'}, "
                   f"queue {int(stats['queue_depth'])} ({stats['queue_bytes'] / 1e6:.1f} MB), drops {int(stats['drops'])} "
-                  f"({stats['dropped_bytes'] / 1e6:.1f} MB), "
+                  f"({stats['dropped_bytes'] / 1e6:.1f} MB), {held}"
                   f"rejects {int(stats['rejects'])}{_by_cause(stats, 'rejects')}, "
                   f"refused chunks {int(stats['chunks_refused'])}{_by_cause(stats, 'chunks_refused')}, "
                   f"in {stats['bytes_in_per_s'] / 1e6:.2f} MB/s, out {stats['bytes_out_per_s'] / 1e6:.2f} MB/s",

@@ -119,3 +119,38 @@ def test_bad_reconnect_backoff_exits_2_in_the_cli(tmp_path):
                           "Pendulum-v1", "--algo", "sac", "--set", "net.reconnect_factor=0.5"],
                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert out.returncode == 2 and "net.reconnect_factor" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_relayrl_worker_process_pauses_for_a_slow_trainer_and_loses_nothing(make_relay, clients, tmp_path):
+    """A real ``relayrl worker`` (expert: no weights needed) against a block relay whose queue holds 2
+    chunks, and a trainer that takes a chunk every 30 ms: every env step arrives, none is dropped."""
+    run = make_relay(max_queue=2, window=1, overflow="block")
+    trainer = clients(run.server, "trainer", "t")
+    connected(trainer)
+    steps = 240  # 30 chunks of 8 steps
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "relayrl", "worker", "--server", run.server, "--env", "Pendulum-v1", "--algo", "sac",
+         "--expert", "--max-steps", str(steps), "--name", "w", "--set", "net.heartbeat_s=0.1",
+         "--set", "env.num_envs=1", "--set", "sac.steps_per_iteration=8", "--set", "net.window=16",
+         "--set", f"net.weights_dir={tmp_path / 'weights'}"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+    try:
+        got, deadline = 0, time.monotonic() + 6 * DEADLINE
+        while got < steps and time.monotonic() < deadline:
+            for msg in trainer.receive(0.2):
+                time.sleep(0.03)  # a slow learner
+                trainer.ack([msg])
+                got += msg.meta["env_steps"]
+        out, _ = worker.communicate(timeout=60)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert got == steps, out
+    assert worker.returncode == 0, out
+    s = stats(run.relay)
+    assert s["drops"] == 0 and s["held"] > 0 and s["pauses"] > 0
+    summary = next(line for line in out.splitlines() if line.startswith("worker done:"))
+    assert "0 dropped by the relay" in summary and "0 dropped from the backlog" in summary
+    pauses = int(summary.split(" pauses for a full relay queue")[0].rsplit(" ", 1)[1])
+    assert pauses > 0, summary
