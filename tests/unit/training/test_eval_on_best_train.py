@@ -63,5 +63,5 @@ def test_without_the_option_only_the_regular_schedule_runs(tiny_config, tmp_path
 
 
 def test_a_negative_gap_is_a_config_error(tiny_config):
-    with pytest.raises(ConfigError, match="eval.best_train_gap"):
+    with pytest.raises(ConfigError, match="'eval.best_train_gap' = -1: .*greater than or equal to 0"):
         tiny_config("eval.on_best_train=true", "eval.best_train_gap=-1")
