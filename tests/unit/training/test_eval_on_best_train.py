@@ -65,3 +65,12 @@ def test_without_the_option_only_the_regular_schedule_runs(tiny_config, tmp_path
 def test_a_negative_gap_is_a_config_error(tiny_config):
     with pytest.raises(ConfigError, match="'eval.best_train_gap' = -1: .*greater than or equal to 0"):
         tiny_config("eval.on_best_train=true", "eval.best_train_gap=-1")
+
+
+def test_an_evaluation_on_a_new_best_can_reach_the_stop_value(tiny_config, tmp_path):
+    config = tiny_config("eval.freq=0", "eval.on_best_train=true", f"eval.best_train_gap={GAP}", "seed=3",
+                         total_steps=640, stop_value=1.0)  # any CartPole evaluation reaches 1
+    summary = run_trainer(config, run_dir=tmp_path / "r", tensorboard=False)
+    evals = [r["env_steps"] for r in records(tmp_path / "r") if r["event"] == "eval"]
+    assert summary["stop_reason"] == "stop_value" and summary["env_steps"] < 640
+    assert evals == [summary["env_steps"]] == [summary["env_steps_to_stop_value"]]
