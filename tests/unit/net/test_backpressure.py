@@ -156,3 +156,41 @@ def test_a_relayrl_worker_process_pauses_for_a_slow_trainer_and_loses_nothing(ma
     assert "0 dropped by the relay" in summary and "0 dropped from the backlog" in summary
     pauses = int(summary.split(" pauses for a full relay queue")[0].rsplit(" ", 1)[1])
     assert pauses > 0, summary
+
+
+def test_block_with_several_workers_and_a_trainer_that_dies_keeps_every_chunk_in_order(make_relay, clients, raw):
+    """Three workers into a queue of 4; the first trainer (a raw socket) acknowledges 5 chunks, takes a
+    6th and dies silently (no goodbye); after the relay's peer timeout the next trainer gets everything
+    else, the 6th again, each worker's chunks in order, nothing dropped."""
+    run = make_relay(max_queue=4, window=2, overflow="block", peer_timeout_s=1.0)
+    workers = [clients(run.server, "worker", f"w{i}", backlog=64, window=16) for i in range(3)]
+    first = raw(run.server, "t1")
+    first.hello("trainer")
+    connected(*workers)
+    for i in range(15):
+        for worker in workers:
+            worker.send_samples(chunk(i), version=0, meta={"env_steps": 4})
+    taken = []
+    for _ in range(6):
+        msg = first.expect(wire.SAMPLES)
+        taken.append((msg.sender, msg.seq))
+        if len(taken) < 6:  # the 6th is never acknowledged
+            first.send(wire.ACK, meta={"acks": [[msg.sender, msg.incarnation, msg.seq]]})
+    first.close()  # dies: no goodbye, no more pings
+    wait_until(lambda: stats(run.relay)["trainer"] == 0, "the relay to drop the silent trainer")
+    second = clients(run.server, "trainer", "t2")
+    connected(second)
+    got = []
+    deadline = time.monotonic() + 3 * DEADLINE
+    while any(w.unacknowledged() for w in workers) and time.monotonic() < deadline:
+        for msg in second.receive(0.2):
+            time.sleep(0.005)
+            second.ack([msg])
+            got.append((msg.sender, msg.seq))
+    s = stats(run.relay)
+    assert s["drops"] == 0 and s["held"] > 0 and all(w.stats["relay_drops"] == 0 for w in workers)
+    assert not any(w.unacknowledged() for w in workers)
+    delivered = taken[:5] + got  # the unacknowledged 6th came again, to the second trainer
+    for worker in workers:
+        seqs = [seq for name, seq in delivered if name == worker.name]
+        assert seqs == list(range(15)), (worker.name, seqs)
