@@ -386,7 +386,9 @@ class Relay:
     def _overflow(self) -> None:
         """The drop-oldest overflow policy: drop the oldest queued chunks while over either bound,
         counted, and tell their workers (they stop holding them). Block drops nothing (``_hold``)."""
-        while not self.block and self.queue and (len(self.queue) > self.options.max_queue or self.queued_bytes > self.max_queue_bytes):
+        if self.block:
+            return
+        while self.queue and (len(self.queue) > self.options.max_queue or self.queued_bytes > self.max_queue_bytes):
             name, incarnation, seq, _, nbytes = self.queue.popleft()
             self.queued.discard((name, incarnation, seq))
             self.queued_bytes -= nbytes
