@@ -127,6 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-queue", type=int, default=4096, help="chunks queued for the trainer; then the oldest drop")
     p.add_argument("--max-queue-mb", type=float, default=256.0,
                    help="megabytes queued for the trainer; then the oldest chunks drop")
+    p.add_argument("--overflow", default="drop-oldest", metavar="POLICY",
+                   help="a full queue: drop-oldest (default; counted) or block (workers hold their chunks and pause)")
     p.add_argument("--window", type=int, default=128, help="chunks in flight to the trainer")
     p.add_argument("--heartbeat", type=float, default=1.0, help="seconds between housekeeping passes")
     p.add_argument("--peer-timeout", type=float, default=10.0, help="seconds of silence before a peer is dropped")
@@ -368,7 +370,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from relayrl.net.relay import Relay, RelayOptions
 
     options = RelayOptions(bind=args.bind, keys=args.keys, insecure=args.insecure, max_workers=args.max_workers,
-                           max_queue=args.max_queue, max_queue_mb=args.max_queue_mb, window=args.window, heartbeat_s=args.heartbeat,
+                           max_queue=args.max_queue, max_queue_mb=args.max_queue_mb, overflow=args.overflow, window=args.window, heartbeat_s=args.heartbeat,
                            peer_timeout_s=args.peer_timeout, max_message_mb=args.max_message_mb,
                            metrics=args.metrics, metrics_every_s=args.metrics_every)
     relay = Relay(options)
@@ -415,6 +417,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
           f"{stats.get('acked', 0)} acknowledged, {stats.get('chunks_refused', 0)} refused by the trainer, "
           f"{stats.get('backlog_drops', 0)} dropped from the backlog, "
           f"{stats.get('relay_drops', 0)} dropped by the relay, {stats.get('reconnects', 0)} reconnects, "
+          f"{stats.get('pauses', 0)} pauses for a full relay queue ({stats.get('blocked_s', 0.0):.1f} s), "
           f"policy version {stats['version']}")
     return EXIT_INTERRUPTED if interrupted else 0
 

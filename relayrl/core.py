@@ -52,6 +52,7 @@ import torch
 from relayrl.envs.masks import MASK_KEY, split_mask
 from relayrl.envs.packed import PackedDict
 from relayrl.errors import EnvError
+from relayrl.policy.mirror import EnvMirrorIndices, no_env_mirror
 from relayrl.types import Batch, Mode, PolicyOutput
 
 if TYPE_CHECKING:
@@ -267,8 +268,10 @@ class Algorithm(ABC):
         if torch.device(device).type not in self.devices:
             raise ValueError(f"{type(self).__name__} learns on {', '.join(self.devices)}, not {device}")
 
-    def bind_env(self, env_id: str) -> None:
-        """What depends on the env itself (e.g. PPO's built-in mirror specs), checked before training starts."""
+    def bind_env(self, env_id: str, env_mirror: Callable[[], EnvMirrorIndices | None] = no_env_mirror) -> None:
+        """What depends on the env itself (e.g. PPO's mirror spec), checked before training starts.
+        ``env_mirror`` reads the env's own mirror indices (``Experience.mirror_indices``; it may build an
+        env, so call it only when needed)."""
 
     def set_progress(self, env_steps: int, total_steps: int) -> None:
         """Where the run is; the default hands it to the policy's exploration schedule."""

@@ -206,6 +206,14 @@ class EvalConfig(Section):
     """Deterministic episodes per evaluation."""
     num_envs: int = Field(10, ge=1)
     """Environment copies used by the evaluator; episodes are balanced across them."""
+    on_best_train: bool = False
+    """Also evaluate whenever the training episodes' mean return (train/return_mean, as logged) is a
+    new best of the run (roadrunner's schedule), at least best_train_gap env steps after the last
+    evaluation. It counts like any other: best checkpoint, metrics, stop_value."""
+    best_train_gap: int = Field(1000, ge=0)
+    """With on_best_train: env steps from the last evaluation (of any kind) before a new best training
+    return triggers another; while the return climbs, nearly every round is a new best, and without a
+    gap each would cost eval.episodes episodes. A new best inside the gap is still the best to beat."""
 
 
 class NetConfig(Section):
@@ -221,6 +229,28 @@ class NetConfig(Section):
     """Seconds between heartbeats to the relay."""
     timeout_s: float = Field(10.0, gt=0)
     """Seconds of silence from the relay before reconnecting (with exponential backoff)."""
+    reconnect_initial_s: float = Field(0.2, gt=0)
+    """Seconds before the second hello to a relay that does not answer (then times reconnect_factor)."""
+    reconnect_factor: float = 2.0
+    """Each wait between hellos is the previous one times this (at least 1; 1: a fixed pace)."""
+    reconnect_max_s: float = 30.0
+    """The longest wait between hellos (at least reconnect_initial_s)."""
+
+    @field_validator("reconnect_factor")
+    @classmethod
+    def _factor(cls, value: float) -> float:
+        if not value >= 1:
+            raise ValueError("the wait between hellos may not shrink: give a factor >= 1 (1: a fixed pace; default 2)")
+        return value
+
+    @field_validator("reconnect_max_s")
+    @classmethod
+    def _maximum(cls, value: float, info) -> float:
+        initial = info.data.get("reconnect_initial_s")
+        if initial is not None and not value >= initial:
+            raise ValueError(f"give a maximum >= initial (net.reconnect_initial_s = {initial:g})")
+        return value
+
     connect_timeout_s: float = Field(120.0, gt=0)
     """Trainer: seconds to wait for the relay at start before giving up with an error (it says it
     waits after a second; Ctrl-C stops it)."""

@@ -36,7 +36,8 @@ from relayrl.policy.device import cpu_state, cpu_tree
 from relayrl.policy.encoder import EncoderRef
 from relayrl.policy.encoders import check_space, make_encoder
 from relayrl.policy.graph import ARGMAX, GraphOutput, ObservationInput, PolicyGraph
-from relayrl.policy.mirror import MirrorSpec, NormalizedMirror, TorchMirror, mirror_terms
+from relayrl.policy.mirror import (EnvMirrorIndices, MirrorSpec, NormalizedMirror, TorchMirror, mirror_terms,
+                                   no_env_mirror)
 from relayrl.policy.normalizer import RunningMeanStd
 from relayrl.types import COLUMN, Batch, Mode, PolicyOutput
 
@@ -523,8 +524,9 @@ class PPO(Algorithm):
         return (torch.optim.Adam(model.actor_parameters(), lr=cfg.actor_lr, eps=cfg.adam_eps, fused=fused),
                 torch.optim.Adam(model.critic_parameters(), lr=cfg.critic_lr, eps=cfg.adam_eps, fused=fused))
 
-    def bind_env(self, env_id: str) -> None:
-        """Resolve and check what depends on the env itself (the mirror spec), before training starts."""
+    def bind_env(self, env_id: str, env_mirror: Callable[[], EnvMirrorIndices | None] = no_env_mirror) -> None:
+        """Resolve and check what depends on the env itself (the mirror spec; ``auto`` without a built-in
+        spec: the env's own indices, which ``env_mirror`` reads), before training starts."""
         policy, name = self.policy, type(self.cfg).__name__.removesuffix("Config").lower()  # ppo, appo
         if self.cfg.mirror <= 0:
             return
@@ -535,7 +537,7 @@ class PPO(Algorithm):
         if policy.multi or policy.hybrid is not None:
             raise ConfigError(f"{name}.mirror swaps the options of one action, but {policy.action_space} has "
                               f"several branches: set {name}.mirror=0")
-        spec = MirrorSpec.load(self.cfg.mirror_spec, env_id, policy.obs_dim, policy.act_dim)
+        spec = MirrorSpec.load(self.cfg.mirror_spec, env_id, policy.obs_dim, policy.act_dim, env_mirror)
         if policy.discrete and (spec.act_sign < 0).any():
             raise ConfigError(f"mirror spec {self.cfg.mirror_spec!r}: discrete actions can only be swapped, not "
                               f"negated, but the act: list has negative entries for {env_id}")

@@ -44,7 +44,7 @@ from relayrl.algos import get_algo
 from relayrl.errors import ConfigError, RelayRLError
 from relayrl.net import wire
 from relayrl.net.chunk_checks import ChunkChecks, Refusal, decode_spaces, finite_numbers
-from relayrl.net.client import RelayClient
+from relayrl.net.client import Backoff, RelayClient
 from relayrl.net.seen import Senders
 from relayrl.options import RunConfig
 from relayrl.runtime import pool_for
@@ -78,7 +78,7 @@ class RelayBackend(Backend):
         self.server, self.connect_timeout = net.server, net.connect_timeout_s
         self.stop = stop
         self.client = RelayClient(net.server, "trainer", keys=net.keys, heartbeat_s=net.heartbeat_s,
-                                  timeout_s=net.timeout_s, max_message_mb=net.max_message_mb)
+                                  timeout_s=net.timeout_s, max_message_mb=net.max_message_mb, backoff=Backoff.of(net))
         self.checks = ChunkChecks(config, observation_space, action_space)
         self.seen = Senders()  # per worker name, its newest process's seqs
         self.names: list[str] = []  # worker id -> name, in the order workers first sent

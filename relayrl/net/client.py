@@ -7,13 +7,19 @@
 The I/O thread owns the ZeroMQ socket (sockets are not thread-safe); the caller's thread hands it
 work through locked state and wakes it through an inproc pipe, so it sleeps in ``poll`` otherwise.
 It says hello, answers for heartbeats, and when the relay stops answering for ``timeout_s`` (or a
-restarted relay does not know it) it reconnects with exponential backoff and says hello again.
+restarted relay does not know it) it reconnects and says hello again, with exponential backoff
+between hellos (``Backoff``: initial, factor, maximum; ``net.reconnect_*``).
 
 A worker keeps every chunk in a bounded backlog until the trainer's ACK comes back, and resends the
 unacknowledged ones after each reconnect (at-least-once; the relay and trainer drop repeats by
 (worker, incarnation, seq)). A full backlog drops its oldest chunk, counted in
 ``stats["backlog_drops"]``; an ACK that comes later for a chunk so dropped (the relay had it) still
 counts in ``stats["acked"]``.
+
+Behind a relay with ``--overflow block`` a chunk may come back *held* (an ack's ``held``: the
+trainer's queue was full): it goes back to unsent, and the worker sends no chunk until the relay's
+``resume`` (a new connection resumes too), counted in ``stats["pauses"]`` and ``stats["blocked_s"]``.
+A held chunk is never the one a full backlog drops (the relay waits for it to keep the order).
 
 The relay tells a worker which trainer process is connected (``trainer_run``: its incarnation, None
 while there is none; a relay of an earlier revision does not say, ``reports_trainer`` False), and
@@ -36,6 +42,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict, deque
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -45,6 +52,7 @@ from relayrl.errors import ConfigError, RelayRLError
 from relayrl.net import wire
 from relayrl.net.seen import WINDOW
 from relayrl.net.transport import client_socket
+from relayrl.options import NetConfig
 
 EVICTED_MEMORY = WINDOW  # seqs of chunks dropped from the backlog, remembered to count their late acks
 
@@ -61,6 +69,31 @@ def new_incarnation() -> int:
         return _last_incarnation
 
 
+@dataclass(frozen=True)
+class Backoff:
+    """Seconds between hellos while the relay does not answer: ``initial``, times ``factor`` after
+    each, at most ``maximum`` (``net.reconnect_initial_s``, ``reconnect_factor``, ``reconnect_max_s``)."""
+
+    initial: float = 0.2
+    factor: float = 2.0
+    maximum: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not (self.initial > 0 and self.factor >= 1 and self.maximum >= self.initial):
+            raise ConfigError(f"reconnect backoff initial {self.initial:g} s, factor {self.factor:g}, maximum "
+                              f"{self.maximum:g} s: give initial > 0, factor >= 1 and maximum >= initial "
+                              "(net.reconnect_initial_s, net.reconnect_factor, net.reconnect_max_s; defaults "
+                              "0.2, 2, 30)")
+
+    @classmethod
+    def of(cls, net: NetConfig) -> Backoff:
+        """From a config's ``net`` section."""
+        return cls(net.reconnect_initial_s, net.reconnect_factor, net.reconnect_max_s)
+
+    def next(self, current: float) -> float:
+        return min(current * self.factor, self.maximum)
+
+
 class RelayRefused(RelayRLError):
     """The relay said no (a second trainer, too many workers); the text is the relay's reason."""
 
@@ -68,7 +101,7 @@ class RelayRefused(RelayRLError):
 class RelayClient:
     def __init__(self, server: str, role: str, *, name: str | None = None, keys: str | None = None,
                  heartbeat_s: float = 1.0, timeout_s: float = 10.0, backlog: int = 256, window: int = 64,
-                 max_message_mb: float = 64.0, backoff_s: tuple[float, float] = (0.2, 30.0)):
+                 max_message_mb: float = 64.0, backoff: Backoff = Backoff()):
         if backlog + window > WINDOW:  # the relay and the trainer remember this many seqs per worker
             raise ConfigError(f"net.backlog ({backlog}) + net.window ({window}) is more than the {WINDOW} chunks "
                               "the relay and the trainer remember per worker to drop resends: make them smaller")
@@ -78,7 +111,7 @@ class RelayClient:
         self.heartbeat_s, self.timeout_s = heartbeat_s, timeout_s
         self.backlog_max, self.window = backlog, window
         self.max_bytes = int(max_message_mb * 2**20)
-        self.backoff_s = backoff_s
+        self.backoff = backoff
         self.context = zmq.Context.instance()
         self._lock = threading.Condition()
         self._backlog: OrderedDict[int, list] = OrderedDict()  # worker: seq -> frames, until acknowledged
@@ -90,6 +123,8 @@ class RelayClient:
         self.trainer_run: int | None = None  # the incarnation of the trainer the relay has (None: none)
         self.reports_trainer = False  # the relay says which trainer it has (wire protocol 3.1)
         self._evicted: OrderedDict[int, None] = OrderedDict()  # worker: seqs dropped from a full backlog
+        self._held: set[int] = set()  # worker: seqs a block relay turned back, not yet acknowledged
+        self._paused_at: float | None = None  # worker: when a block relay paused it (None: not paused)
         self._inbox: deque[wire.Message] = deque()  # trainer: chunks received
         self._acks: list[list] = []  # trainer: [worker, incarnation, seq] to acknowledge
         self._refusals: list[list] = []  # trainer: [worker, incarnation, seq, cause, detail] of chunks not used
@@ -103,7 +138,8 @@ class RelayClient:
         self.relay_version = -1
         self.session: str | None = None
         self.stats = {"sent": 0, "acked": 0, "backlog_drops": 0, "relay_drops": 0, "chunks_refused": 0,
-                      "reconnects": 0, "received": 0, "rejects": 0, "bytes_out": 0, "bytes_in": 0}
+                      "reconnects": 0, "received": 0, "rejects": 0, "bytes_out": 0, "bytes_in": 0,
+                      "hellos": 0, "pauses": 0, "blocked_s": 0.0}
         self._stop = threading.Event()
         wake_address = f"inproc://relayrl-wake-{secrets.token_hex(6)}"
         self._wake_rx = self.context.socket(zmq.PAIR)
@@ -134,7 +170,10 @@ class RelayClient:
             self._backlog[seq] = wire.encode(wire.SAMPLES, sender=self.name, incarnation=self.incarnation, seq=seq,
                                              version=version, arrays=arrays, meta=meta)
             while len(self._backlog) > self.backlog_max:  # disconnected too long: drop the oldest
-                old, _ = self._backlog.popitem(last=False)
+                old = next((s for s in self._backlog if s not in self._held), None)  # (a block relay waits for those)
+                if old is None:
+                    break
+                del self._backlog[old]
                 self._sent.discard(old)
                 self.stats["backlog_drops"] += 1
                 self._evicted[old] = None  # (the relay may have it: its ack still counts)
@@ -286,7 +325,7 @@ class RelayClient:
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(self._wake_rx, zmq.POLLIN)
-        backoff = self.backoff_s[0]
+        backoff = self.backoff.initial
         next_hello = started = last_heard = time.monotonic()
         last_ping = 0.0
         with self._lock:
@@ -311,15 +350,17 @@ class RelayClient:
                     if not self._on_message(sock, frames):
                         self.connected.clear()  # relay restarted: hello again on this socket
                         self._changed()
-                        next_hello, backoff = time.monotonic(), self.backoff_s[0]
+                        next_hello, backoff = time.monotonic(), self.backoff.initial
                         with self._lock:
                             self._sent.clear()
             now = time.monotonic()
             if not self.connected.is_set():
                 if now >= next_hello and now >= self._retry_at:
+                    # (holds: it understands a block relay's held and resume, wire protocol 3.2)
                     self._try_send(sock, wire.encode(wire.HELLO, sender=self.name, incarnation=self.incarnation,
-                                                     version=self.version, meta={"role": self.role}))
-                    next_hello, backoff = now + backoff, min(backoff * 2, self.backoff_s[1])
+                                                     version=self.version, meta={"role": self.role, "holds": True}))
+                    self.stats["hellos"] += 1
+                    next_hello, backoff = now + backoff, self.backoff.next(backoff)
                 if now - started > self.timeout_s and now - last_heard > self.timeout_s:
                     self.stats["reconnects"] += 1
                     return  # a fresh socket (new TCP connection, new identity at the relay)
@@ -347,7 +388,8 @@ class RelayClient:
             acks, self._acks = self._acks, []
             refusals, self._refusals = self._refusals, []
             weights = self._weights_out if self._weights_pending else None
-            chunks = [(seq, frames) for seq, frames in self._backlog.items() if seq not in self._sent]
+            chunks = [] if self._paused_at is not None else [
+                (seq, frames) for seq, frames in self._backlog.items() if seq not in self._sent]
             room = self.window - len(self._sent)
         for start, end, refused_end in _ack_batches(acks, refusals):
             meta: dict[str, Any] = {"acks": acks[start:end]}
@@ -399,6 +441,7 @@ class RelayClient:
             self.session, self.relay_version = msg.meta.get("session"), msg.version
             with self._lock:
                 self._sent.clear()  # resend everything unacknowledged on this connection
+                self._unpause()  # (a relay that held chunks tells a new connection nothing more)
                 if self._weights_out is not None:
                     self._weights_pending = True  # a restarted relay needs the current weights
             self._note_trainer(msg.meta)
@@ -428,11 +471,12 @@ class RelayClient:
         if msg.incarnation != self.incarnation:  # another process of this name: its seqs are other chunks
             return
         seqs, dropped = msg.meta.get("seqs", []), msg.meta.get("dropped", [])
-        refusals = msg.meta.get("refusals", [])
+        refusals, held = msg.meta.get("refusals", []), msg.meta.get("held", [])
         with self._lock:
             for seq in seqs if isinstance(seqs, list) else []:
                 if not isinstance(seq, int):
                     continue
+                self._held.discard(seq)
                 if self._backlog.pop(seq, None) is not None:
                     self._sent.discard(seq)
                     self.stats["acked"] += 1
@@ -440,6 +484,15 @@ class RelayClient:
                     del self._evicted[seq]
                     self.stats["acked"] += 1
             self.stats["relay_drops"] += len(dropped) if isinstance(dropped, list) else 0
+            for seq in held if isinstance(held, list) else []:  # the trainer's queue is full: hold, send later
+                if isinstance(seq, int) and seq in self._backlog:
+                    self._sent.discard(seq)
+                    self._held.add(seq)
+                    if self._paused_at is None:
+                        self._paused_at = time.monotonic()
+                        self.stats["pauses"] += 1
+            if msg.meta.get("resume") is True:
+                self._unpause()
             self._lock.notify_all()
         for item in refusals if isinstance(refusals, list) else []:
             if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], int)
@@ -454,6 +507,12 @@ class RelayClient:
             if first:
                 print(f"relayrl worker {self.name}: chunk {seq} was refused ({cause}), its samples are not used: "
                       f"{detail} (later refusals of this kind are only counted)", file=sys.stderr, flush=True)
+
+    def _unpause(self) -> None:
+        """Send chunks again (the lock held): count the time paused."""
+        if self._paused_at is not None:
+            self.stats["blocked_s"] += time.monotonic() - self._paused_at
+            self._paused_at = None
 
     def _note_trainer(self, meta: dict) -> None:
         """The relay's word on its trainer (``meta.trainer``: its incarnation, or nil for none)."""

@@ -16,10 +16,23 @@ relay, and resends what is unacknowledged when it reconnects, so a relay restart
 The relay and the trainer both drop resends they have seen, by (worker, incarnation, seq): the
 incarnation tells a restarted worker process that reuses its name from the old one, whose seqs
 started at 0 too. A worker may only send chunks under its own name and incarnation. The queue to the
-trainer is bounded in bytes (``max_queue_mb``) and in chunks (``max_queue``): on overflow the
-oldest chunks are dropped, counted (``drops``, ``dropped_bytes``), and their workers are told so they
-stop holding them. At most ``window`` chunks are in flight to the trainer; if the trainer goes away
-they go back to the front of the queue.
+trainer is bounded in bytes (``max_queue_mb``) and in chunks (``max_queue``). The overflow policy
+(``overflow``) says what a full queue does. ``drop-oldest`` (the default): the oldest chunks are
+dropped, counted (``drops``, ``dropped_bytes``), and their workers are told so they stop holding
+them. ``block``: nothing is dropped; a chunk that arrives while the queue is full is not taken but
+*held* back to its worker (an ack's ``held``: it stays in the worker's backlog, unsent), and so is
+every later chunk of that worker until the held one comes again (order per worker is kept). The
+worker stops sending chunks until the relay's ``resume`` (sent once the queue is down to half of
+both bounds); its backlog stays unacknowledged, so its credit-based flow control stops its env
+stepping meanwhile. Counted: ``held`` (chunks turned back), ``pauses`` (times a worker was paused).
+An explicit message rather than ZeroMQ's high-water mark: one ROUTER socket reads every peer, so
+not reading would stall the trainer's acks and every heartbeat too (peers would be dropped as
+silent), and whatever sat in socket buffers would be lost with a dead trainer's connection; a held
+chunk instead stays with its worker, which a dead trainer cannot harm (workers collect nothing
+without a trainer, and what the relay held for one goes back to the queue, beyond its bound by at
+most ``window`` chunks, not dropped). A block relay refuses workers whose hello does not say they
+hold (``meta.holds``, wire protocol 3.2). At most ``window`` chunks are in flight to the trainer; if
+the trainer goes away they go back to the front of the queue.
 
 Acknowledgements to workers are batched: what the trainer's acks (and the relay's own drops and
 refusals) say about a worker's chunks is gathered while the relay drains its socket, and each
@@ -58,6 +71,8 @@ from relayrl.net.seen import Senders, SeenSet
 from relayrl.net.transport import parse_address, server_socket
 
 TRAINER, WORKER = "trainer", "worker"
+DROP_OLDEST, BLOCK = "drop-oldest", "block"
+OVERFLOW_POLICIES = (DROP_OLDEST, BLOCK)
 DRAIN = 1000  # messages handled between housekeeping turns (and batched worker acks)
 # plain ints: pyzmq's Flag enums cost more than the send itself when combined per frame
 _MORE = int(zmq.NOBLOCK) | int(zmq.SNDMORE)
@@ -72,6 +87,7 @@ class RelayOptions:
     max_workers: int = -1  # -1: unlimited
     max_queue: int = 4096  # chunks queued for the trainer; overflow drops the oldest
     max_queue_mb: float = 256.0  # bytes (all frames) queued for the trainer; overflow drops the oldest
+    overflow: str = DROP_OLDEST  # what a full queue does: drop-oldest, or block (workers hold their chunks)
     window: int = 128  # chunks sent to the trainer and not yet acknowledged
     heartbeat_s: float = 1.0
     peer_timeout_s: float = 10.0  # a peer silent this long is dropped
@@ -98,6 +114,10 @@ class Relay:
         if bad:
             raise ConfigError(f"{', '.join(bad)}: the relay's queue bounds and window must be greater than 0 "
                               f"(defaults: --max-queue 4096 --max-queue-mb 256 --window 128)")
+        if options.overflow not in OVERFLOW_POLICIES:
+            raise ConfigError(f"--overflow {options.overflow}: the overflow policy is one of "
+                              f"{', '.join(OVERFLOW_POLICIES)} (default {DROP_OLDEST})")
+        self.block = options.overflow == BLOCK
         self.options = options
         self.session = secrets.token_hex(8)  # clients notice a restarted relay by a new session
         self.context = context or zmq.Context.instance()
@@ -125,10 +145,14 @@ class Relay:
         self.max_queue_bytes = int(options.max_queue_mb * 2**20)
         self.inflight: dict[tuple[str, int, int], tuple[list, int]] = {}
         self._acks: dict[tuple[str, int], dict[str, list]] = {}  # (worker, incarnation) -> ack meta to send
+        # block: (worker, incarnation) -> the lowest seq held back (later ones are held until it comes again)
+        self.held_from: dict[tuple[str, int], int] = {}
+        self.paused: set[tuple[str, int]] = set()  # block: workers told to hold, not yet told to resume
         self.weights: tuple[int, list] | None = None  # (version, frames) of the latest broadcast
         self.weights_run = 0  # the incarnation of the trainer process that published them
         self.counters = {"chunks_in": 0, "chunks_out": 0, "duplicates": 0, "drops": 0,
-                         "dropped_bytes": 0, "rejects": 0, "refused": 0, "chunks_refused": 0, "bytes_in": 0, "bytes_out": 0, "weights_in": 0}
+                         "dropped_bytes": 0, "rejects": 0, "refused": 0, "chunks_refused": 0, "bytes_in": 0, "bytes_out": 0, "weights_in": 0,
+                         "held": 0, "pauses": 0}
         self.causes: dict[str, int] = {}  # "rejects/<cause>" and "chunks_refused/<cause>" -> count
         self._reported: set[tuple[str, str]] = set()  # (worker, cause) of refusals already logged
         self._log: Any = None
@@ -150,6 +174,7 @@ class Relay:
                     self.drain()
                 now = time.monotonic()
                 self._expire(now)
+                self._resume()
                 self._flush_acks()  # (drops of chunks put back by a vanished trainer)
                 if now >= next_metrics:
                     self._write_metrics(log)
@@ -252,6 +277,10 @@ class Relay:
                                            "back, restart this worker)")
             for other in [p for p in self.peers.values() if p.role == WORKER and p.name == name and p.ident != ident]:
                 self._drop(other)  # the same worker on a new connection
+            if self.block and msg.meta.get("holds") is not True:
+                return self._refuse(ident, "this relay runs with --overflow block, in which workers hold their "
+                                           "chunks while the trainer's queue is full, and this worker does not say "
+                                           "it can (wire protocol 3.2): run a relayrl worker of the relay's release")
             workers = sum(p.role == WORKER for p in self.peers.values() if p.ident != ident)
             if 0 <= self.options.max_workers <= workers:
                 return self._refuse(ident, f"the relay already has its maximum of {self.options.max_workers} "
@@ -316,6 +345,8 @@ class Relay:
                                "relayrl worker of the relay's release (a client of your own must follow "
                                "docs/wire-protocol.md)")
             return
+        if self.block and self._hold(peer, msg.seq, nbytes):
+            return
         self.counters["chunks_in"] += 1
         self.queue.append((*key, payload, nbytes))
         self.queued.add(key)
@@ -323,9 +354,40 @@ class Relay:
         self._dispatch()
         self._overflow()
 
+    def _hold(self, peer: Peer, seq: int, nbytes: int) -> bool:
+        """Block: whether to turn this chunk back to its worker (it holds it and pauses): when the queue
+        is full, or a lower seq of that worker was turned back and has not come again."""
+        worker = (peer.name, peer.incarnation)
+        first = self.held_from.get(worker)
+        if first is not None and seq == first:
+            first = None  # the held chunk again: the rest follow in order
+        full = bool(self.queue) and (len(self.queue) >= self.options.max_queue
+                                     or self.queued_bytes + nbytes > self.max_queue_bytes)
+        if first is None and not full:
+            self.held_from.pop(worker, None)
+            return False
+        self.held_from[worker] = seq if first is None else min(first, seq)
+        self.counters["held"] += 1
+        if worker not in self.paused:
+            self.paused.add(worker)
+            self.counters["pauses"] += 1
+        self._tell_worker(peer.name, peer.incarnation, "held", seq)
+        return True
+
+    def _resume(self) -> None:
+        """Block: tell the paused workers to send again once the queue is down to half of both bounds."""
+        if not self.paused or len(self.queue) > self.options.max_queue // 2 \
+                or self.queued_bytes > self.max_queue_bytes // 2:
+            return
+        for name, incarnation in self.paused:
+            self._tell_worker(name, incarnation, "resume", True)
+        self.paused.clear()
+
     def _overflow(self) -> None:
-        """The overflow policy: drop the oldest queued chunks while over either bound, counted, and
-        tell their workers (they stop holding them)."""
+        """The drop-oldest overflow policy: drop the oldest queued chunks while over either bound,
+        counted, and tell their workers (they stop holding them). Block drops nothing (``_hold``)."""
+        if self.block:
+            return
         while self.queue and (len(self.queue) > self.options.max_queue or self.queued_bytes > self.max_queue_bytes):
             name, incarnation, seq, _, nbytes = self.queue.popleft()
             self.queued.discard((name, incarnation, seq))
@@ -359,6 +421,7 @@ class Relay:
             self.inflight[(name, incarnation, seq)] = (payload, nbytes)
             self._send(trainer.ident, payload, nbytes)
             self.counters["chunks_out"] += 1
+        self._resume()
 
     def _ack(self, peer: Peer, msg: wire.Message, payload: list, nbytes: int = 0) -> None:
         items, refusals = msg.meta.get("acks", []), msg.meta.get("refusals", [])
@@ -462,9 +525,10 @@ class Relay:
             with self._metrics_file.open("a") as f:
                 f.write(line + "\n")
         if log is not None:
+            held = f"held {int(stats['held'])} (pauses {int(stats['pauses'])}), " if self.block else ""
             print(f"relay: {int(stats['workers'])} workers, trainer {'on' if stats['trainer'] else 'off'}, "
                   f"queue {int(stats['queue_depth'])} ({stats['queue_bytes'] / 1e6:.1f} MB), drops {int(stats['drops'])} "
-                  f"({stats['dropped_bytes'] / 1e6:.1f} MB), "
+                  f"({stats['dropped_bytes'] / 1e6:.1f} MB), {held}"
                   f"rejects {int(stats['rejects'])}{_by_cause(stats, 'rejects')}, "
                   f"refused chunks {int(stats['chunks_refused'])}{_by_cause(stats, 'chunks_refused')}, "
                   f"in {stats['bytes_in_per_s'] / 1e6:.2f} MB/s, out {stats['bytes_out_per_s'] / 1e6:.2f} MB/s",
@@ -488,6 +552,7 @@ def _ack_parts(meta: dict[str, list], limit: int = 4000) -> list[dict[str, list]
     up to 600 characters; seqs are up to 9 bytes each)."""
     parts = []
     seqs, dropped, refusals = meta["seqs"], meta.get("dropped", []), meta.get("refusals", [])
+    held, resume = meta.get("held", []), bool(meta.get("resume"))
     for start in range(0, max(len(seqs), 1), limit):
         part: dict[str, list] = {"seqs": seqs[start:start + limit]}
         if dropped:
@@ -498,6 +563,12 @@ def _ack_parts(meta: dict[str, list], limit: int = 4000) -> list[dict[str, list]
         if start:
             parts.append({"seqs": []})
         parts[-1]["refusals"] = refusals[start:start + 32]
+    for start in range(0, len(held), limit):  # with the last seqs (more in acks of their own); resume last
+        if start:
+            parts.append({"seqs": []})
+        parts[-1]["held"] = held[start:start + limit]
+    if resume:
+        parts[-1]["resume"] = True
     return parts
 
 

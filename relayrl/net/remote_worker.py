@@ -52,7 +52,7 @@ from relayrl.errors import CheckpointError, ConfigError, RelayRLError
 from relayrl.io.atomic import atomic_write_bytes
 from relayrl.io.checkpoint import explain_load_error
 from relayrl.net import wire
-from relayrl.net.client import RelayClient
+from relayrl.net.client import Backoff, RelayClient
 from relayrl.net.hooks import load_hook
 from relayrl.envs.space_data import space_to_data
 from relayrl.net.chunk_checks import crc_of
@@ -123,7 +123,7 @@ class RemoteWorker:
             if not standalone:
                 self.client = RelayClient(net.server, "worker", name=name, keys=net.keys, heartbeat_s=net.heartbeat_s,
                                           timeout_s=net.timeout_s, backlog=net.backlog, window=net.window,
-                                          max_message_mb=net.max_message_mb)
+                                          max_message_mb=net.max_message_mb, backoff=Backoff.of(net))
                 # (an on-policy worker without weights has none the relay could think current: it asks for them)
                 self.client.version = self.worker.version if self.has_weights or not self.on_policy else -1
         except BaseException:

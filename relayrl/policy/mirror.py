@@ -9,6 +9,11 @@ that is not.
 
     spec = MirrorSpec.from_config(obs=[0.1, 1, 5, 6, 7, 2, 3, 4], act=[3, 4, 5, 0.1, 1, 2])
     loss = mirror_loss(actor_mean, obs, spec)   # 0 for an exactly symmetric policy
+
+Where a spec comes from (``MirrorSpec.load``, PPO's ``mirror_spec``): a YAML file, or ``auto``: the
+built-in spec of a Gymnasium walker, else the env's own ``get_observation_mirror_indices()`` and
+``get_action_mirror_indices()`` (roadrunner's names, the same signed-index convention), read once from
+the unwrapped env by relayrl/envs/mirror_source.py and handed over as ``EnvMirrorIndices``.
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ import numpy as np
 import torch
 import yaml
 
-from relayrl.errors import ConfigError
+from relayrl.errors import ConfigError, EnvError
+
+OBS_METHOD, ACT_METHOD = "get_observation_mirror_indices", "get_action_mirror_indices"
 
 # Gymnasium MuJoCo walkers whose left and right legs mirror each other (planar: swap, no negation).
 BUILT_IN: dict[str, dict[str, list[float]]] = {
@@ -61,6 +68,35 @@ def _parse(spec: Sequence[float], size: int | None, what: str) -> tuple[np.ndarr
     return index, sign
 
 
+@dataclass(frozen=True)
+class EnvMirrorIndices:
+    """The lists an env's ``get_observation_mirror_indices()`` and ``get_action_mirror_indices()`` returned."""
+
+    env_id: str
+    obs: Sequence[float]
+    act: Sequence[float]
+
+    def spec(self, obs_size: int, act_size: int) -> "MirrorSpec":
+        """The MirrorSpec, checked against the spaces; a bad list is an EnvError naming the env's method."""
+        parsed = []
+        for method, spec, size, what in ((OBS_METHOD, self.obs, obs_size, "observation"),
+                                         (ACT_METHOD, self.act, act_size, "action")):
+            try:
+                parsed.append(_parse(spec, size, what))
+            except ConfigError as exc:
+                raise EnvError(f"{self.env_id}'s {method}() does not give a mirror of its {what}s: {exc}. It must "
+                               f"return {size} signed indices, a reflection of the {size} {what} elements (index "
+                               "0 written 0.1, or -0.1 to negate it; relayrl/policy/mirror.py), or give "
+                               "ppo.mirror_spec=FILE.yaml") from None
+        (oi, os_), (ai, as_) = parsed
+        return MirrorSpec(oi, os_, ai, as_)
+
+
+def no_env_mirror() -> EnvMirrorIndices | None:
+    """An env that gives no mirror indices (what ``bind_env`` assumes when told nothing)."""
+    return None
+
+
 @dataclass
 class MirrorSpec:
     obs_index: np.ndarray
@@ -76,13 +112,19 @@ class MirrorSpec:
         return cls(oi, os_, ai, as_)
 
     @classmethod
-    def load(cls, source: str, env_id: str, obs_size: int, act_size: int) -> "MirrorSpec":
-        """``source``: "auto" (the built-in spec for ``env_id``) or a YAML file with ``obs:`` and ``act:``."""
+    def load(cls, source: str, env_id: str, obs_size: int, act_size: int,
+             env_mirror: Callable[[], EnvMirrorIndices | None] = no_env_mirror) -> "MirrorSpec":
+        """``source``: "auto" (the built-in spec for ``env_id``, else the env's own indices, which
+        ``env_mirror`` reads, only then) or a YAML file with ``obs:`` and ``act:``."""
         if source == "auto":
             family = env_id.split(":")[-1].split("-")[0]
             if family not in BUILT_IN:
-                raise ConfigError(f"no built-in mirror spec for {env_id!r} (there are {sorted(BUILT_IN)}): give "
-                                  "ppo.mirror_spec=FILE.yaml with obs: and act: lists")
+                indices = env_mirror()
+                if indices is not None:
+                    return indices.spec(obs_size, act_size)
+                raise ConfigError(f"no built-in mirror spec for {env_id!r} (there are {sorted(BUILT_IN)}) and the env "
+                                  f"defines no {OBS_METHOD}() and {ACT_METHOD}(): give ppo.mirror_spec=FILE.yaml "
+                                  "with obs: and act: lists")
             data = BUILT_IN[family]
         else:
             path = Path(source)

@@ -18,6 +18,10 @@ Registered ids (``import relayrl.testing.envs`` registers them):
 - ``relayrl-test/DictBandit-v0``: ImageBandit with a Dict observation: ``image`` (uint8), ``cue`` (float32
   vector) and ``noise`` (Discrete); in half the episodes the picture is dark and the cue tells the arm, so
   only a policy that reads both keys is right every time.
+- ``relayrl-test/MirrorCartPole-v0``: CartPole-v1 whose env defines roadrunner's
+  ``get_observation_mirror_indices()`` ([-0.1, -1, -2, -3]: every element negated) and
+  ``get_action_mirror_indices()`` ([1, 0.1]: left and right swapped); ``mistake`` makes them wrong:
+  "length", "range", "not_reflection", "no_action_method", "raises".
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import time
 from typing import Any
 
 import gymnasium as gym
+from gymnasium.envs.classic_control import CartPoleEnv
 import numpy as np
 
 
@@ -293,6 +298,26 @@ class MistakenEnv(gym.Env):
         return obs, reward, False, self.t >= 20, {}
 
 
+class MirrorCartPole(CartPoleEnv):
+    """CartPole with roadrunner's mirror methods (module docstring); ``mistake`` breaks them for tests."""
+
+    OBS = {"length": [-0.1, -1, -2], "range": [-0.1, -1, -2, -7], "not_reflection": [1, 2, 3, 0.1]}
+
+    def __init__(self, mistake: str | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.mistake = mistake
+        if mistake == "no_action_method":
+            self.get_action_mirror_indices = None  # (only the observation method is defined)
+
+    def get_observation_mirror_indices(self) -> list[float]:
+        if self.mistake == "raises":
+            raise RuntimeError("no mirror yet")
+        return self.OBS.get(self.mistake or "", [-0.1, -1, -2, -3])
+
+    def get_action_mirror_indices(self) -> list[float]:
+        return [1, 0.1]
+
+
 for _id, _entry in (("relayrl-test/Faulty-v0", FaultyEnv), ("relayrl-test/NanReward-v0", NanRewardEnv),
                     ("relayrl-test/HugeReward-v0", HugeRewardEnv), ("relayrl-test/Mistaken-v0", MistakenEnv),
                     ("relayrl-test/DictObs-v0", DictObsEnv),
@@ -301,3 +326,5 @@ for _id, _entry in (("relayrl-test/Faulty-v0", FaultyEnv), ("relayrl-test/NanRew
                     ("relayrl-test/ImageBandit-v0", ImageBandit), ("relayrl-test/DictBandit-v0", DictBandit)):
     if _id not in gym.registry:
         gym.register(_id, entry_point=_entry, disable_env_checker=True)
+if "relayrl-test/MirrorCartPole-v0" not in gym.registry:
+    gym.register("relayrl-test/MirrorCartPole-v0", entry_point=MirrorCartPole, max_episode_steps=500)

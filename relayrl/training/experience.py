@@ -33,12 +33,14 @@ import gymnasium as gym
 from relayrl.core import Policy, SampleSource
 from relayrl.envs.agents import AgentEnv
 from relayrl.envs.auto import choose_manager
-from relayrl.envs.managers import make_vec
+from relayrl.envs.managers import EnvMaker, make_vec
+from relayrl.envs.mirror_source import env_mirror_of
 from relayrl.envs.native import native_stop_value, picks_native
 from relayrl.envs.registry import spec_stop_value
 from relayrl.envs.vector import VectorEnv
 from relayrl.errors import ConfigError
 from relayrl.options import RunConfig
+from relayrl.policy.mirror import EnvMirrorIndices
 from relayrl.training.agent_collectors import AgentEvaluator, agent_collector
 from relayrl.training.collector import OffPolicyCollector, OnPolicyCollector
 from relayrl.training.evaluator import Evaluation, Evaluator
@@ -75,6 +77,12 @@ class Experience(ABC):
         """The return to stop at when the config sets none (the env's registered reward_threshold)."""
         return None
 
+    def mirror_indices(self) -> EnvMirrorIndices | None:
+        """The env's own mirror indices (``get_observation_mirror_indices()`` and
+        ``get_action_mirror_indices()``, relayrl/envs/mirror_source.py), read when an algorithm's
+        ``bind_env`` asks; None: the env gives none, or this experience has no env to read them from."""
+        return None
+
     def close(self) -> None:
         """Close what the experience built (envs, evaluation envs)."""
 
@@ -97,6 +105,12 @@ def env_setup(config: RunConfig, on_policy: bool) -> dict[str, Any]:
     return args
 
 
+def read_env_mirror(config: RunConfig) -> EnvMirrorIndices | None:
+    """The mirror indices of the run's env, from one env built as the run's are (closed at once)."""
+    env = config.env
+    return env_mirror_of(EnvMaker(env.id, env.kwargs, env.max_episode_steps, wrapping=env.wrapping()), env.id)
+
+
 def make_eval_envs(config: RunConfig, env_args: dict[str, Any]) -> VectorEnv:
     return make_vec(config.env.id, min(config.eval.num_envs, config.eval.episodes), **env_args)
 
@@ -116,6 +130,7 @@ class GymExperience(Experience):
         self.action_space = self.venv.single_action_space
         self.columns = config.env.num_envs
         self.env_id = config.env.id
+        self.config = config
 
     def source(self, policy: Policy, cfg: Any, on_policy: bool) -> SampleSource:
         if on_policy:
@@ -131,6 +146,9 @@ class GymExperience(Experience):
 
     def stop_value(self) -> float | None:
         return native_stop_value(self.env_id) if self.env_args["manager"] == "native" else spec_stop_value(self.env_id)
+
+    def mirror_indices(self) -> EnvMirrorIndices | None:
+        return read_env_mirror(self.config)
 
     def close(self) -> None:
         try:
@@ -203,9 +221,20 @@ class SourceExperience(Experience):
         self.observation_space, self.action_space = spaces
         self.columns = config.env.num_envs * config.workers
         self.env_id = config.env.id
+        self.config = config
 
     def stop_value(self) -> float | None:
         return spec_stop_value(self.env_id) if self.eval_venv is not None else None
+
+    def mirror_indices(self) -> EnvMirrorIndices | None:
+        """From a local env of the run, as the workers build theirs (the learner's own copy); refused
+        when the run has none (``net.remote_env``): the indices cannot be read from here."""
+        if self.eval_venv is None:
+            raise ConfigError(f"mirror_spec auto: {self.env_id} has no built-in mirror spec, and this trainer has "
+                              "no env of its own (net.remote_env / --remote-env) to read its "
+                              "get_observation_mirror_indices() and get_action_mirror_indices() from: give "
+                              "ppo.mirror_spec=FILE.yaml with obs: and act: lists")
+        return read_env_mirror(self.config)
 
     def source(self, policy: Policy, cfg: Any, on_policy: bool) -> SampleSource:
         return self.samples

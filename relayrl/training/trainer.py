@@ -10,7 +10,9 @@ bridge) and hands it here. The run directory is described in DESIGN.md.
 
 One round of ``run``: ``collect`` (the round's ``Work``: a rollout, or the replay ``UpdatesDue``) ->
 ``learn`` (the Learner and its hooks; ``log`` and the periodic checkpoint are hooks) -> ``evaluate``
-every ``eval.freq`` env steps (which writes the last and best checkpoints) -> stop at the stop value,
+every ``eval.freq`` env steps, and with ``eval.on_best_train`` after a round whose logged training mean
+return is a new best (``eval.best_train_gap`` steps after the last evaluation; either writes the last and
+best checkpoints) -> stop at the stop value,
 ``total_steps``, or Ctrl-C or SIGTERM (``stop_event``; a ``StopRequest`` says which, as the summary's
 ``stop_reason``).
 """
@@ -73,6 +75,7 @@ class RunState:
     env_steps_to_stop_value: int | None = None
     eval_count: int = 0
     resumes: int = 0
+    best_train_return: float | None = None  # the best train/return_mean logged (eval.on_best_train)
 
 
 def run_trainer(config: RunConfig, *, experience: Experience | None = None, samples: SampleSource | None = None,
@@ -158,6 +161,7 @@ class Trainer:
         self.logger: MetricsLogger | None = None
         self.complete: str | None = None  # on a resume: why the run has nothing left to do
         self.abort_reason = "error"
+        self._train_return: float | None = None  # the round's logged train/return_mean, until judged (on_best_train)
         self._created_dir = False
         self._new_run_written = False  # True once this new run, alone in its folder, may have written there
         try:
@@ -210,7 +214,7 @@ class Trainer:
             cfg.check_placement(config.algo, "agents")  # e.g. PPO's prenorm and recurrent policies
         cfg.check(config.algo)  # combinations of options that would silently do nothing, e.g. PPO's prenorm
         self.algo = entry.build_algorithm(cfg, experience.observation_space, experience.action_space, experience.columns)
-        self.algo.bind_env(config.env.id)  # what depends on the env itself, e.g. PPO's built-in mirror specs
+        self.algo.bind_env(config.env.id, experience.mirror_indices)  # what depends on the env, e.g. PPO's mirror spec
         self.algo.stop_on(self.stop_event)  # Ctrl-C ends a long learning iteration early (PPO: between minibatches)
         self.algo.to(resolve_device(config.device, self.algo.devices, config.algo))  # (refused before any file)
         if config.threads == -1:  # before config.yaml is written, so it records the pick
@@ -315,8 +319,10 @@ class Trainer:
                 if self._stop_reason() is not None:  # no evaluation on the way out
                     stop_reason = self._stop_reason()
                     break
-                if config.eval.freq and ctx.env_steps >= next_eval:
+                due = bool(config.eval.freq) and ctx.env_steps >= next_eval
+                if due:
                     next_eval = _next_multiple(ctx.env_steps, config.eval.freq)
+                if self._new_best_train() or due:  # (judged every round: the best is kept even when due)
                     if self.evaluate():
                         stop_reason = "stop_value"
                         break
@@ -374,6 +380,18 @@ class Trainer:
         self.timing["learn_s"] = time.perf_counter() - t0
         self.timing["steps"] += late
 
+    def _new_best_train(self) -> bool:
+        """eval.on_best_train: the round just logged a training mean return above every earlier one, at
+        least eval.best_train_gap env steps after the last evaluation (the best is kept either way)."""
+        returned, self._train_return = self._train_return, None
+        state, config = self.state, self.config.eval
+        if not config.on_best_train or returned is None:
+            return False
+        if state.best_train_return is not None and returned <= state.best_train_return:
+            return False
+        state.best_train_return = returned
+        return state.last_eval_steps < 0 or self.learner.ctx.env_steps - state.last_eval_steps >= config.best_train_gap
+
     def evaluate(self) -> bool:
         """Evaluate, write the last (and best) checkpoint; True once the stop value is reached."""
         state, ctx = self.state, self.learner.ctx
@@ -422,6 +440,7 @@ class Trainer:
                        "time/steps_per_s": timing["steps"] / elapsed if elapsed else 0.0,
                        "time/updates_per_s": ctx.metrics.get("updates", 1) / timing["learn_s"] if timing["learn_s"] else 0.0})
         if returns:
+            self._train_return = float(np.mean(returns))  # (eval.on_best_train)
             values.update({"train/return_mean": float(np.mean(returns)),
                            "train/length_mean": float(np.mean(lengths)), "train/episodes": len(returns)})
         self.logger.log("train", ctx.env_steps, self.wall(), values)
