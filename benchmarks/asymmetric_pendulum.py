@@ -1,16 +1,17 @@
-"""An asymmetric actor-critic against the plain one (issue 27): PPO on a noisy-observation Pendulum.
+"""An asymmetric actor-critic against the plain one (issue 27): PPO (or SAC) on a noisy-observation Pendulum.
 
 ``relayrl-test/NoisyPendulum-v0`` (relayrl/testing/envs.py) gives a Dict observation: ``obs``, Pendulum's
 [cos, sin, thetadot] plus Gaussian noise of sd ``--noise`` times each component's bound (1, 1, 8), and
 ``state``, the clean observation. Both agents' actors read ``obs`` only; the asymmetric agent's critic reads
-``state`` too (``ppo.critic_only_keys=[state]``); the plain agent's critic reads the noisy ``obs`` only (the
+``state`` too (``ppo.critic_only_keys=[state]``, ``sac.`` with ``--algo sac``); the plain agent's critic reads the noisy ``obs`` only (the
 same env with ``privileged=false``: no ``state`` key, the option off). Same seeds, config and budget otherwise.
 
 Steps to solve: env steps until the first evaluation (10 deterministic episodes every ``--eval-every``
 steps) with mean return >= ``--target`` (-200, as the SAC/TD3 Pendulum figures). Runs go one after the
-other, one torch thread, seed by seed alternating the two agents.
+other, one torch thread, seed by seed alternating the two agents. Each algorithm's default config otherwise.
 
-    python benchmarks/asymmetric_pendulum.py --seeds 0 1 2 3 4 --budget 300000 [--out results.json]
+    python benchmarks/asymmetric_pendulum.py --seeds 0 1 2 3 4 --budget 400000 --noise 0.1 [--out results.json]
+    python benchmarks/asymmetric_pendulum.py --algo sac --seeds 0 1 2 3 4 --budget 30000 --eval-every 1000
 """
 
 from __future__ import annotations
@@ -29,12 +30,14 @@ def run(agent: str, seed: int, args: argparse.Namespace) -> dict:
     from relayrl.config import build_config
     from relayrl.training.trainer import run_trainer
 
-    asymmetric = agent == "asymmetric"
+    asymmetric, algo = agent == "asymmetric", args.algo
     sets = ["threads=1", f"env.kwargs={{noise: {args.noise}, privileged: {str(asymmetric).lower()}}}",
-            "ppo.shared_trunk=false", f"eval.freq={args.eval_every}", "eval.episodes=10", *args.set]
+            f"eval.freq={args.eval_every}", "eval.episodes=10", *args.set]
+    if algo == "ppo":
+        sets.append("ppo.shared_trunk=false")
     if asymmetric:
-        sets.append("ppo.critic_only_keys=[state]")
-    config = build_config("ppo", None, sets, {"env.id": ENV, "seed": seed, "total_steps": args.budget,
+        sets.append(f"{algo}.critic_only_keys=[state]")
+    config = build_config(algo, None, sets, {"env.id": ENV, "seed": seed, "total_steps": args.budget,
                                              "stop_value": args.target})
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
@@ -45,11 +48,12 @@ def run(agent: str, seed: int, args: argparse.Namespace) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--algo", choices=["ppo", "sac"], default="ppo")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--budget", type=int, default=300_000, help="env steps per run")
+    parser.add_argument("--budget", type=int, default=400_000, help="env steps per run")
     parser.add_argument("--target", type=float, default=-200.0)
     parser.add_argument("--eval-every", type=int, default=10_000)
-    parser.add_argument("--noise", type=float, default=0.2)
+    parser.add_argument("--noise", type=float, default=0.1)
     parser.add_argument("--set", action="append", default=[], help="more relayrl options, both agents")
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON")
     args = parser.parse_args()
