@@ -3,8 +3,9 @@
 ``relayrl-test/NoisyPendulum-v0`` (relayrl/testing/envs.py) gives a Dict observation: ``obs``, Pendulum's
 [cos, sin, thetadot] plus Gaussian noise of sd ``--noise`` times each component's bound (1, 1, 8), and
 ``state``, the clean observation. Both agents' actors read ``obs`` only; the asymmetric agent's critic reads
-``state`` too (``ppo.critic_only_keys=[state]``, ``sac.`` with ``--algo sac``); the plain agent's critic reads the noisy ``obs`` only (the
-same env with ``privileged=false``: no ``state`` key, the option off). Same seeds, config and budget otherwise.
+``state`` too (``ppo.critic_only_keys=[state]``, ``sac.`` with ``--algo sac``); the plain agent's critic reads
+the noisy ``obs`` only (the same env with ``privileged=false``: no ``state`` key, the option off). Same seeds,
+config and budget otherwise.
 
 Steps to solve: env steps until the first evaluation (10 deterministic episodes every ``--eval-every``
 steps) with mean return >= ``--target`` (-200, as the SAC/TD3 Pendulum figures). Runs go one after the
