@@ -416,9 +416,10 @@ class PPOPolicy(Policy):
         if self.hybrid is not None:
             graph = RecurrentHybridPPOGraph(self) if self.recurrent else HybridPPOGraph(self)
             return PolicyGraph(graph, "the Gaussian means clipped to the bounds; argmax of each branch's logits",
-                               outputs=hybrid_outputs(self.hybrid))
+                               outputs=hybrid_outputs(self.hybrid), unread=tuple(self.critic_only_keys))
         graph = RecurrentPPOGraph(self) if self.recurrent else PPOGraph(self)
-        return PolicyGraph(graph, ARGMAX if self.discrete else "clip to the action bounds")
+        return PolicyGraph(graph, ARGMAX if self.discrete else "clip to the action bounds",
+                           unread=tuple(self.critic_only_keys))
 
     def to(self, device: torch.device) -> None:
         """Act and learn on ``device`` (the learner's; rollout workers' policies stay on the CPU)."""

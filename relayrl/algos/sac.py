@@ -229,7 +229,8 @@ class SACPolicy(Policy):
 
     def export_graph(self) -> PolicyGraph:
         """``predict`` as one module for ``relayrl export``: tanh of the actor's mean, scaled to the bounds."""
-        return PolicyGraph(SACGraph(self), "tanh squash scaled to the action bounds")
+        return PolicyGraph(SACGraph(self), "tanh squash scaled to the action bounds",
+                           unread=tuple(self.critic_only_keys))
 
     def get_weights(self) -> dict[str, Any]:
         return {"actor": cpu_state(self.actor)}

@@ -97,3 +97,26 @@ def test_appo_names_its_own_option():
     with pytest.raises(EnvError, match=r"appo.critic_only_keys"):
         build("appo", "appo.critic_only_keys=[velocity]")
 
+
+
+def test_an_exported_dict_of_uint8_keys_lists_the_unread_key_and_acts_without_its_bytes(tmp_path):
+    import json
+
+    onnxruntime = pytest.importorskip("onnxruntime")
+    from relayrl.envs.packed import PackedDict
+    from relayrl.export import export_policy
+
+    space = PackedDict(gym.spaces.Dict({"camera": gym.spaces.Box(0, 255, (6, 6, 1), np.uint8),
+                                        "state": gym.spaces.Box(0, 255, (4,), np.uint8)}))
+    cfg = build_config("ppo", None, ["ppo.critic_only_keys=[state]"]).ppo
+    torch.manual_seed(0)
+    policy = get_algo("ppo").build_policy(cfg, space, gym.spaces.Discrete(3))
+    exported = export_policy(policy, tmp_path / "policy.onnx", "onnx")
+    assert json.loads(exported.sidecar.read_text())["unread_fields"] == ["state"]
+    rng = np.random.default_rng(0)
+    camera = rng.integers(0, 256, (8, 6, 6, 1), dtype=np.uint8)
+    rows = space.pack({"camera": camera, "state": np.zeros((8, 4), np.uint8)})  # zeros where the state goes
+    session = onnxruntime.InferenceSession(str(exported.path), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(session.run(None, {"obs": rows})[0], policy.predict({"camera": camera}))
+    rows[:, -4:] = rng.integers(0, 256, (8, 4), dtype=np.uint8)  # other state bytes: the same actions
+    np.testing.assert_array_equal(session.run(None, {"obs": rows})[0], policy.predict({"camera": camera}))
