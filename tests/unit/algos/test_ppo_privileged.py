@@ -66,12 +66,6 @@ def test_predict_needs_only_the_actors_keys():
     np.testing.assert_allclose(single, full[0], rtol=1e-5)  # (a batch of 1 rounds differently)
 
 
-def test_the_plain_policy_still_needs_every_key():
-    learner, _ = build("ppo")
-    with pytest.raises((KeyError, EnvError)):
-        learner.policy.predict({"obs": observations()["obs"]})
-
-
 @pytest.mark.parametrize("sets, error, words", [
     (["ppo.critic_only_keys=[velocity]"], EnvError, ["'velocity'", "'obs', 'state'"]),
     (["ppo.critic_only_keys=[obs,state]"], ConfigError, ["actor", "would then see nothing"]),
