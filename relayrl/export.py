@@ -255,6 +255,8 @@ def _describe(policy: Policy, graph: PolicyGraph, fmt: str, path: Path, inputs: 
             **({"packed_fields": [{"key": f.name, "offset": f.offset, "nbytes": f.nbytes, "shape": list(f.shape),
                                    "dtype": f.dtype.name} for f in obs_space.fields]}
                if isinstance(obs_space, PackedDict) else {}),
+            **({"unread_fields": [f.name for f in obs_space.fields if f.path[0] in graph.unread]}
+               if graph.unread else {}),
             "includes": _includes(policy, graph)}
 
 

@@ -88,6 +88,8 @@ class A2CConfig(AlgoConfig):
     shared_trunk: bool | None = None
     """One trunk (an encoder, a recurrent layer) feeds both the actor and the critic head; false: the critic has its
     own. null: shared when the observations go through an encoder, separate MLPs on flat vectors."""
+    critic_only_keys: list[str] = Field(default_factory=list)
+    """Keys of a Dict observation only the critic sees (privileged inputs, as ppo.critic_only_keys). []: none."""
 
     def check(self, name: str = "a2c") -> None:
         if self.update_norm is not None and not self.obs_norm:

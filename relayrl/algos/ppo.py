@@ -39,6 +39,7 @@ from relayrl.policy.graph import ARGMAX, GraphOutput, ObservationInput, PolicyGr
 from relayrl.policy.mirror import (EnvMirrorIndices, MirrorSpec, NormalizedMirror, TorchMirror, mirror_terms,
                                    no_env_mirror)
 from relayrl.policy.normalizer import RunningMeanStd
+from relayrl.policy.privileged import ActorKeys, check_keys, fill_hidden
 from relayrl.types import COLUMN, Batch, Mode, PolicyOutput
 
 
@@ -131,6 +132,9 @@ class PPOConfig(AlgoConfig):
     of signed indices (relayrl/policy/mirror.py)."""
     mirror_critic: bool = False
     """Also penalise V(s) - V(mirror(s)) with the same weight."""
+    critic_only_keys: list[str] = Field(default_factory=list)
+    """Keys of a Dict observation only the critic sees (privileged inputs, an asymmetric actor-critic:
+    policy/privileged.py); the actor reads the other keys, and predict needs only those. []: none."""
 
     def check(self, name: str = "ppo") -> None:
         """Refuse combinations that would silently do nothing; the loop calls it before a run starts."""
@@ -217,12 +221,20 @@ class PPOPolicy(Policy):
         elif self.hybrid is None:
             self.low = act_space.low.astype(np.float32)
             self.high = act_space.high.astype(np.float32)
+        self.critic_only_keys = list(cfg.critic_only_keys)  # (privileged critic inputs: policy/privileged.py)
+        if self.critic_only_keys:
+            check_keys(self.critic_only_keys, obs_space, key.split(".")[0], encoder=cfg.encoder,
+                       shared_trunk=cfg.shared_trunk, recurrent=cfg.recurrent)
         # the actor's encoder: yours (encoder), a built-in one for images and categories, or None (flat: the MLPs)
         actor_encoder = make_encoder(cfg.encoder, obs_space, act_space, key, normalized=cfg.obs_norm)
         # one trunk for both heads (null: wherever there is an encoder), else the critic has its own encoder
         self.shared_trunk = cfg.shared_trunk if cfg.shared_trunk is not None else actor_encoder is not None
         critic_encoder = None
-        if actor_encoder is not None and not self.shared_trunk:
+        if self.critic_only_keys:  # the critic reads every key, the actor the others only
+            self.shared_trunk, critic_encoder = False, actor_encoder
+            actor = ActorKeys(obs_space, self.critic_only_keys, key)
+            actor_encoder = (actor, actor.features)
+        elif actor_encoder is not None and not self.shared_trunk:
             critic_encoder = make_encoder(cfg.encoder, obs_space, act_space, key, normalized=cfg.obs_norm)
         self.model = build_model(self.obs_dim, self.act_dim, self.discrete, cfg,
                                  None if actor_encoder is None else (actor_encoder, critic_encoder),
@@ -308,6 +320,13 @@ class PPOPolicy(Policy):
         env_action[:, c:] += self.start
         return PolicyOutput(action=action_np, env_action=env_action, logp=None if logp is None else logp.cpu().numpy(),
                             value=None if value is None else value.cpu().numpy(), obs=x)
+
+    def check_observation(self, obs: Any) -> tuple[np.ndarray, bool]:
+        """``Policy.check_observation``; a Dict observation may lack the critic's own keys (zeros then fill
+        them: the actor never reads them)."""
+        if self.critic_only_keys and isinstance(obs, dict):
+            obs = fill_hidden(self.observation_space, obs, self.critic_only_keys)
+        return super().check_observation(obs)
 
     @torch.inference_mode()
     def value(self, obs: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
@@ -398,9 +417,10 @@ class PPOPolicy(Policy):
         if self.hybrid is not None:
             graph = RecurrentHybridPPOGraph(self) if self.recurrent else HybridPPOGraph(self)
             return PolicyGraph(graph, "the Gaussian means clipped to the bounds; argmax of each branch's logits",
-                               outputs=hybrid_outputs(self.hybrid))
+                               outputs=hybrid_outputs(self.hybrid), unread=tuple(self.critic_only_keys))
         graph = RecurrentPPOGraph(self) if self.recurrent else PPOGraph(self)
-        return PolicyGraph(graph, ARGMAX if self.discrete else "clip to the action bounds")
+        return PolicyGraph(graph, ARGMAX if self.discrete else "clip to the action bounds",
+                           unread=tuple(self.critic_only_keys))
 
     def to(self, device: torch.device) -> None:
         """Act and learn on ``device`` (the learner's; rollout workers' policies stay on the CPU)."""

@@ -28,6 +28,7 @@ from relayrl.policy.encoder import EncoderRef
 from relayrl.policy.encoders import check_space, make_encoder
 from relayrl.policy.graph import ObservationInput, PolicyGraph
 from relayrl.policy.networks import mlp
+from relayrl.policy.privileged import ActorKeys, check_keys, fill_hidden
 from relayrl.types import Batch, Mode, PolicyOutput
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
@@ -58,6 +59,10 @@ class SACConfig(ReplayLoopConfig):
     hidden_sizes: list[int] = Field(default_factory=lambda: [64, 64])
     """Hidden layer sizes of the actor and of each critic (64x64: per-op overhead, not FLOPs, bounds
     an update of this size on a CPU, and it learns Pendulum as fast as 256x256)."""
+
+    critic_only_keys: list[str] = Field(default_factory=list)
+    """Keys of a Dict observation only the critics see (privileged inputs, an asymmetric actor-critic:
+    policy/privileged.py); the actor reads the other keys, and predict needs only those. []: none."""
 
     def timing_sizes(self) -> tuple[list[int], int]:
         return list(self.hidden_sizes), self.batch_size
@@ -176,6 +181,13 @@ class SACPolicy(Policy):
         self.scale = ((act_space.high - act_space.low) / 2).astype(np.float32)
         # yours (encoder), a built-in one for images and categories, or None (flat observations: the MLPs)
         encoder = make_encoder(cfg.encoder, obs_space, act_space, f"{self.section}.encoder")
+        # privileged critic inputs (SAC's and REDQ's option): the actor's encoder reads the other keys only
+        self.critic_only_keys = list(cfg.critic_only_keys) if isinstance(cfg, SACConfig) else []
+        if self.critic_only_keys:
+            check_keys(self.critic_only_keys, obs_space, self.section, encoder=cfg.encoder, shared_trunk=None,
+                       recurrent=None)
+            actor_keys = ActorKeys(obs_space, self.critic_only_keys, f"{self.section}.encoder")
+            encoder = (actor_keys, actor_keys.features)
         self.actor: Actor = self.make_actor(int(np.prod(obs_space.shape)), encoder, cfg)
         self.encoded = encoder is not None
         # what the networks read: flattened observations, or [n, *obs_shape] as an encoder takes them
@@ -190,6 +202,13 @@ class SACPolicy(Policy):
         if encoder is None:
             return Actor(obs_dim, self.act_dim, cfg.hidden_sizes)
         return EncodedActor(*encoder, self.act_dim, cfg.hidden_sizes)
+
+    def check_observation(self, obs: Any) -> tuple[np.ndarray, bool]:
+        """``Policy.check_observation``; a Dict observation may lack the critics' own keys (zeros then fill them:
+        the actor never reads them)."""
+        if self.critic_only_keys and isinstance(obs, dict):
+            obs = fill_hidden(self.observation_space, obs, self.critic_only_keys)
+        return super().check_observation(obs)
 
     @torch.inference_mode()
     def act(self, obs: np.ndarray, mode: Mode = "collect") -> PolicyOutput:
@@ -210,7 +229,8 @@ class SACPolicy(Policy):
 
     def export_graph(self) -> PolicyGraph:
         """``predict`` as one module for ``relayrl export``: tanh of the actor's mean, scaled to the bounds."""
-        return PolicyGraph(SACGraph(self), "tanh squash scaled to the action bounds")
+        return PolicyGraph(SACGraph(self), "tanh squash scaled to the action bounds",
+                           unread=tuple(self.critic_only_keys))
 
     def get_weights(self) -> dict[str, Any]:
         return {"actor": cpu_state(self.actor)}

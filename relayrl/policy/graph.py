@@ -48,11 +48,14 @@ class PolicyGraph:
     ``outputs``: the action outputs when there are several (a hybrid action's ``continuous_action`` and
     ``discrete_action``: ``forward`` returns them in this order, before a recurrent policy's next state, and
     ``predict`` returns them as a tuple); None: one ``action`` output of the policy's ``action_shape``.
+    ``unread``: keys of a packed Dict observation the graph never reads (privileged critic inputs,
+    policy/privileged.py): the sidecar lists them, and any bytes (zeros) do in their place.
     """
 
     module: nn.Module
     post_processing: str
     outputs: tuple[GraphOutput, ...] | None = None
+    unread: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,9 @@ Registered ids (``import relayrl.testing.envs`` registers them):
   ``get_observation_mirror_indices()`` ([-0.1, -1, -2, -3]: every element negated) and
   ``get_action_mirror_indices()`` ([1, 0.1]: left and right swapped); ``mistake`` makes them wrong:
   "length", "range", "not_reflection", "no_action_method", "raises".
+- ``relayrl-test/NoisyPendulum-v0``: Pendulum-v1 with a Dict observation: ``obs``, its [cos, sin, thetadot]
+  plus Gaussian noise of sd ``noise`` times each component's bound (1, 1, 8), and ``state``, the clean
+  observation (privileged critic inputs: ``ppo.critic_only_keys: [state]``); ``privileged=False``: ``obs`` only.
 """
 
 from __future__ import annotations
@@ -114,6 +117,31 @@ class SlowPendulum(SlowCartPole):
     """Pendulum-v1 with ``busy_us`` of busy-waiting per step (continuous actions, for SAC)."""
 
     base_id = "Pendulum-v1"
+
+
+class NoisyPendulum(gym.Wrapper):
+    """Pendulum-v1 whose actor-side observation is noisy and whose clean state is a second key (module docstring)."""
+
+    def __init__(self, noise: float = 0.2, privileged: bool = True, **kwargs: Any):
+        super().__init__(gym.make("Pendulum-v1", **kwargs))
+        clean = self.env.observation_space
+        self.scale = noise * clean.high.astype(np.float32)
+        self.privileged = privileged
+        keys = {"obs": gym.spaces.Box(-np.inf, np.inf, clean.shape, np.float32)}
+        self.observation_space = gym.spaces.Dict({**keys, "state": clean} if privileged else keys)
+
+    def _obs(self, state: np.ndarray) -> dict[str, np.ndarray]:
+        noisy = state + self.scale * self.np_random.standard_normal(state.shape).astype(np.float32)
+        obs = {"obs": noisy.astype(np.float32)}
+        return {**obs, "state": state.astype(np.float32)} if self.privileged else obs
+
+    def reset(self, *, seed=None, options=None):
+        state, info = self.env.reset(seed=seed, options=options)
+        return self._obs(state), info
+
+    def step(self, action):
+        state, reward, terminated, truncated, info = self.env.step(action)
+        return self._obs(state), reward, terminated, truncated, info
 
 
 class DtypeObsEnv(gym.Env):
@@ -323,7 +351,8 @@ for _id, _entry in (("relayrl-test/Faulty-v0", FaultyEnv), ("relayrl-test/NanRew
                     ("relayrl-test/DictObs-v0", DictObsEnv),
                     ("relayrl-test/SlowCartPole-v0", SlowCartPole), ("relayrl-test/SlowPendulum-v0", SlowPendulum),
                     ("relayrl-test/DtypeObs-v0", DtypeObsEnv),
-                    ("relayrl-test/ImageBandit-v0", ImageBandit), ("relayrl-test/DictBandit-v0", DictBandit)):
+                    ("relayrl-test/ImageBandit-v0", ImageBandit), ("relayrl-test/DictBandit-v0", DictBandit),
+                    ("relayrl-test/NoisyPendulum-v0", NoisyPendulum)):
     if _id not in gym.registry:
         gym.register(_id, entry_point=_entry, disable_env_checker=True)
 if "relayrl-test/MirrorCartPole-v0" not in gym.registry:
