@@ -2,7 +2,7 @@
 rebuilds the k-frame history of obs and next_obs at sample time (TMRL's TrackMania memory does this for its
 screenshots).
 
-    python examples/history_memory.py [--total-steps N] [--run-dir DIR]
+    python -m examples.history_memory [--total-steps N] [--run-dir DIR]     (from the repository root)
 
 The env stacks K frames (``env.frame_stack``, Gymnasium's FrameStackObservation: an episode starts with its
 first frame repeated K times). Each transition the learner receives holds two stacks, 2K frames; this memory
@@ -45,7 +45,7 @@ class HistoryMemory(Replay):
         self.channels_last = shape[2] % k == 0 and not image_layout(last).channels_first
         self.k, self.capacity, self.rng = k, capacity, np.random.default_rng(seed)
         self.frame_shape = (*shape[:2], shape[2] // k) if self.channels_last else (shape[0] // k, *shape[1:])
-        self.frame_capacity = 2 * capacity + 2 * k  # (episode starts add frames of their own; old ones go first)
+        self.frame_capacity = capacity + capacity // 4 + 2 * k  # (episode starts add frames; the oldest go first)
         self.frames: np.ndarray | None = None  # [frame_capacity, *frame_shape], allocated at the first add
         self.written = 0  # frames ever written: frame number f is at row f % frame_capacity while f >= written - cap
         self.ids = np.zeros((capacity, 2 * k), np.int64)  # per transition: the frame numbers of obs, then next_obs
@@ -106,6 +106,11 @@ class HistoryMemory(Replay):
         frames = 0 if self.frames is None else min(self.written, self.frame_capacity) * self.frames[0].nbytes
         other = sum(column[0].nbytes for column in self.other.values()) + self.ids[0].nbytes + self.oldest[0].nbytes
         return frames / max(1, self.size) + other
+
+    def nbytes(self) -> int:
+        """The bytes of the arrays it has allocated (for capacity transitions)."""
+        frames = 0 if self.frames is None else self.frames.nbytes
+        return frames + self.ids.nbytes + self.oldest.nbytes + sum(column.nbytes for column in self.other.values())
 
     # ---- frame numbers
     def _numbers(self, frames: np.ndarray) -> tuple[int, ...]:

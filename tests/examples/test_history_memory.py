@@ -61,11 +61,11 @@ def test_sampled_stacks_equal_the_stacks_the_env_gave_in_a_quarter_of_the_bytes(
 
 
 def test_dqn_trains_with_the_history_memory(tmp_path):
-    config = {**CONFIG, "dqn": {**CONFIG["dqn"], "start_training": 200, "batch_size": 32},
+    config = {**CONFIG, "dqn": {**CONFIG["dqn"], "start_training": 100, "batch_size": 16},
               "eval": {"freq": 0, "episodes": 2}}
-    run = relayrl.train("dqn", ENV, config, total_steps=600, run_dir=tmp_path / "run", seed=0)
+    run = relayrl.train("dqn", ENV, config, total_steps=300, run_dir=tmp_path / "run", seed=0)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["updates"] > 0 and summary["env_steps"] >= 600
+    assert summary["updates"] > 0 and summary["env_steps"] >= 300
     assert "examples.history_memory:HistoryMemory" in (tmp_path / "run" / "config.yaml").read_text()
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert any(m.get("train/replay/frames", 0) > 0 for m in metrics)  # the replay was the history memory
