@@ -50,10 +50,11 @@ def main() -> None:
     args = parser.parse_args()
     steps = stream(args.capacity)
     env = make(ENV, frame_stack=K)
+    history = HistoryMemory(capacity=args.capacity, observation_space=env.observation_space,
+                            action_space=env.action_space, seed=0, batch_size=256)
     memories = {"stacks (ReplayBuffer, plain)": ReplayBuffer(args.capacity, layout="plain", seed=0),
                 "frames layout (ReplayBuffer)": ReplayBuffer(args.capacity, layout="frames", seed=0),
-                "history memory (example)": HistoryMemory(capacity=args.capacity, observation_space=env.observation_space,
-                                                          action_space=env.action_space, seed=0, batch_size=256)}
+                "history memory (example)": history}
     added = {}
     for name, memory in memories.items():
         start = time.perf_counter()
@@ -79,7 +80,6 @@ def main() -> None:
         per = held[name] / args.capacity
         base = held["stacks (ReplayBuffer, plain)"] / args.capacity
         print(f"{name:32s} {per:17.0f} {per / base:10.3f} {statistics.median(times[name]):15.3f} {added[name]:12.1f}")
-    history = memories["history memory (example)"]
     print(f"history memory, frames written: {history.bytes_per_transition():.0f} bytes per transition used")
 
 

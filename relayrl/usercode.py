@@ -122,7 +122,8 @@ def load_object(reference: str, what: str) -> object:
     with ``what`` (e.g. ``dqn.replay 'mymem:Memory'``) when the reference is malformed or the module has no
     such name."""
     module_name, sep, name = reference.partition(":")
-    if not sep or not module_name or not name.isidentifier() or not all(p.isidentifier() for p in module_name.split(".")):
+    parts = module_name.split(".")
+    if not sep or not module_name or not name.isidentifier() or not all(p.isidentifier() for p in parts):
         raise ConfigError(f"{what}: expected \"package.module:name\"")
     module = import_module(module_name, what)
     if not hasattr(module, name):

@@ -37,7 +37,8 @@ def transitions(n_envs: int, steps: int, n_step: int, seed: int = 0) -> dict[str
                 episodes[i] = [(env.reset()[0],)]
     arrays = {key: np.asarray(value) for key, value in out.items()}
     arrays["obs"], arrays["next_obs"] = arrays["obs"].astype(np.uint8), arrays["next_obs"].astype(np.uint8)
-    arrays["terminated"], arrays["reward"] = arrays["terminated"].astype(np.float32), arrays["reward"].astype(np.float32)
+    for key in ("terminated", "reward"):
+        arrays[key] = arrays[key].astype(np.float32)
     arrays["row"] = np.arange(len(arrays["obs"]))  # which transition each sampled one is
     return arrays
 

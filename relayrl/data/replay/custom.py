@@ -36,7 +36,8 @@ def memory_class(reference: str, what: str) -> type[Replay]:
         inspect.signature(cls).bind(**{key: None for key in MEMORY_PARAMETERS})
     except TypeError as exc:
         raise ConfigError(f"{what} {reference!r}: its constructor ({defined_at(cls.__init__)}) cannot be called "
-                          f"with the keywords {', '.join(MEMORY_PARAMETERS)} ({exc}): take them (or **kwargs)") from None
+                          f"with the keywords {', '.join(MEMORY_PARAMETERS)} ({exc}): take them (or **kwargs)"
+                          ) from None
     return cls
 
 
@@ -102,8 +103,8 @@ def check_batch(expected: Batch, got: Any, n: int, what: str, exact_keys: bool =
                           f"{', '.join(expected)}")
     missing = [key for key in expected if key not in got]
     if missing:
-        raise ConfigError(f"{what} returned no {', '.join(map(repr, missing))} (it returned {', '.join(got) or 'none'}):"
-                          " return every column that was added")
+        raise ConfigError(f"{what} returned no {', '.join(map(repr, missing))} (it returned "
+                          f"{', '.join(got) or 'none'}): return every column that was added")
     extra = [key for key in got if key not in expected]
     if exact_keys and extra:
         raise ConfigError(f"{what} returned the columns {', '.join(map(repr, extra))} it was not given: return the "
