@@ -146,6 +146,7 @@ class ReplayRounds(Rounds[UpdatesDue]):
             if self.first_added is None and self.cfg.replay is not None:
                 self.first_added = {key: np.asarray(value)[:1] for key, value in batch.items()}
                 self.learning.expected = self.first_added
+                self.learning.memory = f"{self.name}.replay {self.cfg.replay!r}"
             self.buffer.add(batch)
 
     def gather(self, env_steps: int, updates: int) -> tuple[UpdatesDue, int]:
@@ -196,6 +197,7 @@ class ReplayUpdates:
         self.algo, self.buffer, self.batch_size = algo, buffer, batch_size
         self.transform = transform  # the sampled-batch hook (sample_transform)
         self.priorities = type(buffer).update_priorities is not Replay.update_priorities  # (does it take them?)
+        self.memory = "the replay"  # (your memory, as the config names it: for messages)
         self.expected: Batch | None = None  # a row of the first transitions added: the next sample is checked on it
         self.publish, self.publish_every = publish, publish_every
         self.refill: Callable[[], None] | None = None  # drains a sample source mid-round
@@ -212,8 +214,8 @@ class ReplayUpdates:
             if batch is None:  # everything was evicted (max_use, max_staleness): wait for new transitions
                 break
             if self.expected is not None:  # your own memory's first sample (data/replay/custom.py)
-                check_batch(self.expected, batch, self.batch_size, f"the replay {type(self.buffer).__name__}'s "
-                            f"sample({self.batch_size}) (your memory, <algo>.replay)")
+                check_batch(self.expected, batch, self.batch_size, f"{self.memory}: sample({self.batch_size}) "
+                            "after the first transitions of the run")
                 self.expected = None
             if self.transform is not None:
                 batch = self.transform(batch)

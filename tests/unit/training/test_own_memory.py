@@ -67,6 +67,16 @@ class Flat(ListMemory):
         return None if batch is None else {**batch, "reward": batch["reward"][:, None]}
 
 
+class Late(ListMemory):
+    """Passes the probe (32 rows), then drops a column."""
+
+    def sample(self, n, version=None):
+        batch = super().sample(n)
+        if batch is None or len(self.rows) <= 32:
+            return batch
+        return {k: v for k, v in batch.items() if k != "discount"}
+
+
 class Positional(Replay):
     def __init__(self, size):
         pass
@@ -187,3 +197,12 @@ def test_memory_hook_and_dataset_mistakes_exit_2_with_one_line_and_write_nothing
     assert code == 2, err
     assert expected in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "__pycache__") == before  # no run directory
+
+
+def test_a_memory_that_breaks_the_contract_on_real_transitions_stops_the_run_naming_it(user_code, tmp_path, capsys):
+    code = main(["train", "dqn", *FAST, "--total-steps", "256", "--set", "dqn.replay=mymem:Late", "--run-dir", "run"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "dqn.replay 'mymem:Late': sample(32) after the first transitions of the run returned no 'discount'" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["stop_reason"] == "error"
