@@ -79,6 +79,7 @@ class ReplayRounds(Rounds[UpdatesDue]):
         self.learning = ReplayUpdates(algo, self.buffer, cfg.batch_size, publish, cfg.update_model_interval,
                                       transform=transform)
         self.first_added: Batch | None = None  # (with your own memory: its first sample is checked against it)
+        self.dataset_columns: set[str] | None = None  # (with a dataset: until the first collected transitions)
         if cfg.dataset is not None:  # checked against the spaces before the run directory is written
             self._load_dataset(cfg.dataset)
         if cfg.update_buffer_interval is not None and self.samples.can_poll:
@@ -120,6 +121,18 @@ class ReplayRounds(Rounds[UpdatesDue]):
         data.pop("truncated", None)  # the columns the collectors send (a truncated transition still bootstraps)
         data["discount"] = np.full(rows, self.cfg.gamma, np.float32)  # (one-step: what the n-step accumulator adds)
         self._store(data)
+        self.dataset_columns = set(data)  # the collectors' first transitions must have the same (``_store``)
+
+    def _check_columns(self, columns: set[str]) -> None:
+        """The collectors' first transitions have the columns of the dataset the replay started with."""
+        extra, missing = sorted(columns - self.dataset_columns), sorted(self.dataset_columns - columns)
+        if extra or missing:
+            raise ConfigError(f"{self.name}.dataset {self.cfg.dataset!r} has the columns "
+                              f"{', '.join(sorted(self.dataset_columns))}, and this env's transitions "
+                              + (f"also carry {', '.join(extra)} (e.g. action masks), which no dataset gives"
+                                 if extra else f"lack {', '.join(missing)}")
+                              + f": train without {self.name}.dataset on this env")
+        self.dataset_columns = None
 
     def _service(self, cfg: ReplayLoopConfig, seed: int, total_steps: int, layout: str) -> Replay:
         """The replay shards the sample source's collectors insert into (the replay service)."""
@@ -141,6 +154,8 @@ class ReplayRounds(Rounds[UpdatesDue]):
         """Transitions into replay, in their stored dtypes whatever the source (data/dtypes.py)."""
         if batch:
             batch = store_transitions(batch)
+            if self.dataset_columns is not None:
+                self._check_columns(set(batch))
             if self.cfg.max_staleness is not None:  # the learner's version as the transitions arrive
                 batch["version"] = np.full(len(next(iter(batch.values()))), self.algo.policy.version, np.int64)
             if self.first_added is None and self.cfg.replay is not None:

@@ -206,3 +206,24 @@ def test_a_memory_that_breaks_the_contract_on_real_transitions_stops_the_run_nam
     assert "dqn.replay 'mymem:Late': sample(32) after the first transitions of the run returned no 'discount'" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["stop_reason"] == "error"
+
+
+def test_a_dataset_without_the_columns_the_env_s_transitions_carry_stops_the_run_naming_them(tmp_path, monkeypatch,
+                                                                                              capsys):
+    monkeypatch.chdir(tmp_path)
+    env, rng = gym.make("relayrl.testing.masked:relayrl-test/MaskedChoice-v0"), np.random.default_rng(0)
+    obs, _ = env.reset(seed=0)
+    rows = {k: [] for k in ("obs", "action", "reward", "next_obs", "terminated")}
+    for _ in range(100):
+        action = int(rng.integers(env.action_space.n))
+        next_obs, reward, terminated, truncated, _ = env.step(action)
+        for key, value in zip(rows, (obs, action, reward, next_obs, terminated)):
+            rows[key].append(value)
+        obs = env.reset()[0] if terminated or truncated else next_obs
+    np.savez(tmp_path / "masked.npz", **{k: np.array(v) for k, v in rows.items()})
+    code = main(["train", "dqn", "--env", "relayrl.testing.masked:relayrl-test/MaskedChoice-v0", "--total-steps", "64",
+                 "--set", "dqn.dataset=masked.npz", "--quiet", "--run-dir", "run"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "this env's transitions also carry next_action_mask" in err and "train without dqn.dataset" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
