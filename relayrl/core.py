@@ -1,4 +1,5 @@
-"""The contracts between relayrl's parts: ``Policy``, ``Algorithm`` and ``SampleSource``.
+"""The contracts between relayrl's parts: ``Policy``, ``Algorithm`` and ``SampleSource`` (and ``Replay``, the
+memory contract, defined in data/replay/base.py and re-exported here).
 
 Everything that trains, collects or deploys talks to these types and to nothing else of an
 algorithm: the training loop, rollout workers on every backend, the relay's remote workers, the
@@ -49,6 +50,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from relayrl.data.replay.base import Replay
 from relayrl.envs.masks import MASK_KEY, split_mask
 from relayrl.envs.packed import PackedDict
 from relayrl.errors import EnvError
@@ -58,9 +60,9 @@ from relayrl.types import Batch, Mode, PolicyOutput
 if TYPE_CHECKING:
     from relayrl.policy.graph import PolicyGraph
     from relayrl.policy.normalizer import RunningMeanStd
-    from relayrl.data.replay import Replay, ReplaySpec
+    from relayrl.data.replay import ReplaySpec
 
-__all__ = ["Policy", "Algorithm", "SampleSource"]
+__all__ = ["Policy", "Algorithm", "SampleSource", "Replay"]
 
 
 class Policy(ABC):

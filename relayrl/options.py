@@ -109,6 +109,17 @@ class ReplayLoopConfig(AlgoConfig):
     actors (backend ray) or local processes (backend mp), which the workers (or their node proxies) insert
     into directly and the learner samples from, prefetched. buffer_size is split evenly over them
     (docs/distributed.md)."""
+    replay: str | None = None
+    """Your own memory, "module:Class" (a subclass of relayrl.data.replay.Replay, built by keyword with capacity,
+    observation_space, action_space, seed and batch_size; docs/library.md "Your own memory"); null: the built-in
+    buffer."""
+    sample_transform: str | None = None
+    """"module:function" applied to every sampled minibatch on the learner before the update (e.g. DrQ's random
+    shift, relayrl.data.augment:random_shift); it returns a batch of the same keys, shapes and dtypes."""
+    dataset: str | None = None
+    """Transitions the replay starts with, loaded before training (TMRL's dataset_path): what the offline
+    algorithms' dataset takes (an .npz, an off-policy run's directory, a Minari folder; data/datasets.py)."""
+
     def transitions_before_learning(self) -> int:
         return max(self.start_training, self.batch_size)  # (a first minibatch needs batch_size transitions)
 
@@ -116,6 +127,21 @@ class ReplayLoopConfig(AlgoConfig):
         if self.replay_shards and self.max_staleness is not None:
             raise ConfigError(f"{name}.max_staleness is not supported with {name}.replay_shards > 0 (shards do not "
                               f"know the learner's version): set {name}.max_staleness=null or {name}.replay_shards=0")
+        if self.replay_shards and self.dataset is not None:
+            raise ConfigError(f"{name}.dataset loads into the learner's replay, and {name}.replay_shards > 0 keeps the "
+                              f"replay in shards: set {name}.replay_shards=0 to start from {self.dataset!r}")
+        if self.replay is not None:
+            self._check_own_memory(name)
+
+    def _check_own_memory(self, name: str) -> None:
+        """What your own memory (``replay``) cannot be combined with: the built-in buffer's options."""
+        built_in = {"replay_shards": self.replay_shards != 0, "max_use": self.max_use is not None,
+                    "max_staleness": self.max_staleness is not None, "replay_layout": self.replay_layout != "auto"}
+        for option, set_ in built_in.items():
+            if set_:
+                raise ConfigError(f"{name}.{option} is an option of the built-in replay buffer, and {name}.replay="
+                                  f"{self.replay!r} replaces it: drop {name}.{option} (your memory does its own) or "
+                                  f"{name}.replay")
 
     update_model_interval: int = Field(1, ge=1)
     """Publish the learner's weights every this many updates (matters with an external sample source;

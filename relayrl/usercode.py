@@ -115,3 +115,18 @@ def defined_at(function: object) -> str:
         return f"{inspect.getsourcefile(function)}:{lines[1]}"  # type: ignore[arg-type]
     except (OSError, TypeError):
         return getattr(function, "__qualname__", repr(function))
+
+
+def load_object(reference: str, what: str) -> object:
+    """The object ``"package.module:name"`` names, imported with ``import_module``; a ConfigError starting
+    with ``what`` (e.g. ``dqn.replay 'mymem:Memory'``) when the reference is malformed or the module has no
+    such name."""
+    module_name, sep, name = reference.partition(":")
+    parts = module_name.split(".")
+    if not sep or not module_name or not name.isidentifier() or not all(p.isidentifier() for p in parts):
+        raise ConfigError(f"{what}: expected \"package.module:name\"")
+    module = import_module(module_name, what)
+    if not hasattr(module, name):
+        raise ConfigError(f"{what}: module {module_name!r} ({getattr(module, '__file__', '?')}) has no {name!r}: "
+                          "name one it defines")
+    return getattr(module, name)

@@ -11,7 +11,7 @@ TOTAL_STEPS = int(os.environ.get("ROBOT_STEPS", "5000"))
 CONFIG = {
     "ddpg": {
         "hidden": 64,
-        # YOUR OWN MEMORY goes here, once `<algo>.replay` exists: "replay": "examples.robot.memory:Memory"
+        "replay": "examples.robot.memory:Memory",  # your own memory, by reference
     },
     "net": {"server": RELAY},
 }

@@ -39,7 +39,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from relayrl.data.replay import SHARD_FILE
+from relayrl.data.replay import SHARD_FILE, Replay
 from relayrl.errors import RelayRLError
 from relayrl.runtime.messages import BatchTrainingData, Heartbeat, InsertTransitions, SampleBatch, Stop
 from relayrl.runtime.sharding import ShardedSampling
@@ -83,7 +83,7 @@ class Shards(ABC):
         return None
 
 
-class ReplayService:
+class ReplayService(Replay):
     """The learner's replay when the replay runs as shards (module docstring)."""
 
     max_staleness = None  # (refused with shards in the config's check)

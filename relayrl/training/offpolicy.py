@@ -23,11 +23,14 @@ import numpy as np
 
 
 from relayrl.core import Algorithm, Policy, SampleSource
+from relayrl.data.datasets import load_dataset
 from relayrl.data.dtypes import store_transitions, stored_dtype
 from relayrl.data.replay import REPLAY_FILE, Replay, ReplayBuffer, ReplaySpec, choose_layout
+from relayrl.data.replay.custom import build_memory, check_batch, probe_spaces, probe_transitions
 from relayrl.errors import ConfigError
 from relayrl.options import ReplayLoopConfig
 from relayrl.training.rounds import Rounds, UpdatesDue
+from relayrl.training.sample_transform import SampleTransform
 from relayrl.types import Batch
 
 
@@ -62,16 +65,23 @@ class ReplayRounds(Rounds[UpdatesDue]):
     learning: ReplayUpdates
 
     def __init__(self, algo: Algorithm, samples: SampleSource, cfg: ReplayLoopConfig, seed: int, total_steps: int,
-                 publish: Callable[[dict, int], None] | None = None, layout: str = "plain"):
+                 publish: Callable[[dict, int], None] | None = None, layout: str = "plain", name: str = "algo"):
         """``samples``: where transitions come from (a local ``OffPolicyCollector``, workers, the relay);
         ``publish(weights, version)``: where weights go every ``update_model_interval`` updates (None:
         the collectors act with ``algo.policy``); ``layout``: the replay's ("frames" for images:
-        ``replay_layout(observation_space)``)."""
-        self.algo, self.cfg, self.total_steps = algo, cfg, total_steps
+        ``replay_layout(observation_space)``); ``name``: the algorithm's config section, for messages."""
+        self.algo, self.cfg, self.total_steps, self.name = algo, cfg, total_steps, name
         self.samples = samples
         self.buffer: Replay = (self._service(cfg, seed, total_steps, layout) if cfg.replay_shards
+                               else self._memory(cfg, seed) if cfg.replay is not None
                                else self._buffer(cfg, seed, total_steps, layout))
-        self.learning = ReplayUpdates(algo, self.buffer, cfg.batch_size, publish, cfg.update_model_interval)
+        transform = None if cfg.sample_transform is None else self._transform(cfg.sample_transform, seed)
+        self.learning = ReplayUpdates(algo, self.buffer, cfg.batch_size, publish, cfg.update_model_interval,
+                                      transform=transform)
+        self.first_added: Batch | None = None  # (with your own memory: its first sample is checked against it)
+        self.dataset_columns: set[str] | None = None  # (with a dataset: until the first collected transitions)
+        if cfg.dataset is not None:  # checked against the spaces before the run directory is written
+            self._load_dataset(cfg.dataset)
         if cfg.update_buffer_interval is not None and self.samples.can_poll:
             self.learning.refill, self.learning.refill_every = self._poll, cfg.update_buffer_interval
         self.polled_steps = 0  # env steps received mid-round
@@ -83,6 +93,46 @@ class ReplayRounds(Rounds[UpdatesDue]):
                                    "beta_steps": max(1, total_steps)} if cfg.prioritized else {}
         return ReplayBuffer(cfg.buffer_size, sampler="prioritized" if cfg.prioritized else "uniform",
                             max_use=cfg.max_use, max_staleness=cfg.max_staleness, seed=seed, layout=layout, **options)
+
+    def _memory(self, cfg: ReplayLoopConfig, seed: int) -> Replay:
+        """Your own memory (``cfg.replay``), built and checked (data/replay/custom.py)."""
+        policy = self.algo.policy
+        return build_memory(cfg.replay, f"{self.name}.replay", prioritized=cfg.prioritized,
+                            capacity=cfg.buffer_size, observation_space=policy.observation_space,
+                            action_space=policy.action_space, seed=seed, batch_size=cfg.batch_size)
+
+    def _transform(self, reference: str, seed: int) -> SampleTransform:
+        """The sampled-batch hook, checked on transitions drawn from the spaces where they can be (before any file)."""
+        transform, policy = SampleTransform(reference, f"{self.name}.sample_transform"), self.algo.policy
+        if probe_spaces(policy.observation_space, policy.action_space):
+            transform.check(probe_transitions(policy.observation_space, policy.action_space, self.cfg.batch_size, seed),
+                            f"{self.cfg.batch_size} transitions drawn from the spaces")
+        return transform
+
+    def _load_dataset(self, path: str) -> None:
+        """The transitions of the dataset ``path`` into replay (the offline algorithms' loader, data/datasets.py)."""
+        policy = self.algo.policy
+        data = load_dataset(path, policy.observation_space, policy.action_space)
+        rows = len(data["obs"])
+        if rows > self.cfg.buffer_size:
+            raise ConfigError(f"{self.name}.dataset {path!r} holds {rows} transitions, more than "
+                              f"{self.name}.buffer_size={self.cfg.buffer_size}: raise buffer_size to at least "
+                              f"{rows} (or give a smaller dataset)")
+        data.pop("truncated", None)  # the columns the collectors send (a truncated transition still bootstraps)
+        data["discount"] = np.full(rows, self.cfg.gamma, np.float32)  # (one-step: what the n-step accumulator adds)
+        self._store(data)
+        self.dataset_columns = set(data)  # the collectors' first transitions must have the same (``_store``)
+
+    def _check_columns(self, columns: set[str]) -> None:
+        """The collectors' first transitions have the columns of the dataset the replay started with."""
+        extra, missing = sorted(columns - self.dataset_columns), sorted(self.dataset_columns - columns)
+        if extra or missing:
+            raise ConfigError(f"{self.name}.dataset {self.cfg.dataset!r} has the columns "
+                              f"{', '.join(sorted(self.dataset_columns))}, and this env's transitions "
+                              + (f"also carry {', '.join(extra)} (e.g. action masks), which no dataset gives"
+                                 if extra else f"lack {', '.join(missing)}")
+                              + f": train without {self.name}.dataset on this env")
+        self.dataset_columns = None
 
     def _service(self, cfg: ReplayLoopConfig, seed: int, total_steps: int, layout: str) -> Replay:
         """The replay shards the sample source's collectors insert into (the replay service)."""
@@ -104,8 +154,14 @@ class ReplayRounds(Rounds[UpdatesDue]):
         """Transitions into replay, in their stored dtypes whatever the source (data/dtypes.py)."""
         if batch:
             batch = store_transitions(batch)
+            if self.dataset_columns is not None:
+                self._check_columns(set(batch))
             if self.cfg.max_staleness is not None:  # the learner's version as the transitions arrive
                 batch["version"] = np.full(len(next(iter(batch.values()))), self.algo.policy.version, np.int64)
+            if self.first_added is None and self.cfg.replay is not None:
+                self.first_added = {key: np.asarray(value)[:1] for key, value in batch.items()}
+                self.learning.expected = self.first_added
+                self.learning.memory = f"{self.name}.replay {self.cfg.replay!r}"
             self.buffer.add(batch)
 
     def gather(self, env_steps: int, updates: int) -> tuple[UpdatesDue, int]:
@@ -151,8 +207,13 @@ class ReplayUpdates:
     weights every ``publish_every`` updates."""
 
     def __init__(self, algo: Algorithm, buffer: Replay, batch_size: int,
-                 publish: Callable[[dict, int], None] | None = None, publish_every: int = 1):
+                 publish: Callable[[dict, int], None] | None = None, publish_every: int = 1,
+                 transform: Callable[[Batch], Batch] | None = None):
         self.algo, self.buffer, self.batch_size = algo, buffer, batch_size
+        self.transform = transform  # the sampled-batch hook (sample_transform)
+        self.priorities = type(buffer).update_priorities is not Replay.update_priorities  # (does it take them?)
+        self.memory = "the replay"  # (your memory, as the config names it: for messages)
+        self.expected: Batch | None = None  # a row of the first transitions added: the next sample is checked on it
         self.publish, self.publish_every = publish, publish_every
         self.refill: Callable[[], None] | None = None  # drains a sample source mid-round
         self.refill_every = 0
@@ -167,9 +228,15 @@ class ReplayUpdates:
             batch = self.buffer.sample(self.batch_size, version=self.algo.policy.version if staleness else None)
             if batch is None:  # everything was evicted (max_use, max_staleness): wait for new transitions
                 break
+            if self.expected is not None:  # your own memory's first sample (data/replay/custom.py)
+                check_batch(self.expected, batch, self.batch_size, f"{self.memory}: sample({self.batch_size}) "
+                            "after the first transitions of the run")
+                self.expected = None
+            if self.transform is not None:
+                batch = self.transform(batch)
             metrics = self.algo.learn(batch, progress=progress)
             priorities = self.algo.pop_priorities()  # (algorithms that report none leave them as they are)
-            if priorities is not None:
+            if priorities is not None and self.priorities:
                 self.buffer.update_priorities(batch["index"], priorities)
             for key, value in metrics.items():
                 sums[key] = sums.get(key, 0.0) + value

@@ -245,7 +245,8 @@ class Trainer:
             self.rounds = (OnPolicyRounds(self.algo, samples, publish) if self.on_policy else
                            ReplayRounds(self.algo, samples, cfg, seed=config.seed, total_steps=config.total_steps,
                                         publish=publish,
-                                        layout=replay_layout(experience.observation_space, cfg.replay_layout)))
+                                        layout=replay_layout(experience.observation_space, cfg.replay_layout),
+                                        name=config.algo))
         if resume:
             self.rounds.restore(self.run_dir / "checkpoints", source_state)
         self.publish = publish

@@ -27,7 +27,8 @@ def shown_files() -> dict[str, str]:
 def test_the_page_shows_every_file_of_the_example_as_it_is():
     shown = shown_files()
     files = {path.name: path.read_text() for path in ROBOT.glob("*.py") if path.name != "__init__.py"}
-    assert {"env.py", "network.py", "algorithm.py", "config.py", "relay.py", "worker.py", "trainer.py"} <= set(files)
+    assert {"env.py", "network.py", "algorithm.py", "config.py", "relay.py", "worker.py", "trainer.py",
+            "memory.py"} <= set(files)
     assert set(shown) == set(files)
     for name, text in files.items():
         assert shown[name] == text, f"docs/library.md shows examples/robot/{name} other than it is"
@@ -78,6 +79,10 @@ def test_relay_worker_and_trainer_scripts_train_as_separate_processes(tmp_path):
     assert summary["backend"] == "relay" and summary["stop_reason"] == "total_steps"
     assert summary["env_steps"] >= 1500 and summary["updates"] > 0  # learned from the worker's samples: it had no other
     assert f"run in runs/{run.name}" in (tmp_path / "trainer.log").read_text()
+    # the trainer's replay was the example's own memory (examples/robot/memory.py): its snapshot holds the samples
+    from safetensors.numpy import load_file
+    snapshot = load_file(str(run / "checkpoints" / "replay.safetensors"))
+    assert "_next" in snapshot and len(snapshot["obs"]) >= 1500 - 50  # (a worker's last chunk may be in flight)
 
     done = re.search(r"worker done: (\d+) env steps, (\d+) chunks taken by the trainer, policy version (\d+)",
                      (tmp_path / "worker.log").read_text())

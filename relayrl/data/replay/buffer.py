@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from relayrl.data.replay.base import Replay
 from relayrl.data.replay.framestorage import FrameStorage
 from relayrl.data.replay.sampler import PrioritizedSampler, UniformSampler
 from relayrl.data.replay.storage import ArrayStorage
@@ -75,7 +76,7 @@ def _load_kernels(sampler: str, layout: str) -> None:
         tiny.update_priorities(sample["index"], np.ones(2))
 
 
-class ReplayBuffer:
+class ReplayBuffer(Replay):
     """Args:
         capacity: rows kept; the oldest are overwritten.
         sampler: "uniform" or "prioritized" (then ``alpha``, ``beta``, ``beta_steps``, ``eps``).
