@@ -78,6 +78,7 @@ class ReplayRounds(Rounds[UpdatesDue]):
         transform = None if cfg.sample_transform is None else self._transform(cfg.sample_transform, seed)
         self.learning = ReplayUpdates(algo, self.buffer, cfg.batch_size, publish, cfg.update_model_interval,
                                       transform=transform)
+        self.prefilled = 0  # transitions a dataset put into replay (no env steps)
         self.first_added: Batch | None = None  # (with your own memory: its first sample is checked against it)
         self.dataset_columns: set[str] | None = None  # (with a dataset: until the first collected transitions)
         if cfg.dataset is not None:  # checked against the spaces before the run directory is written
@@ -121,6 +122,7 @@ class ReplayRounds(Rounds[UpdatesDue]):
         data.pop("truncated", None)  # the columns the collectors send (a truncated transition still bootstraps)
         data["discount"] = np.full(rows, self.cfg.gamma, np.float32)  # (one-step: what the n-step accumulator adds)
         self._store(data)
+        self.prefilled = rows
         self.dataset_columns = set(data)  # the collectors' first transitions must have the same (``_store``)
 
     def _check_columns(self, columns: set[str]) -> None:
@@ -173,7 +175,9 @@ class ReplayRounds(Rounds[UpdatesDue]):
         if len(self.buffer) < threshold:
             return UpdatesDue(0), steps
         if self.steps_at_start is None:  # the env step at which the buffer reached the threshold
-            self.steps_at_start = env_steps - (len(self.buffer) - threshold)
+            # (transitions past the threshold were collected since it, unless a dataset put them there: those
+            # are no env steps, and counting them would make the first round's updates due all at once)
+            self.steps_at_start = env_steps - max(0, min(len(self.buffer) - threshold, len(self.buffer) - self.prefilled))
         due = int((env_steps - self.steps_at_start) * self.cfg.updates_per_step) - self.learning.updates
         cap = self.cfg.max_training_steps_per_env_step
         if cap is not None:
