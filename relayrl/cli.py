@@ -146,6 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int)
     p.add_argument("--name", help="worker name, unique per relay (default: role-host-pid-random)")
     p.add_argument("--expert", action="store_true", help="send samples, never load the trainer's weights")
+    p.add_argument("--policy", metavar="MODULE:FUNCTION",
+                   help="act with this scripted or human policy, function(obs [n, ...]) -> actions [n, ...], and "
+                        "send its samples (an expert worker: it ignores the trainer's weights)")
     p.add_argument("--standalone", action="store_true", help="no server: run the saved policy (deployment)")
     p.add_argument("--weights", type=Path, help="start from this weights file or run checkpoint")
     p.add_argument("--episodes", type=int, default=10, help="--standalone: episodes to run")
@@ -392,10 +395,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
     overrides = {"env.id": args.env, "seed": args.seed, "net.server": args.server, "net.keys": args.keys}
     config = build_config(args.algo, read_yaml(args.config) if args.config else None, args.sets, overrides)
     worker = RemoteWorker(config, name=args.name, expert=args.expert, standalone=args.standalone,
-                          weights=args.weights)
+                          weights=args.weights, policy=args.policy)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    interrupted = False
+    interrupted = failed = False
     try:
         if args.standalone:
             for k, ret in enumerate(worker.run_episodes(args.episodes, seed=config.seed)):
@@ -405,9 +408,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
             worker.run(max_steps=args.max_steps, stop=stop)
     except KeyboardInterrupt:
         interrupted = True
+    except RelayRLError:  # e.g. a --policy function that raised: what was sent before it gets a moment
+        failed = True
+        raise
     finally:  # stopped by a signal: a short wait for acknowledgements (Ctrl-C: none without a trainer to give
         # them); a finished run waits longer
-        if interrupted:
+        if failed:
+            flush = 1.0
+        elif interrupted:
             flush = 1.0 if worker.client is not None and worker.client.trainer_present() else 0.0
         else:
             flush = 5.0 if stop.is_set() else 30.0

@@ -22,7 +22,9 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
+
+import numpy as np
 
 from relayrl.api import EnvLike, run_config
 from relayrl.errors import ConfigError, RelayRLError
@@ -77,12 +79,15 @@ class Worker:
     algorithm, env and policy options); ``server``, ``keys`` and ``seed`` override the config's ``net.server``,
     ``net.keys`` and ``seed``. ``name``: unique per relay (default role-host-pid-random); ``expert``: send samples
     and never load weights (off-policy algorithms); ``weights``: start from a saved weights file or a run's
-    checkpoint. The env is built here (an error in it stops the constructor)."""
+    checkpoint; ``policy``: a scripted or human policy, ``function(obs) -> actions`` or ``"module:function"``,
+    acting instead of the trainer's weights (an expert worker; off-policy algorithms). The env is built here (an
+    error in it stops the constructor)."""
 
     def __init__(self, algo: str = "sac", env: EnvLike | None = None,
                  config: dict[str, Any] | str | Path | RunConfig | None = None, *, server: str | None = None,
                  keys: str | Path | None = None, seed: int | None = None, name: str | None = None,
-                 expert: bool = False, weights: str | Path | None = None):
+                 expert: bool = False, weights: str | Path | None = None,
+                 policy: str | Callable[[np.ndarray], Any] | None = None):
         overrides = {"seed": seed, "net.server": server, "net.keys": None if keys is None else str(keys)}
         cfg, local = run_config(algo, env, config, overrides)
         if cfg.net.server is None:
@@ -91,7 +96,7 @@ class Worker:
         if local:  # (a factory defined in a script: this process's env manager only)
             cfg = cfg.model_copy(update={"env": cfg.env.model_copy(update={"manager": "sync"})})
         self.config = cfg
-        self.worker = RemoteWorker(cfg, name=name, expert=expert, weights=weights)
+        self.worker = RemoteWorker(cfg, name=name, expert=expert, weights=weights, policy=policy)
         self.name = self.worker.client.name
         self._ran = False
 

@@ -41,7 +41,8 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from functools import partial
+from typing import Any, Callable
 
 import numpy as np
 
@@ -58,6 +59,7 @@ from relayrl.envs.space_data import space_to_data
 from relayrl.net.chunk_checks import crc_of
 from relayrl.options import RunConfig
 from relayrl.policy.normalizer import RunningMeanStd
+from relayrl.policy.scripted import ScriptedPolicy, load_script
 from relayrl.runtime.messages import InsertTransitions, LoadParams
 from relayrl.runtime.rollout_worker import RolloutWorker
 from relayrl.types import Batch
@@ -77,15 +79,25 @@ def default_weights_dir(config: RunConfig) -> Path:
 
 class RemoteWorker:
     def __init__(self, config: RunConfig, *, name: str | None = None, expert: bool = False,
-                 standalone: bool = False, weights: str | Path | None = None):
+                 standalone: bool = False, weights: str | Path | None = None,
+                 policy: str | Callable[[np.ndarray], Any] | None = None):
+        """``policy``: a scripted or human policy (``"module:function"`` or the function: policy/scripted.py)
+        acting instead of the trainer's weights, which it never loads (an expert worker)."""
         net = config.net
         if not standalone and net.server is None:
             raise RelayRLError("relayrl worker needs --server HOST:PORT (or --standalone to run the saved policy)")
         entry = get_algo(config.algo)
-        if expert and entry.on_policy:
-            raise ConfigError(f"--expert with {config.algo}: an on-policy algorithm learns from its own policy's "
+        if (expert or policy is not None) and entry.on_policy:
+            what = "--policy" if policy is not None else "--expert"
+            raise ConfigError(f"{what} with {config.algo}: an on-policy algorithm learns from its own policy's "
                               "rollouts (their log-probabilities and values), not from another policy's actions; "
-                              "use --expert with sac or dqn")
+                              f"use {what} with an off-policy algorithm (sac, td3, dqn...)")
+        acting = None
+        if policy is not None:
+            expert = True  # (its actions are the function's: the trainer's weights would change nothing)
+            reference = policy if isinstance(policy, str) else getattr(policy, "__qualname__", repr(policy))
+            function = load_script(policy) if isinstance(policy, str) else policy
+            acting = partial(ScriptedPolicy, function=function, reference=reference)
         self.config, self.expert, self.standalone = config, expert, standalone
         self.on_policy, self.synchronous = entry.on_policy, entry.collect_on_request
         self.has_weights = False  # holds weights of a known version (the trainer's, or saved with it)
@@ -107,7 +119,7 @@ class RemoteWorker:
             import torch  # many threads that spin on a busy machine make every step slow; null: 1 here)
 
             torch.set_num_threads(config.threads or 1)
-        self.worker = RolloutWorker(0, config, config.seed)
+        self.worker = RolloutWorker(0, config, config.seed, acting)
         self.client: RelayClient | None = None
         try:
             venv = self.worker.venv

@@ -7,9 +7,10 @@ chunk comes from one policy version.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from relayrl.algos import get_algo
+from relayrl.core import Policy
 from relayrl.envs.managers import make_vec
 from relayrl.envs.native import in_process_manager
 from relayrl.options import RunConfig
@@ -18,7 +19,10 @@ from relayrl.training.collector import OffPolicyCollector, OnPolicyCollector
 
 
 class RolloutWorker:
-    def __init__(self, worker_id: int, config: RunConfig, seed: int):
+    def __init__(self, worker_id: int, config: RunConfig, seed: int,
+                 acting: Callable[[Policy], Policy] | None = None):
+        """``acting``: what acts instead of the policy, made from it (a scripted policy: policy/scripted.py);
+        the policy still takes the weights and says how actions are stored."""
         entry = get_algo(config.algo)
         cfg = config.algo_config
         self.worker_id, self.on_policy, self.total_steps = worker_id, entry.on_policy, config.total_steps
@@ -30,10 +34,11 @@ class RolloutWorker:
         try:
             self.policy = entry.build_policy(cfg, self.venv.single_observation_space, self.venv.single_action_space)
             self.policy.observe_only()  # statistics belong to the learner; workers use the copy it publishes
+            actor = self.policy if acting is None else acting(self.policy)
             if self.on_policy:
-                self.collector: Any = OnPolicyCollector(self.venv, self.policy, cfg.num_steps)
+                self.collector: Any = OnPolicyCollector(self.venv, actor, cfg.num_steps)
             else:
-                self.collector = OffPolicyCollector(self.venv, self.policy, cfg.n_step_for(agents=False), cfg.gamma,
+                self.collector = OffPolicyCollector(self.venv, actor, cfg.n_step_for(agents=False), cfg.gamma,
                                                     cfg.steps_per_iteration)
             self.collector.reset(seed)
         except BaseException:
