@@ -127,6 +127,10 @@ def load_object(reference: str, what: str) -> object:
         raise ConfigError(f"{what}: expected \"package.module:name\"")
     module = import_module(module_name, what)
     if not hasattr(module, name):
+        import difflib
+
+        close = difflib.get_close_matches(name, [n for n in vars(module) if not n.startswith("_")], n=1)
+        hint = f"did you mean {module_name}:{close[0]}?" if close else "name one it defines"
         raise ConfigError(f"{what}: module {module_name!r} ({getattr(module, '__file__', '?')}) has no {name!r}: "
-                          "name one it defines")
+                          f"{hint}")
     return getattr(module, name)

@@ -13,7 +13,6 @@ the space, a non-finite value or an exception is one ConfigError naming the func
 
 from __future__ import annotations
 
-import difflib
 from typing import Any, Callable
 
 import gymnasium as gym
@@ -22,7 +21,7 @@ import numpy as np
 from relayrl.core import Policy
 from relayrl.errors import ConfigError, RelayRLError
 from relayrl.types import Mode, PolicyOutput
-from relayrl.usercode import describe, import_module
+from relayrl.usercode import describe, load_object
 
 __all__ = ["SCRIPT_CONTRACT", "ScriptedPolicy", "load_script"]
 
@@ -32,17 +31,7 @@ SCRIPT_CONTRACT = ("function(obs) -> actions: obs [n, *observation_shape] (one r
 
 def load_script(reference: str, key: str = "--policy") -> Callable[[np.ndarray], Any]:
     """The function ``"module:function"`` names (imported as env ids are); a ConfigError if it cannot be."""
-    module_name, sep, name = reference.partition(":")
-    if not sep or not module_name or not name.isidentifier():
-        raise ConfigError(f"{key} {reference!r}: expected \"package.module:function\" naming a {SCRIPT_CONTRACT}")
-    module = import_module(module_name, f"{key} {reference!r}")
-    function = getattr(module, name, None)
-    if function is None:
-        names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
-        close = difflib.get_close_matches(name, names, n=1)
-        hint = f"did you mean {module_name}:{close[0]}? " if close else ""
-        raise ConfigError(f"{key} {reference!r}: module {module_name!r} has no {name!r}: {hint}name a "
-                          f"{SCRIPT_CONTRACT}")
+    function = load_object(reference, f"{key} {reference!r}")
     if not callable(function):
         raise ConfigError(f"{key} {reference!r} is {function!r}, not callable: name a {SCRIPT_CONTRACT}")
     return function

@@ -55,7 +55,7 @@ def test_a_function_that_answers_wrongly_is_refused_when_the_worker_is_built(nam
 @pytest.mark.parametrize("reference, words", [
     ("no_such_module_here:f", "cannot import module 'no_such_module_here'"),
     ("relayrl.testing.scripted:pendulum_swnig", "did you mean relayrl.testing.scripted:pendulum_swing"),
-    ("relayrl.testing.scripted", "expected \"package.module:function\""),
+    ("relayrl.testing.scripted", "expected \"package.module:name\""),
 ])
 def test_a_reference_that_names_no_function_is_one_message(reference, words):
     with pytest.raises(ConfigError, match="--policy") as info:
