@@ -150,6 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="act with this scripted or human policy, function(obs [n, ...]) -> actions [n, ...], and "
                         "send its samples (an expert worker: it ignores the trainer's weights)")
     p.add_argument("--standalone", action="store_true", help="no server: run the saved policy (deployment)")
+    p.add_argument("--deploy", metavar="RUN_DIR", type=Path,
+                   help="no server: run the policy a run trained (its best checkpoint, else its last) on the env and "
+                        "options it trained with, for --episodes")
     p.add_argument("--weights", type=Path, help="start from this weights file or run checkpoint")
     p.add_argument("--episodes", type=int, default=10, help="--standalone: episodes to run")
     p.add_argument("--max-steps", type=int, help="stop after this many env steps")
@@ -393,7 +396,22 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from relayrl.net.remote_worker import RemoteWorker
 
     overrides = {"env.id": args.env, "seed": args.seed, "net.server": args.server, "net.keys": args.keys}
-    config = build_config(args.algo, read_yaml(args.config) if args.config else None, args.sets, overrides)
+    if args.deploy is not None:  # the run's own config and checkpoint, no trainer
+        from relayrl.training.saved_policy import deployment
+
+        given = [flag for flag, value in (("--server", args.server), ("--weights", args.weights),
+                                          ("--policy", args.policy), ("--config", args.config),
+                                          ("--expert", args.expert)) if value]
+        if given:
+            raise ConfigError(f"--deploy runs the policy the run trained, with its options and no trainer: drop "
+                              f"{', '.join(given)}")
+        config, args.weights = deployment(args.deploy)
+        data = config.model_dump()
+        data.pop("algo", None)
+        config = build_config(config.algo, data, args.sets, {"env.id": args.env, "seed": args.seed})
+        args.standalone = True
+    else:
+        config = build_config(args.algo, read_yaml(args.config) if args.config else None, args.sets, overrides)
     worker = RemoteWorker(config, name=args.name, expert=args.expert, standalone=args.standalone,
                           weights=args.weights, policy=args.policy)
     stop = threading.Event()
@@ -420,6 +438,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         else:
             flush = 5.0 if stop.is_set() else 30.0
         worker.close(flush_timeout=flush)
+    if args.standalone:
+        return EXIT_INTERRUPTED if interrupted else 0
     stats = worker.stats()
     print(f"worker done: {stats['env_steps']} env steps, {stats.get('sent', 0)} chunks sent, "
           f"{stats.get('acked', 0)} acknowledged, {stats.get('chunks_refused', 0)} refused by the trainer, "

@@ -24,6 +24,7 @@ from relayrl.errors import CheckpointError, ConfigError, EnvError, install_hint
 from relayrl.io.checkpoint import Checkpoint, explain_load_error, load_checkpoint
 from relayrl.io.rundir import BEHAVIOURS_DIR, behaviour_names, behaviour_run, check_behaviour
 from relayrl.io.video import VisibleFrames, write_gif
+from relayrl.options import RunConfig
 from relayrl.training.agent_collectors import AgentEvaluator
 from relayrl.training.evaluator import Evaluator
 
@@ -39,6 +40,16 @@ def behaviour_checkpoint(path: Path | str, behaviour: str | None = None) -> tupl
         partners = {name: load_checkpoint(Path(path) / BEHAVIOURS_DIR / name)
                     for name in behaviour_names(Path(path)) if name != behaviour}
     return ckpt, partners
+
+
+def deployment(path: Path | str) -> tuple[RunConfig, Path]:
+    """The config a run trained with and its checkpoint to act with (its best, else its last), for a worker that
+    runs the trained policy with no trainer (``relayrl worker --deploy RUN``)."""
+    if (Path(path) / BEHAVIOURS_DIR).is_dir():
+        raise CheckpointError(f"{str(path)!r} trained several behaviours of a simulator: deploy one behaviour's run, "
+                              f"{str(Path(path) / BEHAVIOURS_DIR / 'NAME')}")
+    ckpt = load_checkpoint(Path(path))
+    return validate(ckpt.meta.get("algo"), ckpt.meta["config"]), ckpt.path
 
 
 def load_policy(ckpt: Checkpoint, env_id: str | None = None):

@@ -74,3 +74,17 @@ def test_relayrl_worker_with_a_bad_policy_exits_2_before_connecting(args, words,
     err = capsys.readouterr().err
     assert words in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert not any(tmp_path.iterdir())  # nothing written (no weights folder)
+
+
+def test_the_driver_of_docs_remote_md_is_a_policy_a_worker_takes():
+    from pathlib import Path
+    import re
+
+    page = (Path(__file__).resolve().parents[3] / "docs" / "remote.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", page, re.S) if "def drive" in b)
+    namespace: dict = {}
+    exec(compile(block, "my_driver.py", "exec"), namespace)
+    inner, env = policy_of("sac", "Pendulum-v1")
+    obs = np.stack([env.reset(seed=s)[0] for s in range(3)])
+    out = ScriptedPolicy(inner, namespace["drive"], "my_driver:drive").act(obs)
+    assert out.env_action.shape == (3, 1)
