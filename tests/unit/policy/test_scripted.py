@@ -79,11 +79,12 @@ def test_relayrl_worker_with_a_bad_policy_exits_2_before_connecting(args, words,
 def test_the_driver_of_docs_remote_md_is_a_policy_a_worker_takes():
     from pathlib import Path
     import re
+    import textwrap
 
     page = (Path(__file__).resolve().parents[3] / "docs" / "remote.md").read_text()
     block = next(b for b in re.findall(r"```python\n(.*?)```", page, re.S) if "def drive" in b)
     namespace: dict = {}
-    exec(compile(block, "my_driver.py", "exec"), namespace)
+    exec(compile(textwrap.dedent(block), "my_driver.py", "exec"), namespace)
     inner, env = policy_of("sac", "Pendulum-v1")
     obs = np.stack([env.reset(seed=s)[0] for s in range(3)])
     out = ScriptedPolicy(inner, namespace["drive"], "my_driver:drive").act(obs)
