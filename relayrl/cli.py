@@ -155,6 +155,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "options it trained with, for --episodes")
     p.add_argument("--weights", type=Path, help="start from this weights file or run checkpoint")
     p.add_argument("--episodes", type=int, default=10, help="--standalone: episodes to run")
+    p.add_argument("--benchmark", action="store_true",
+                   help="no server: run a real-time env for --steps steps (random actions, or --policy's, or "
+                        "--deploy's) and print its timings (step duration, capture offset, inference, overruns)")
+    p.add_argument("--steps", type=int, default=500, help="--benchmark: time steps to run (default 500)")
+    p.add_argument("--json", action="store_true", help="--benchmark: print the timings as one JSON object")
     p.add_argument("--max-steps", type=int, help="stop after this many env steps")
 
     p = sub.add_parser("keys", help="CURVE key pairs for the relay and its clients")
@@ -402,6 +407,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         given = [flag for flag, value in (("--server", args.server), ("--weights", args.weights),
                                           ("--policy", args.policy), ("--config", args.config),
                                           ("--expert", args.expert)) if value]
+        if args.benchmark:  # (--deploy RUN --benchmark times the run's own policy)
+            given = [flag for flag in given if flag != "--policy"]
         if given:
             raise ConfigError(f"--deploy runs the policy the run trained, with its options and no trainer: drop "
                               f"{', '.join(given)}")
@@ -412,6 +419,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         args.standalone = True
     else:
         config = build_config(args.algo, read_yaml(args.config) if args.config else None, args.sets, overrides)
+    if args.benchmark:
+        return _benchmark(args, config)
     worker = RemoteWorker(config, name=args.name, expert=args.expert, standalone=args.standalone,
                           weights=args.weights, policy=args.policy)
     stop = threading.Event()
@@ -448,6 +457,39 @@ def cmd_worker(args: argparse.Namespace) -> int:
           f"{stats.get('pauses', 0)} pauses for a full relay queue ({stats.get('blocked_s', 0.0):.1f} s), "
           f"policy version {stats['version']}")
     return EXIT_INTERRUPTED if interrupted else 0
+
+
+def _benchmark(args: argparse.Namespace, config) -> int:
+    """``relayrl worker --benchmark``: the env's timings over --steps steps (envs/rtbench.py), then exit."""
+    import json
+
+    import numpy as np
+
+    from relayrl.envs.registry import make
+    from relayrl.envs.rtbench import benchmark, report
+
+    if args.server or args.expert or args.standalone and args.deploy is None:
+        raise ConfigError("--benchmark runs the env here with no trainer: drop --server, --expert and --standalone")
+    act = None
+    if args.policy is not None:
+        from relayrl.policy.scripted import load_script
+
+        script = load_script(args.policy)
+        act = lambda obs: np.asarray(script(np.asarray(obs)[None]))[0]  # noqa: E731 - one env's row
+    elif args.deploy is not None:
+        from relayrl.io.checkpoint import load_checkpoint
+        from relayrl.training.saved_policy import load_policy
+
+        policy = load_policy(load_checkpoint(args.weights))
+        act = lambda obs: policy.act(np.asarray(obs)[None], "eval").env_action[0]  # noqa: E731
+    env = make(config.env.id, **config.env.kwargs)
+    try:
+        timing = benchmark(env, args.steps, act, seed=config.seed)
+    finally:
+        env.close()
+    finite = {key: value if not isinstance(value, float) or np.isfinite(value) else None for key, value in timing.items()}
+    print(json.dumps(finite) if args.json else report(timing))
+    return 0
 
 
 def cmd_keys(args: argparse.Namespace) -> int:

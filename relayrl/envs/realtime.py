@@ -40,6 +40,8 @@ from relayrl.envs.rtparts import (ElasticClock, RealTimeConfig, RealTimeInterfac
 DRONE_ID = "relayrl/RealTimeDrone-v0"
 
 
+OVERRUN_TOLERANCE = 0.05  # a time step this much longer than nominal counts as an overrun
+
 class RealTimeEnv(gym.Env):
     """A Gymnasium env whose steps last ``config.time_step_duration`` of wall time (see module docstring).
 
@@ -79,6 +81,7 @@ class RealTimeEnv(gym.Env):
         self._returned_at: float | None = None
         self._lock = threading.Lock()  # guards the statistics, written by both threads
         self._stats = {k: RunningStat() for k in ("duration", "deviation", "capture", "inference", "wait")}
+        self._overruns = 0  # time steps longer than nominal by more than OVERRUN_TOLERANCE
         self._steps = self._late = self._episodes = 0
 
     # --- Gymnasium API -------------------------------------------------------------------------
@@ -168,15 +171,17 @@ class RealTimeEnv(gym.Env):
         capture time minus the step's scheduled start (nominal: ``start_obs_capture``).
         ``inference_*``: time the caller spent between ``step`` calls (computing actions, learning).
         ``wait_mean``: time ``step`` blocked on the running time step (near 0: the caller is the
-        bottleneck).
+        bottleneck). ``overruns``: time steps longer than nominal by more than 5% (``overrun_share``: of all
+        timed steps).
         """
         with self._lock:
             s = self._stats
             dur, cap, inf, wait = (s[k].summary() for k in ("duration", "capture", "inference", "wait"))
-            d = s["deviation"]
+            d, dur_count = s["deviation"], s["duration"].count
             jitter = math.sqrt(d.std ** 2 + d.mean ** 2) if d.count else math.nan
             jitter_max = max(abs(d.max), abs(d.min)) if d.count else math.nan
             return {"steps": self._steps, "late_steps": self._late, "episodes": self._episodes,
+                    "overruns": self._overruns, "overrun_share": self._overruns / dur_count if dur_count else math.nan,
                     "time_step_duration": self.config.time_step_duration,
                     "step_duration_mean": dur[0], "step_duration_std": dur[1], "step_duration_max": dur[2],
                     "jitter": jitter, "jitter_max": jitter_max,
@@ -204,6 +209,8 @@ class RealTimeEnv(gym.Env):
             with self._lock:
                 self._stats["duration"].add(duration)
                 self._stats["deviation"].add(duration - self.config.time_step_duration)
+                if duration > self.config.time_step_duration * (1 + OVERRUN_TOLERANCE):
+                    self._overruns += 1
         self._last_launch = now
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="relayrl-realtime", daemon=True)
