@@ -149,15 +149,11 @@ class PPOConfig(AlgoConfig):
                               f"{name}.obs_norm=true, or leave {name}.update_norm at null")
 
     _PRENORM_ELSEWHERE: ClassVar[dict[str, str]] = {
-        "agents": "{name}.prenorm does not apply to agent envs (a simulator bridge, PettingZoo envs): set it to false",
-        "workers": "{name}.prenorm warms the statistics up on the learner's own envs, which rollout workers replace: "
-                   "set {name}.prenorm=false (workers report what they see, and the learner merges it), or use one "
-                   "inline worker",
-        "relay": "{name}.prenorm warms the statistics up on the trainer's own envs, which remote workers replace: set "
-                 "{name}.prenorm=false (workers report the moments of what they see, and the trainer merges them)"}
+        "agents": "{name}.prenorm does not apply to agent envs (a simulator bridge, PettingZoo envs): set it to false"}
+    # (with rollout workers and the relay, their first rollouts are the warm-up: training/onpolicy.py's warmup)
 
     def check_placement(self, name: str, placement: Placement) -> None:
-        """prenorm needs the learner's own envs."""
+        """prenorm needs envs the policy steps (the learner's own or rollout workers'), not agent envs."""
         if self.prenorm and placement in self._PRENORM_ELSEWHERE:
             raise ConfigError(self._PRENORM_ELSEWHERE[placement].format(name=name))
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Callable
 
 from relayrl.core import Algorithm, SampleSource
-from relayrl.errors import ConfigError
 from relayrl.training.collector import OnPolicyCollector
 from relayrl.training.rounds import LearningStep, Rounds
 from relayrl.types import Batch
@@ -34,10 +33,24 @@ class OnPolicyRounds(Rounds[Batch]):
             policy.merge_observation_moments(moments)
         return rollout, steps
 
-    def warmup(self, steps: int) -> int:
-        """PPO's prenorm: run the policy on the local envs, updating its observation statistics."""
-        if not isinstance(self.samples, OnPolicyCollector):
-            raise ConfigError("prenorm warms the statistics up on the learner's own envs, which this run does not "
-                              "have: set prenorm=false")
-        return self.samples.warmup(steps)
+    def warmup(self, steps: int, num_envs: int) -> int:
+        """PPO's prenorm: fill the policy's observation statistics before learning; returns the env steps taken.
 
+        On the learner's own envs, ``steps`` vector steps of the policy, storing nothing. With rollout workers
+        (any backend, the relay too: roadrunner's prenorm across Ray workers), their first rollouts are the
+        warm-up: collected with the initial statistics until ``steps`` x ``num_envs`` env steps (what one
+        process's warm-up sees, spread over the workers, in whole rollouts) have arrived, their observation
+        moments merged (Chan's parallel merge) and the rollouts themselves not learned from; the merged
+        statistics then go out as a new version, so every worker's first rollout to learn from uses them."""
+        if isinstance(self.samples, OnPolicyCollector):
+            return self.samples.warmup(steps)
+        policy, target, done = self.algo.policy, steps * num_envs, 0
+        saved, policy.update_norm = policy.update_norm, True  # (as on local envs, whatever update_norm says after)
+        try:
+            while done < target and not self.algo.stopping():
+                _, received = self.gather(done, 0)  # (publishes the initial weights first; merges the moments)
+                done += received
+        finally:
+            policy.update_norm = saved
+        policy.version += 1  # the statistics changed: the workers' next rollouts wait for them
+        return done

@@ -305,7 +305,7 @@ class Trainer:
             self.learner.call_hooks("before_run")
             warmup = self.cfg.prenorm_steps()  # (PPO's prenorm)
             if warmup and not self.resume and self.algo.policy.obs_rms is not None:
-                ctx.env_steps += self.rounds.warmup(warmup)
+                ctx.env_steps += self.rounds.warmup(warmup, config.env.num_envs)
             next_eval = _next_multiple(ctx.env_steps, config.eval.freq)
             while ctx.env_steps < config.total_steps:
                 if self._stop_reason() is not None:

@@ -2,6 +2,12 @@
 workers normalise with the statistics published with the weights, report the moments of what they saw,
 and the learner merges them, so its statistics count every observation any worker acted on."""
 
+import json
+import os
+import signal
+
+from relay_procs import finish, free_port, relayrl as relayrl_proc, stop, tails, wait_listening  # same folder
+
 from relayrl import launch
 from relayrl.config import build_config
 from relayrl.io.checkpoint import load_checkpoint
@@ -18,3 +24,49 @@ def test_ppo_with_obs_norm_learns_on_two_mp_workers(tmp_path):
     # every observation a worker acted on, and no other: 2 workers x 4 envs x 64 steps per rollout
     assert float(stats["count"]) == summary["env_steps"]
     assert (stats["var"] > 0).all() and (abs(stats["mean"]) < 5).all()  # real statistics, not the initial ones
+
+
+def test_prenorm_on_two_mp_workers_fills_the_statistics_from_their_first_rollouts_before_learning(tmp_path):
+    """Issue 27 (was refused): the workers' first rollouts are the warm-up, their moments merged, not learned
+    from; with update_norm=false the statistics then hold exactly them."""
+    sets = ["ppo.obs_norm=true", "ppo.prenorm=true", "ppo.prenormalize_steps=10", "ppo.update_norm=false",
+            "workers=2", "backend=mp", "env.num_envs=2", "ppo.num_steps=8", "ppo.batch_size=32", "eval.episodes=1"]
+    config = build_config("ppo", None, sets, {"total_steps": 96, "seed": 0})
+    summary = launch.run(config, run_dir=tmp_path / "run", tensorboard=False)
+    stats = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.safetensors").state["algo"]["obs_rms"]
+    # 10 vector steps x 2 envs = 20 observations wanted: one round of rollouts, 2 workers x 2 envs x 8 steps
+    assert float(stats["count"]) == 32 and (stats["var"] > 0).all()
+    assert summary["env_steps"] >= 96 and summary["updates"] > 0
+    trains = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+              if '"train"' in line]
+    # the warm-up's 32 env steps count (as on local envs) and were not learned from: the first round learned from
+    # the next 32, collected with the merged statistics
+    assert trains[0]["env_steps"] == 64
+
+
+def test_prenorm_with_a_remote_worker_warms_up_on_its_first_rollouts(tmp_path):
+    """The same through a real relay: a remote worker's first rollouts are the trainer's warm-up."""
+    address = f"127.0.0.1:{free_port()}"
+    sets = ["--set=ppo.obs_norm=true", "--set=ppo.prenorm=true", "--set=ppo.prenormalize_steps=10",
+            "--set=ppo.update_norm=false", "--set=env.num_envs=2", "--set=ppo.num_steps=16",
+            "--set=net.heartbeat_s=0.2"]
+    relay = relayrl_proc("serve", "--bind", address, "--heartbeat", "0.2")
+    trainer = worker = None
+    try:
+        wait_listening(relay)
+        trainer = relayrl_proc("train", "ppo", "--env", "CartPole-v1", "--server", address, "--workers", "1",
+                               "--total-steps", "128", "--run-dir", str(tmp_path / "run"), "--quiet",
+                               "--no-tensorboard", "--set=eval.episodes=1", *sets)
+        worker = relayrl_proc("worker", "--server", address, "--env", "CartPole-v1", "--algo", "ppo", "--name", "w0",
+                              f"--set=net.weights_dir={tmp_path / 'w0'}", *sets)
+        finish(trainer, timeout=120)
+        assert trainer.returncode == 0, tails(trainer, relay, worker)
+    finally:
+        if worker is not None and worker.poll() is None:  # (a finished trainer sends no more acknowledgements)
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait()
+        stop(relay, *([trainer] if trainer is not None else []))
+    stats = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.safetensors").state["algo"]["obs_rms"]
+    assert float(stats["count"]) == 32  # one rollout of 2 envs x 16 steps covers the 10 x 2 wanted
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["backend"] == "relay" and summary["env_steps"] >= 128 and summary["updates"] > 0

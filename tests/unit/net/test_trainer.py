@@ -207,7 +207,6 @@ def test_no_relay_is_a_clear_error():
 @pytest.mark.parametrize("algo, sets, says", [
     ("ppo", ["backend=mp"], "not from --backend mp: drop --backend"),
     ("sac", ["workers=2"], "drop --workers"),
-    ("ppo", ["ppo.obs_norm=true", "ppo.prenorm=true"], "set ppo.prenorm=false"),
 ])
 def test_what_a_relay_trainer_cannot_do_is_refused_before_connecting(algo, sets, says):
     from relayrl.errors import ConfigError
