@@ -133,7 +133,8 @@ class RelayBackend(Backend):
             chunks.append(InsertTransitions(
                 self._ids[msg.sender], msg.seq, msg.version, batch, meta["env_steps"],
                 tuple(float(r) for r in finite_numbers(meta.get("returns"))),
-                tuple(int(n) for n in finite_numbers(meta.get("lengths"))), meta.get("obs_moments")))
+                tuple(int(n) for n in finite_numbers(meta.get("lengths"))), meta.get("obs_moments"),
+                collect_s=_seconds(meta.get("collect_s"))))
         self.client.ack(msgs, refusals)
         return chunks
 
@@ -344,3 +345,10 @@ def make_relay_source(config: RunConfig, stop: threading.Event | None = None
     finally:
         env.close()
     return pool_for(config, backend), backend, None
+
+
+def _seconds(value: object) -> float:
+    """A chunk's meta.collect_s: its worker's collecting time; 0.0 (unknown) when absent or not a sane number."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1e9:
+        return float(value)
+    return 0.0

@@ -378,7 +378,8 @@ class RemoteWorker:
             "env_steps": sum(m.env_steps for m in self._pending),
             "returns": [float(r) for m in self._pending for r in m.episode_returns],
             "lengths": [int(n) for m in self._pending for n in m.episode_lengths],
-            "test_returns": self._test_returns}
+            "test_returns": self._test_returns,
+            "collect_s": sum(m.collect_s for m in self._pending)}  # (the trainer's workers/ideal_steps_per_s)
         timing = self.timing()
         if timing:
             meta["timing"] = timing

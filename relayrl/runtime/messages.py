@@ -48,6 +48,7 @@ class InsertTransitions:
     episode_lengths: tuple[int, ...] = ()
     obs_moments: dict[str, Any] | None = None  # count, mean, var of the raw observations acted on (obs_norm)
     stored_rows: int = 0  # rows a node proxy already inserted into a replay shard (its batch is then empty)
+    collect_s: float = 0.0  # the worker's time collecting it (acting and stepping, no waits); 0: not measured
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "batch", _freeze(self.batch))

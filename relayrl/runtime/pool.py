@@ -72,6 +72,8 @@ class WorkerPool(SampleSource):
         self.counts = {"chunks": 0, "too_old": 0, "other_version": 0, "surplus": 0}  # over the run
         self.worker_steps = np.zeros(backend.num_workers, dtype=np.int64)  # over the run, by worker id
         self._per_worker = np.zeros_like(self.worker_steps)  # since the last stats()
+        self._timed = np.zeros_like(self.worker_steps)  # of those, steps of chunks whose collect time is known
+        self._collect_s = np.zeros(backend.num_workers)  # and that time, by worker id
         self._lags: list[int] = []
         self._publish_s = 0.0
         self._since = time.monotonic()
@@ -121,9 +123,24 @@ class WorkerPool(SampleSource):
                **{f"workers/{name}": float(n) for name, n in self.counts.items()}}
         for k, steps in enumerate(self._per_worker):
             out[f"workers/worker{k}_steps_per_s"] = float(steps) / elapsed
+        out.update(self._rates(elapsed))
         self._lags, self._since = [], time.monotonic()
         self._per_worker[:] = 0
+        self._timed[:] = 0
+        self._collect_s[:] = 0.0
         return {**out, **self.backend.stats()}
+
+    def _rates(self, elapsed: float) -> dict[str, float]:
+        """roadrunner's sampling figures since the last stats(): the rate seen here (env steps taken per second),
+        the ideal one (each worker's own rate while collecting, summed: what they would deliver with no waiting,
+        transport or learning between chunks) and the overhead, 1 - seen / ideal."""
+        seen = float(self._per_worker.sum()) / elapsed
+        timed = self._collect_s > 0
+        if not timed.any():  # (workers that do not measure: an older relayrl worker)
+            return {"workers/steps_per_s": seen}
+        ideal = float((self._timed[timed] / self._collect_s[timed]).sum())
+        return {"workers/steps_per_s": seen, "workers/ideal_steps_per_s": ideal,
+                "workers/overhead": 1.0 - seen / ideal}
 
     def close(self) -> None:
         self.backend.close()
@@ -171,7 +188,12 @@ class WorkerPool(SampleSource):
             grow = msg.worker_id + 1 - len(self.worker_steps)
             self.worker_steps = np.concatenate([self.worker_steps, np.zeros(grow, np.int64)])
             self._per_worker = np.concatenate([self._per_worker, np.zeros(grow, np.int64)])
+            self._timed = np.concatenate([self._timed, np.zeros(grow, np.int64)])
+            self._collect_s = np.concatenate([self._collect_s, np.zeros(grow)])
         self._per_worker[msg.worker_id] += msg.env_steps
+        if msg.collect_s > 0:
+            self._timed[msg.worker_id] += msg.env_steps
+            self._collect_s[msg.worker_id] += msg.collect_s
         self.worker_steps[msg.worker_id] += msg.env_steps
 
     def _too_old(self, msg: InsertTransitions) -> bool:

@@ -7,6 +7,7 @@ chunk comes from one policy version.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 from relayrl.algos import get_algo
@@ -55,6 +56,7 @@ class RolloutWorker:
         self.policy.set_progress(env_steps, self.total_steps)  # e.g. DQN's epsilon follows the run's env steps
 
     def collect(self) -> InsertTransitions:
+        start = time.perf_counter()
         if self.on_policy:
             batch = self.collector.collect()
             steps = int(batch["reward"].size)
@@ -62,7 +64,8 @@ class RolloutWorker:
             batch, steps = self.collector.pull()
         returns, lengths = self.collector.pop_episodes()
         msg = InsertTransitions(self.worker_id, self.seq, self.policy.version, batch, steps,
-                                tuple(returns), tuple(lengths), self.policy.pop_observation_moments())
+                                tuple(returns), tuple(lengths), self.policy.pop_observation_moments(),
+                                collect_s=time.perf_counter() - start)
         self.seq += 1
         return msg
 

@@ -42,6 +42,10 @@ def test_prenorm_on_two_mp_workers_fills_the_statistics_from_their_first_rollout
     # the warm-up's 32 env steps count (as on local envs) and were not learned from: the first round learned from
     # the next 32, collected with the merged statistics
     assert trains[0]["env_steps"] == 64
+    # roadrunner's sampling figures: the workers' own collecting rate summed, the rate seen, the overhead
+    last = trains[-1]
+    assert last["workers/ideal_steps_per_s"] > 0 and last["workers/steps_per_s"] > 0
+    assert last["workers/overhead"] == 1 - last["workers/steps_per_s"] / last["workers/ideal_steps_per_s"]
 
 
 def test_prenorm_with_a_remote_worker_warms_up_on_its_first_rollouts(tmp_path):
