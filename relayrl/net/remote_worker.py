@@ -62,6 +62,7 @@ from relayrl.policy.normalizer import RunningMeanStd
 from relayrl.policy.scripted import ScriptedPolicy, load_script
 from relayrl.runtime.messages import InsertTransitions, LoadParams
 from relayrl.runtime.rollout_worker import RolloutWorker
+from relayrl.usercode import defined_at
 from relayrl.types import Batch
 
 LATEST = "latest.safetensors"
@@ -95,7 +96,7 @@ class RemoteWorker:
         acting = None
         if policy is not None:
             expert = True  # (its actions are the function's: the trainer's weights would change nothing)
-            reference = policy if isinstance(policy, str) else getattr(policy, "__qualname__", repr(policy))
+            reference = policy if isinstance(policy, str) else defined_at(policy)  # (named in its messages)
             function = load_script(policy) if isinstance(policy, str) else policy
             acting = partial(ScriptedPolicy, function=function, reference=reference)
         self.config, self.expert, self.standalone = config, expert, standalone
