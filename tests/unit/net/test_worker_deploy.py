@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 
 import pytest
@@ -12,9 +13,14 @@ from relayrl.cli import main
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     run = tmp_path_factory.mktemp("deploy") / "run"
-    assert main(["train", "dqn", "--env", "CartPole-v1", "--total-steps", "300", "--run-dir", str(run), "--quiet",
-                 "--no-tensorboard", "--set", "dqn.start_training=100", "--set", "eval.episodes=1",
-                 "--set", "env.max_episode_steps=50"]) == 0
+    logger = logging.getLogger("relayrl")  # (main() points it at stderr; conftest restores it per test only)
+    saved = (list(logger.handlers), logger.propagate, logger.level)
+    try:
+        assert main(["train", "dqn", "--env", "CartPole-v1", "--total-steps", "300", "--run-dir", str(run),
+                     "--quiet", "--no-tensorboard", "--set", "dqn.start_training=100", "--set", "eval.episodes=1",
+                     "--set", "env.max_episode_steps=50"]) == 0
+    finally:
+        logger.handlers[:], logger.propagate, logger.level = saved
     return run
 
 
