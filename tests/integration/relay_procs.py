@@ -82,3 +82,25 @@ def stop(*procs: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def train_with_one_worker(algo: str, env: str, run_dir: Path, trainer_args: list[str], worker_args: list[str],
+                          timeout: float = 120) -> None:
+    """A relay, a `relayrl train ALGO --server` of one remote worker, and that worker: the trainer runs to its end
+    (asserted to exit 0), then everything is stopped (the worker killed: a finished trainer acknowledges no more)."""
+    address = f"127.0.0.1:{free_port()}"
+    relay = relayrl("serve", "--bind", address, "--heartbeat", "0.2")
+    trainer = worker = None
+    try:
+        wait_listening(relay)
+        trainer = relayrl("train", algo, "--env", env, "--server", address, "--workers", "1", "--run-dir",
+                          str(run_dir), "--quiet", "--no-tensorboard", *trainer_args)
+        worker = relayrl("worker", "--server", address, "--env", env, "--algo", algo, "--name", "w0",
+                         f"--set=net.weights_dir={run_dir.parent / 'w0'}", *worker_args)
+        finish(trainer, timeout=timeout)
+        assert trainer.returncode == 0, tails(trainer, relay, worker)
+    finally:
+        if worker is not None and worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait()
+        stop(relay, *([trainer] if trainer is not None else []))

@@ -3,10 +3,8 @@ workers normalise with the statistics published with the weights, report the mom
 and the learner merges them, so its statistics count every observation any worker acted on."""
 
 import json
-import os
-import signal
 
-from relay_procs import finish, free_port, relayrl as relayrl_proc, stop, tails, wait_listening  # same folder
+from relay_procs import train_with_one_worker  # same folder
 
 from relayrl import launch
 from relayrl.config import build_config
@@ -50,26 +48,11 @@ def test_prenorm_on_two_mp_workers_fills_the_statistics_from_their_first_rollout
 
 def test_prenorm_with_a_remote_worker_warms_up_on_its_first_rollouts(tmp_path):
     """The same through a real relay: a remote worker's first rollouts are the trainer's warm-up."""
-    address = f"127.0.0.1:{free_port()}"
     sets = ["--set=ppo.obs_norm=true", "--set=ppo.prenorm=true", "--set=ppo.prenormalize_steps=10",
             "--set=ppo.update_norm=false", "--set=env.num_envs=2", "--set=ppo.num_steps=16",
             "--set=net.heartbeat_s=0.2"]
-    relay = relayrl_proc("serve", "--bind", address, "--heartbeat", "0.2")
-    trainer = worker = None
-    try:
-        wait_listening(relay)
-        trainer = relayrl_proc("train", "ppo", "--env", "CartPole-v1", "--server", address, "--workers", "1",
-                               "--total-steps", "128", "--run-dir", str(tmp_path / "run"), "--quiet",
-                               "--no-tensorboard", "--set=eval.episodes=1", *sets)
-        worker = relayrl_proc("worker", "--server", address, "--env", "CartPole-v1", "--algo", "ppo", "--name", "w0",
-                              f"--set=net.weights_dir={tmp_path / 'w0'}", *sets)
-        finish(trainer, timeout=120)
-        assert trainer.returncode == 0, tails(trainer, relay, worker)
-    finally:
-        if worker is not None and worker.poll() is None:  # (a finished trainer sends no more acknowledgements)
-            os.killpg(worker.pid, signal.SIGKILL)
-            worker.wait()
-        stop(relay, *([trainer] if trainer is not None else []))
+    train_with_one_worker("ppo", "CartPole-v1", tmp_path / "run",
+                          ["--total-steps", "128", "--set=eval.episodes=1", *sets], sets)
     stats = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.safetensors").state["algo"]["obs_rms"]
     assert float(stats["count"]) == 32  # one rollout of 2 envs x 16 steps covers the 10 x 2 wanted
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import signal
 import subprocess
 import sys
 
@@ -20,7 +18,7 @@ import relayrl
 from relayrl import launch
 from relayrl.config import build_config
 
-from relay_procs import finish, free_port, relayrl as relayrl_proc, stop, tails, wait_listening  # same folder
+from relay_procs import train_with_one_worker  # same folder
 
 NOISY = "relayrl.testing.envs:relayrl-test/NoisyPendulum-v0"  # {"obs": noisy, "state": clean}
 
@@ -54,24 +52,10 @@ def test_a_privileged_key_the_env_does_not_have_is_refused_before_anything_is_wr
 
 
 def test_ppo_with_a_privileged_critic_trains_from_a_remote_worker_through_the_relay(tmp_path):
-    address, sets = f"127.0.0.1:{free_port()}", ["--set=ppo.critic_only_keys=[state]", "--set=env.num_envs=2",
-                                                 "--set=ppo.num_steps=64", "--set=net.heartbeat_s=0.2"]
-    relay = relayrl_proc("serve", "--bind", address, "--heartbeat", "0.2")
-    trainer = worker = None
-    try:
-        wait_listening(relay)
-        trainer = relayrl_proc("train", "ppo", "--env", NOISY, "--server", address, "--workers", "1",
-                               "--total-steps", "1024", "--run-dir", str(tmp_path / "run"), "--quiet",
-                               "--no-tensorboard", "--set=eval.freq=512", "--set=eval.episodes=2", *sets)
-        worker = relayrl_proc("worker", "--server", address, "--env", NOISY, "--algo", "ppo", "--name", "w0",
-                              f"--set=net.weights_dir={tmp_path / 'w0'}", *sets)
-        finish(trainer, timeout=120)
-        assert trainer.returncode == 0, tails(trainer, relay, worker)
-    finally:
-        if worker is not None and worker.poll() is None:  # (a finished trainer sends no more acknowledgements)
-            os.killpg(worker.pid, signal.SIGKILL)
-            worker.wait()
-        stop(relay, *([trainer] if trainer is not None else []))
+    sets = ["--set=ppo.critic_only_keys=[state]", "--set=env.num_envs=2", "--set=ppo.num_steps=64",
+            "--set=net.heartbeat_s=0.2"]
+    train_with_one_worker("ppo", NOISY, tmp_path / "run",
+                          ["--total-steps", "1024", "--set=eval.freq=512", "--set=eval.episodes=2", *sets], sets)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["backend"] == "relay" and summary["env_steps"] >= 1024, summary
     obs = np.zeros((2, 3), np.float32)
