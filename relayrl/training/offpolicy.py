@@ -177,7 +177,7 @@ class ReplayRounds(Rounds[UpdatesDue]):
         if self.steps_at_start is None:  # the env step at which the buffer reached the threshold
             # (transitions past the threshold were collected since it, unless a dataset put them there: those
             # are no env steps, and counting them would make the first round's updates due all at once)
-            self.steps_at_start = env_steps - max(0, min(len(self.buffer) - threshold, len(self.buffer) - self.prefilled))
+            self.steps_at_start = env_steps - max(0, len(self.buffer) - max(threshold, self.prefilled))
         due = int((env_steps - self.steps_at_start) * self.cfg.updates_per_step) - self.learning.updates
         cap = self.cfg.max_training_steps_per_env_step
         if cap is not None:
