@@ -482,7 +482,8 @@ def _benchmark(args: argparse.Namespace, config) -> int:
 
         policy = load_policy(load_checkpoint(args.weights))
         act = lambda obs: policy.act(np.asarray(obs)[None], "eval").env_action[0]  # noqa: E731
-    env = make(config.env.id, **config.env.kwargs)
+    env = make(config.env.id, max_episode_steps=config.env.max_episode_steps, **config.env.wrapping(),
+               **config.env.kwargs)  # (as the run's workers build it: a deployed policy sees what it trained on)
     try:
         timing = benchmark(env, args.steps, act, seed=config.seed)
     finally:
