@@ -27,6 +27,7 @@ waits in ERROR for ``reset`` like a finished one. An errored episode does not co
 from __future__ import annotations
 
 import enum
+from functools import partial
 from itertools import repeat
 from typing import Any, Mapping, NamedTuple
 
@@ -69,6 +70,9 @@ class Timestep(NamedTuple):
     done: bool
     info: dict
     final_obs: Any = None
+
+
+_timestep = partial(tuple.__new__, Timestep)  # Timestep from a 7-tuple in C (Timestep._make runs Python per env)
 
 
 class EnvManager:
@@ -159,7 +163,7 @@ class EnvManager:
             except KeyError:
                 gathered = None
             if gathered is not None:
-                return self._scatter(self.venv.step(np.asarray(gathered)))
+                return self._scatter(self.venv.step(np.asarray(gathered)), self._ids)
         ids = self._check_ids(actions)
         if self._rows is None:
             raise EnvError(f"the native manager steps every env on every call: give actions for all {self.env_num} "
@@ -276,27 +280,25 @@ class EnvManager:
                                "manager.ready_obs")
         return ids
 
-    def _scatter(self, result: StepResult) -> dict[int, Timestep]:
-        ids = result.env_ids.tolist()
+    def _scatter(self, result: StepResult, ids: list[int] | None = None) -> dict[int, Timestep]:
+        """{env_id: Timestep} of a step's rows (``ids``: their env ids when known): the per-env objects DI-engine's
+        users get, built in one pass."""
+        ids = result.env_ids.tolist() if ids is None else ids
         n = len(ids)
         obs = _split(result.obs, n)
         self._obs.update(zip(ids, obs))
-        rewards, terms, truncs = result.reward.tolist(), result.terminated.tolist(), result.truncated.tolist()
-        if not (any(terms) or any(truncs)):
-            return dict(zip(ids, map(Timestep._make, zip(obs, rewards, terms, truncs, repeat(False, n), result.info,
-                                                               repeat(None, n)))))
-        final_obs = _split(result.final_obs, n)
-        out = {}
-        ended = []
-        for k, i in enumerate(ids):
-            done = terms[k] or truncs[k]
-            out[i] = Timestep(obs[k], rewards[k], terms[k], truncs[k], done, result.info[k],
-                              final_obs[k] if done else None)
-            if done:
-                ended.append((i, result.info[k]))
-        for i, info in ended:
-            self._episode_ended(i, info)
-        return out
+        terms, truncs = result.terminated.tolist(), result.truncated.tolist()
+        if True in terms or True in truncs:
+            dones = [term or trunc for term, trunc in zip(terms, truncs)]
+            finals: Any = [None] * n
+            for k, done in enumerate(dones):
+                if done:
+                    finals[k] = _row(result.final_obs, k)
+                    self._episode_ended(ids[k], result.info[k])
+        else:
+            dones, finals = repeat(False, n), repeat(None, n)
+        return dict(zip(ids, map(_timestep, zip(obs, result.reward.tolist(), terms, truncs, dones, result.info,
+                                                finals))))
 
     def _episode_ended(self, i: int, info: Mapping[str, Any]) -> None:
         if "env_error" in info:
@@ -320,6 +322,15 @@ def _check_settings(native: bool, auto_reset: bool, episode_num: int | None) -> 
         what = "auto_reset=False" if not auto_reset else f"episode_num={episode_num}"
         raise EnvError(f"{what} needs envs stepped and reset one by one, and the native manager steps and resets "
                        "all of them together: use manager='sync' or 'subproc'")
+
+
+def _row(batch: Any, k: int) -> Any:
+    """Row k of a batch of observations (an array, or a dict / tuple of them)."""
+    if isinstance(batch, np.ndarray):
+        return batch[k]
+    if isinstance(batch, dict):
+        return {key: _row(value, k) for key, value in batch.items()}
+    return tuple(_row(value, k) for value in batch)
 
 
 def _split(batch: Any, n: int) -> list[Any]:
