@@ -225,7 +225,8 @@ class EnvManager:
             raise EnvError(f"reset_param must map env ids to {{'seed': ..., 'options': {{...}}}}, got {reset_param!r}")
         unknown = sorted(set(reset_param) - set(self._ids), key=str)
         if unknown:
-            raise EnvError(f"reset_param names unknown env ids {unknown}: this manager's envs are 0..{self.env_num - 1}")
+            raise EnvError(f"reset_param names unknown env ids {unknown}: this manager's envs are "
+                           f"0..{self.env_num - 1}")
         params: ResetParams = {}
         for i in sorted(reset_param):
             param = reset_param[i]

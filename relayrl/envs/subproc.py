@@ -541,7 +541,8 @@ class SubprocVectorEnv(VectorEnv, EnvRows):
         ids = np.fromiter(params, dtype=np.int64, count=len(params))
         for src, dst in zip(self.arrays.obs, self._last_obs):
             dst[ids] = src[ids]
-        return spaces.copy_batch(self.single_observation_space, self.arrays.obs, ids), [found.get(k, {}) for k in params]
+        obs = spaces.copy_batch(self.single_observation_space, self.arrays.obs, ids)
+        return obs, [found.get(k, {}) for k in params]
 
     def configure_resets(self, autoreset: bool, seed_stride: int | None = None) -> None:
         self._drain()

@@ -221,7 +221,8 @@ class SyncVectorEnv(VectorEnv, EnvRows):
     def reset_rows(self, params: ResetParams) -> tuple[Any, list[dict]]:
         found = self.runner.reset_rows(params)
         ids = np.fromiter(params, dtype=np.int64, count=len(params))
-        return spaces.copy_batch(self.single_observation_space, self.arrays.obs, ids), [found.get(k, {}) for k in params]
+        obs = spaces.copy_batch(self.single_observation_space, self.arrays.obs, ids)
+        return obs, [found.get(k, {}) for k in params]
 
     def configure_resets(self, autoreset: bool, seed_stride: int | None = None) -> None:
         self.autoreset = autoreset
