@@ -109,7 +109,7 @@ class EnvManager:
         self._ids = list(range(self.env_num))
         self._states = dict.fromkeys(self._ids, EnvState.VOID)
         self._episodes = dict.fromkeys(self._ids, 0)
-        self._obs: dict[int, Any] = {}
+        self._obs: list[Any] = [None] * self.env_num  # each env's latest observation, by env id
         self._all_run = False  # every env RUN: a step may take the array path
         self._seed: int | None = None
         self._dynamic_seed = True
@@ -133,7 +133,7 @@ class EnvManager:
             if reset_param:
                 raise EnvError("the native manager resets all its envs at once: it takes no reset_param; use "
                                "manager='sync' or 'subproc'")
-            self._obs = dict(zip(self._ids, _split(self.venv.reset(), self.env_num)))
+            self._obs = _split(self.venv.reset(), self.env_num)
             self._set_states(self._ids, EnvState.RUN)
             return
         stride = None if self._seed is None else self.env_num if self._dynamic_seed else 0
@@ -148,22 +148,22 @@ class EnvManager:
     def ready_obs(self) -> dict[int, Any]:
         """{env_id: obs} of the envs waiting for an action (RUN, and under async not stepping)."""
         if self._all_run and not self._async:
-            return dict(self._obs)
+            return dict(zip(self._ids, self._obs))
         ready = self._ids if self._rows is None else self._rows.ready_env_ids().tolist()
         return {i: self._obs[i] for i in ready if self._states[i] is EnvState.RUN}
 
     def step(self, actions: Mapping[int, Any]) -> dict[int, Timestep]:
         """Step the envs of ``actions`` ({env_id: action}); returns {env_id: Timestep} of the envs that stepped
         (async: of those whose workers answered first)."""
-        if self._states[0] is EnvState.VOID:
-            raise EnvError("step() before launch(): call manager.launch() (after manager.seed(...)) first")
-        if self._all_run and not self._async and len(actions) == self.env_num:
+        if self._all_run and not self._async and len(actions) == self.env_num:  # (never before launch)
             try:
                 gathered = [actions[i] for i in self._ids]
             except KeyError:
                 gathered = None
             if gathered is not None:
                 return self._scatter(self.venv.step(np.asarray(gathered)), self._ids)
+        if self._states[0] is EnvState.VOID:
+            raise EnvError("step() before launch(): call manager.launch() (after manager.seed(...)) first")
         ids = self._check_ids(actions)
         if self._rows is None:
             raise EnvError(f"the native manager steps every env on every call: give actions for all {self.env_num} "
@@ -250,12 +250,11 @@ class EnvManager:
                                "that returns them")
         self._set_states(params, EnvState.RESET)
         obs, _ = self._rows.reset_rows(params)
-        self._obs.update(zip(params, _split(obs, len(params))))
+        for i, o in zip(params, _split(obs, len(params))):
+            self._obs[i] = o
         self._set_states(params, EnvState.RUN)
         for i in params:
             self.errors.pop(i, None)
-        if len(self._obs) == self.env_num and list(self._obs) != self._ids:  # keep ready_obs in env id order
-            self._obs = {i: self._obs[i] for i in self._ids}
 
     def _check_ids(self, actions: Mapping[int, Any]) -> list[int]:
         """The env ids of ``actions``, ascending, or an EnvError naming the first one that cannot act."""
@@ -287,7 +286,11 @@ class EnvManager:
         ids = result.env_ids.tolist() if ids is None else ids
         n = len(ids)
         obs = _split(result.obs, n)
-        self._obs.update(zip(ids, obs))
+        if ids is self._ids:  # every env stepped: the list is the new latest observations
+            self._obs = obs
+        else:
+            for i, o in zip(ids, obs):
+                self._obs[i] = o
         terms, truncs = result.terminated.tolist(), result.truncated.tolist()
         if True in terms or True in truncs:
             dones = [term or trunc for term, trunc in zip(terms, truncs)]
