@@ -34,6 +34,7 @@ from typing import Any, Mapping, NamedTuple
 import numpy as np
 
 from relayrl.envs.managers import make_vec
+from relayrl.envs.native import NativeVectorEnv
 from relayrl.envs.runner import EnvFactory
 from relayrl.envs.subproc import SubprocVectorEnv
 from relayrl.envs.vector import EnvRows, ResetParams, VectorEnv
@@ -88,7 +89,7 @@ class EnvManager:
 
     def __init__(self, env: str | EnvFactory, num_envs: int, *, manager: str = "sync", auto_reset: bool = True,
                  episode_num: int | None = None, **make_vec_options: Any):
-        _check_settings(manager == "native", auto_reset, episode_num)
+        _check_settings("native" if manager == "native" else None, auto_reset, episode_num)
         if "seed" in make_vec_options:
             raise EnvError("EnvManager seeds with manager.seed(seed, dynamic_seed=...) before launch(), not seed=")
         self._setup(make_vec(env, num_envs, manager=manager, **make_vec_options), auto_reset, episode_num)
@@ -96,7 +97,7 @@ class EnvManager:
     @classmethod
     def over(cls, venv: VectorEnv, *, auto_reset: bool = True, episode_num: int | None = None) -> "EnvManager":
         """An id-keyed view of a vector env built by ``make_vec`` (launch() resets it)."""
-        _check_settings(not isinstance(venv, EnvRows), auto_reset, episode_num)
+        _check_settings(None if isinstance(venv, EnvRows) else _kind(venv), auto_reset, episode_num)
         manager = cls.__new__(cls)
         manager._setup(venv, auto_reset, episode_num)
         return manager
@@ -318,14 +319,19 @@ class EnvManager:
             self._set_states((i,), state)
 
 
-def _check_settings(native: bool, auto_reset: bool, episode_num: int | None) -> None:
+def _kind(venv: VectorEnv) -> str:
+    return "native" if isinstance(venv, NativeVectorEnv) else type(venv).__name__
+
+
+def _check_settings(all_at_once: str | None, auto_reset: bool, episode_num: int | None) -> None:
+    """``all_at_once``: the name of a manager that steps and resets every env together (None: it has EnvRows)."""
     if episode_num is not None and (isinstance(episode_num, bool) or not isinstance(episode_num, int)
                                     or episode_num < 1):
         raise EnvError(f"episode_num must be a whole number of at least 1 (or None: no limit), got {episode_num!r}")
-    if native and (not auto_reset or episode_num is not None):
+    if all_at_once and (not auto_reset or episode_num is not None):
         what = "auto_reset=False" if not auto_reset else f"episode_num={episode_num}"
-        raise EnvError(f"{what} needs envs stepped and reset one by one, and the native manager steps and resets "
-                       "all of them together: use manager='sync' or 'subproc'")
+        raise EnvError(f"{what} needs envs stepped and reset one by one, and the {all_at_once} manager steps and "
+                       "resets all of them together: use manager='sync' or 'subproc'")
 
 
 def _row(batch: Any, k: int) -> Any:

@@ -12,6 +12,7 @@ from relayrl.errors import EnvError
 
 START = "relayrl.testing.envs:relayrl-test/Start-v0"
 FAULTY = "relayrl.testing.envs:relayrl-test/Faulty-v0"
+SLOW = "relayrl.testing.envs:relayrl-test/SlowCartPole-v0"
 N = 4
 
 
@@ -129,25 +130,21 @@ def test_episode_num_stops_each_env_and_then_the_manager(auto_reset):
 
 
 def test_async_ready_obs_are_the_envs_not_stepping_and_a_step_takes_a_subset():
-    with keyed("async", auto_reset=True) as envs:
+    slow = [{"busy_us": 0}] * 2 + [{"busy_us": 0, "sleep_us": 300_000}] * 2  # worker 1's envs take 0.3 s a step
+    with keyed("async", env=SLOW, env_kwargs=slow) as envs:
         envs.seed(0)
         envs.launch()
         assert list(envs.ready_obs) == [0, 1, 2, 3]
-        timesteps = envs.step({1: 0})  # worker 0 (envs 0, 1) steps env 1 only
-        assert list(timesteps) == [1]
+        assert list(envs.step({1: 0})) == [1]  # worker 0 steps env 1 alone
         assert list(envs.ready_obs) == [0, 1, 2, 3]
-        seen, pending, refused = set(), set(), 0
-        for _ in range(30):
-            ready = envs.ready_obs
-            assert not ready.keys() & pending  # an env whose worker still steps is not ready
-            if pending:
-                with pytest.raises(EnvError, match=f"env {min(pending)} is still stepping .*manager.ready_obs"):
-                    envs.step({min(pending): 0})
-                refused += 1
-            timesteps = envs.step({i: 1 for i in ready})
-            seen |= set(timesteps)
-            pending = (pending | set(ready)) - set(timesteps)
-        assert seen == {0, 1, 2, 3} and refused > 0
+        assert list(envs.step({i: 0 for i in range(N)})) == [0, 1]  # the fast worker answers first
+        assert list(envs.ready_obs) == [0, 1]
+        with pytest.raises(EnvError, match=r"env 2 is still stepping \(async manager\).*manager.ready_obs"):
+            envs.step({0: 1, 2: 0})
+        with pytest.raises(EnvError, match=r"envs \[3\] are still stepping"):
+            envs.reset({3: {}})
+        assert list(envs.step({})) == [2, 3]  # nothing to send: wait for the stepping ones
+        assert list(envs.ready_obs) == [0, 1, 2, 3]
 
 
 def test_an_env_error_is_reported_and_without_auto_reset_the_env_waits_in_error_for_reset():
@@ -180,6 +177,18 @@ def test_native_runs_with_auto_reset_and_every_env_per_step_and_refuses_the_rest
         keyed("native", auto_reset=False)
     with pytest.raises(EnvError, match="episode_num=3 needs"):
         keyed("native", episode_num=3)
+    with make_vec("CartPole-v1", 2, manager="native") as venv, pytest.raises(EnvError, match="the native manager"):
+        EnvManager.over(venv, auto_reset=False)
+
+
+def test_over_views_a_vector_env_built_by_make_vec():
+    with make_vec(START, N) as venv:
+        envs = EnvManager.over(venv, auto_reset=False, episode_num=1)
+        envs.launch(reset_param={0: {"options": {"start": 2}}})
+        assert envs.ready_obs[0][0] == 2 and envs.env_num == N
+        for _ in range(3):
+            envs.step({i: 0 for i in envs.ready_obs})
+        assert envs.done and venv.autoreset is False
 
 
 # ---------------------------------------------------------------- bad input: one message each, naming env and fix
