@@ -249,8 +249,14 @@ class EnvManager:
             if stepping:
                 raise EnvError(f"envs {stepping} are still stepping (async manager): reset them after the step() "
                                "that returns them")
+        before = {i: self._states[i] for i in params}
         self._set_states(params, EnvState.RESET)
-        obs, _ = self._rows.reset_rows(params)
+        try:
+            obs, _ = self._rows.reset_rows(params)
+        except EnvError:  # e.g. options the env refused: the envs stay as they were
+            for i, state in before.items():
+                self._set_states((i,), state)
+            raise
         for i, o in zip(params, _split(obs, len(params))):
             self._obs[i] = o
         self._set_states(params, EnvState.RUN)

@@ -225,6 +225,7 @@ def test_options_the_env_refuses_give_its_message_naming_the_env_and_the_manager
         envs.launch()
         with pytest.raises(EnvError, match=r"env 3 refused reset options \['speed'\]: TypeError: .*'speed'"):
             envs.reset({3: {"options": {"speed": 2}}})
+        assert envs.env_state[3] is EnvState.RUN
         envs.reset({3: {"options": {"start": 4}}})  # the same workers go on
         assert envs.ready_obs[3][0] == 4 and len(envs.step({i: 0 for i in range(N)})) == N
 
