@@ -251,17 +251,18 @@ class EnvManager:
                                "that returns them")
         before = {i: self._states[i] for i in params}
         self._set_states(params, EnvState.RESET)
-        try:
-            obs, _ = self._rows.reset_rows(params)
-        except EnvError:  # e.g. options the env refused: the envs stay as they were
-            for i, state in before.items():
-                self._set_states((i,), state)
-            raise
+        obs, _, refused = self._rows.reset_rows(params)
         for i, o in zip(params, _split(obs, len(params))):
+            if i in refused:  # options its env refused: it stays as it was
+                self._set_states((i,), before[i])
+                continue
             self._obs[i] = o
-        self._set_states(params, EnvState.RUN)
-        for i in params:
+            self._set_states((i,), EnvState.RUN)
             self.errors.pop(i, None)
+        if refused:
+            others = sorted(set(params) - set(refused))
+            raise EnvError("; ".join(refused[i] for i in sorted(refused))
+                           + (f" (envs {others} of the same reset() were reset)" if others else ""))
 
     def _check_ids(self, actions: Mapping[int, Any]) -> list[int]:
         """The env ids of ``actions``, ascending, or an EnvError naming the first one that cannot act."""

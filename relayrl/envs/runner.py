@@ -189,22 +189,28 @@ class EnvRunner:
     def reset(self, seed: int | None = None) -> dict[int, dict]:
         """Reset every env (env k gets ``seed + offset + k``); returns non-empty reset infos by row."""
         self._next = [(None, None)] * len(self.envs)
-        return self.reset_rows({k: (None if seed is None else seed + self.offset + k, None)
-                                for k in range(len(self.envs))})
+        infos, _ = self.reset_rows({k: (None if seed is None else seed + self.offset + k, None)
+                                    for k in range(len(self.envs))})  # (no options: none refused)
+        return infos
 
-    def reset_rows(self, params: dict[int, tuple[int | None, dict | None]]) -> dict[int, dict]:
+    def reset_rows(self, params: dict[int, tuple[int | None, dict | None]]) -> tuple[dict[int, dict], dict[int, str]]:
         """Reset env ``k`` (a row of this slice) with ``(seed, options)`` for each item (None: its planned
-        seed / last options); returns non-empty reset infos by row."""
-        infos = {}
+        seed / last options); returns the non-empty reset infos by row, and the rows whose env refused its
+        options (a TypeError: bad input) with the message naming it. Those stay as they were; the others reset."""
+        infos, refused = {}, {}
         for k, (seed, options) in params.items():
             planned_seed, planned_options = self._next[k]
-            obs, info = self._reset_one(k, planned_seed if seed is None else seed,
-                                        planned_options if options is None else options)
+            try:
+                obs, info = self._reset_one(k, planned_seed if seed is None else seed,
+                                            planned_options if options is None else options)
+            except ResetParamError as exc:
+                refused[k] = str(exc)
+                continue
             self._write_obs(self.arrays.obs, k, obs, "reset")
             info = self._take_mask(self.arrays.action_mask, k, info)
             if info:
                 infos[k] = info
-        return infos
+        return infos, refused
 
     def _planned_reset(self, k: int) -> tuple[Any, dict]:
         return self._reset_one(k, *self._next[k])

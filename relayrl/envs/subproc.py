@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from relayrl.envs import spaces
-from relayrl.envs.runner import EnvFailure, EnvRunner, ResetParamError, StepArrays, last_error
+from relayrl.envs.runner import EnvFailure, EnvRunner, StepArrays, last_error
 from relayrl.envs.shm import AttachedArrays, Layout, SharedArrays
 from relayrl.envs.masks import ActionMaskError, masked_factories
 from relayrl.envs.vector import EnvFactory, EnvRows, ResetParams, VectorEnv, given_masks, result_from
@@ -147,10 +147,9 @@ def _worker_main(factories: list[EnvFactory], offset: int, shm_name: str, layout
             elif command == PART:
                 infos = runner.step(np.flatnonzero(np.frombuffer(payload, dtype=bool)).tolist())
             elif command == RESET_ROWS:
-                try:
-                    infos = runner.reset_rows(pickle.loads(payload))
-                except ResetParamError as exc:  # bad input, the worker goes on
-                    _send(fd, BAD_RESET, str(exc).encode())
+                infos, refused = runner.reset_rows(pickle.loads(payload))
+                if refused:  # bad input: its rows stay as they were, the others reset, the worker goes on
+                    _send(fd, BAD_RESET, pickle.dumps((infos, refused)))
                     continue
             elif command == CONFIG:
                 runner.configure(**pickle.loads(payload))
@@ -348,9 +347,9 @@ class SubprocVectorEnv(VectorEnv, EnvRows):
             infos = pickle.loads(payload)
             self._counters["errors"] += sum("env_error" in info for info in infos.values())
             return "ok", infos
+        if kind == BAD_RESET:  # reset options an env refused: bad input, the worker goes on
+            return "bad_reset", pickle.loads(payload)
         text = payload.decode(errors="replace")
-        if kind == BAD_RESET:  # reset options the env refused: bad input, the worker goes on
-            return "bad_reset", text
         self.close()
         if kind == BAD_MASK:  # bad input, not a failing env: the env's own message (exit code 2)
             raise ActionMaskError(text)
@@ -516,7 +515,7 @@ class SubprocVectorEnv(VectorEnv, EnvRows):
             self._pending.add(index)
         self._ready = still_ready
 
-    def reset_rows(self, params: ResetParams) -> tuple[Any, list[dict]]:
+    def reset_rows(self, params: ResetParams) -> tuple[Any, list[dict], dict[int, str]]:
         by_worker: dict[int, dict[int, tuple]] = {}
         for env_id, param in params.items():
             w = self._worker_of(env_id)
@@ -526,23 +525,22 @@ class SubprocVectorEnv(VectorEnv, EnvRows):
         for index, rows in by_worker.items():
             _send(self._workers[index].conn.fileno(), RESET_ROWS, pickle.dumps(rows))
         found: dict[int, dict] = {}
-        refused = None
+        refused: dict[int, str] = {}
         for index in by_worker:  # every answer is read, so the pipes stay in step even when one refused
             w = self._workers[index]
             status, payload = self._await(w, self.reset_timeout)
             if status == "bad_reset":
-                refused = refused or payload
+                payload, worker_refused = payload
+                refused.update({w.offset + row: text for row, text in worker_refused.items()})
             elif status != "ok":
                 self._recover(w, status)
-            else:
-                found.update({w.offset + row: info for row, info in payload.items()})
-        if refused:
-            raise ResetParamError(refused)
+                continue
+            found.update({w.offset + row: info for row, info in payload.items()})
         ids = np.fromiter(params, dtype=np.int64, count=len(params))
-        for src, dst in zip(self.arrays.obs, self._last_obs):
+        for src, dst in zip(self.arrays.obs, self._last_obs):  # (refused rows are as they were)
             dst[ids] = src[ids]
         obs = spaces.copy_batch(self.single_observation_space, self.arrays.obs, ids)
-        return obs, [found.get(k, {}) for k in params]
+        return obs, [found.get(k, {}) for k in params], refused
 
     def configure_resets(self, autoreset: bool, seed_stride: int | None = None) -> None:
         self._drain()

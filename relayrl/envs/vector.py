@@ -92,9 +92,10 @@ class EnvRows(ABC):
         then returns those that stepped."""
 
     @abstractmethod
-    def reset_rows(self, params: ResetParams) -> tuple[Any, list[dict]]:
+    def reset_rows(self, params: ResetParams) -> tuple[Any, list[dict], dict[int, str]]:
         """Reset each env of ``params`` with its ``(seed, options)`` (None: its planned seed, its last options);
-        returns their observations (a batch, rows in the order of ``params``) and reset infos."""
+        returns their observations (a batch, rows in the order of ``params``), reset infos, and the env ids whose
+        env refused its options with the message naming it (those envs stay as they were, the others reset)."""
 
     @abstractmethod
     def configure_resets(self, autoreset: bool, seed_stride: int | None = None) -> None:
@@ -218,11 +219,11 @@ class SyncVectorEnv(VectorEnv, EnvRows):
         self.arrays.actions[ids] = self._check_actions(actions, len(ids))
         self._pending, self._rows = True, ids.tolist()
 
-    def reset_rows(self, params: ResetParams) -> tuple[Any, list[dict]]:
-        found = self.runner.reset_rows(params)
+    def reset_rows(self, params: ResetParams) -> tuple[Any, list[dict], dict[int, str]]:
+        found, refused = self.runner.reset_rows(params)
         ids = np.fromiter(params, dtype=np.int64, count=len(params))
         obs = spaces.copy_batch(self.single_observation_space, self.arrays.obs, ids)
-        return obs, [found.get(k, {}) for k in params]
+        return obs, [found.get(k, {}) for k in params], refused
 
     def configure_resets(self, autoreset: bool, seed_stride: int | None = None) -> None:
         self.autoreset = autoreset

@@ -228,6 +228,10 @@ def test_options_the_env_refuses_give_its_message_naming_the_env_and_the_manager
         assert envs.env_state[3] is EnvState.RUN
         envs.reset({3: {"options": {"start": 4}}})  # the same workers go on
         assert envs.ready_obs[3][0] == 4 and len(envs.step({i: 0 for i in range(N)})) == N
+        # one refusal in a reset of several envs (on different workers under subproc): the others reset, and say so
+        with pytest.raises(EnvError, match=r"env 3 refused reset options.*\(envs \[0\] of the same reset\(\) were reset\)"):
+            envs.reset({0: {"options": {"start": 7}}, 3: {"options": {"speed": 2}}})
+        assert envs.ready_obs[0][0] == 7 and envs.env_state[0] is EnvState.RUN
 
 
 def test_step_or_reset_before_launch_and_episode_num_below_one_are_refused():
