@@ -8,6 +8,12 @@ Fault handling, per env: an exception in ``step`` ends that env's episode as tru
 traceback in ``info["env_error"]`` and the last good observation as ``final_obs``; the env is
 rebuilt from its factory and reset. After ``max_restarts`` consecutive failures of the same env,
 ``EnvFailure`` is raised instead of looping.
+
+What the id-keyed manager (envs/keyed.py) asks of it, all off by default: ``step(rows)`` steps only those
+envs (the others' rows stay as they were); ``autoreset=False`` leaves a finished env unreset (its obs row is
+its final observation); ``reset_rows`` resets chosen envs with their own seed and Gymnasium reset
+``options``; ``seed_stride`` gives each later reset of an env the seed of its last one plus the stride
+(DI-engine's dynamic seeds; 0: every episode the same seed), and resets reuse an env's last options.
 """
 
 from __future__ import annotations
@@ -26,6 +32,10 @@ from relayrl.envs.masks import MASK_KEY, check_mask, mask_width
 from relayrl.errors import EnvError
 
 EnvFactory = Callable[[], gym.Env]
+
+
+class ResetParamError(EnvError):
+    """An env's reset refused the options it was given (a TypeError): the env's message, naming the env."""
 
 
 class EnvFailure(EnvError):
@@ -132,6 +142,14 @@ class EnvRunner:
         self._check_obs = True  # check the observations' shapes on the next step (envs/checks.py)
         self._steps = 0  # steps of this runner
         self._episode_start = [0] * len(self.envs)  # self._steps at each env's last reset
+        self.autoreset = True
+        self.seed_stride: int | None = None
+        self._next: list[tuple[int | None, dict | None]] = [(None, None)] * len(self.envs)  # next reset's seed, options
+
+    def configure(self, autoreset: bool = True, seed_stride: int | None = None) -> None:
+        """Whether finished envs reset on the step that ends them, and the seed stride of later resets."""
+        self.autoreset, self.seed_stride = autoreset, seed_stride
+        self._next = [(None, None)] * len(self.envs)
 
     def _write_obs(self, target: list[np.ndarray], k: int, obs: Any, call: str = "step") -> None:
         try:
@@ -170,20 +188,38 @@ class EnvRunner:
 
     def reset(self, seed: int | None = None) -> dict[int, dict]:
         """Reset every env (env k gets ``seed + offset + k``); returns non-empty reset infos by row."""
-        infos = {}
-        for k in range(len(self.envs)):
-            obs, info = self._reset_one(k, None if seed is None else seed + self.offset + k)
+        self._next = [(None, None)] * len(self.envs)
+        infos, _ = self.reset_rows({k: (None if seed is None else seed + self.offset + k, None)
+                                    for k in range(len(self.envs))})  # (no options: none refused)
+        return infos
+
+    def reset_rows(self, params: dict[int, tuple[int | None, dict | None]]) -> tuple[dict[int, dict], dict[int, str]]:
+        """Reset env ``k`` (a row of this slice) with ``(seed, options)`` for each item (None: its planned
+        seed / last options); returns the non-empty reset infos by row, and the rows whose env refused its
+        options (a TypeError: bad input) with the message naming it. Those stay as they were; the others reset."""
+        infos, refused = {}, {}
+        for k, (seed, options) in params.items():
+            planned_seed, planned_options = self._next[k]
+            try:
+                obs, info = self._reset_one(k, planned_seed if seed is None else seed,
+                                            planned_options if options is None else options)
+            except ResetParamError as exc:
+                refused[k] = str(exc)
+                continue
             self._write_obs(self.arrays.obs, k, obs, "reset")
             info = self._take_mask(self.arrays.action_mask, k, info)
             if info:
                 infos[k] = info
-        return infos
+        return infos, refused
 
-    def _reset_one(self, k: int, seed: int | None) -> tuple[Any, dict]:
+    def _planned_reset(self, k: int) -> tuple[Any, dict]:
+        return self._reset_one(k, *self._next[k])
+
+    def _reset_one(self, k: int, seed: int | None, options: dict | None = None) -> tuple[Any, dict]:
         while True:
             env = self.envs[k]
             try:
-                result = env.reset(seed=seed)
+                result = env.reset(seed=seed) if options is None else env.reset(seed=seed, options=options)
                 if seed is not None:
                     env.action_space.seed(seed)
                 break
@@ -191,11 +227,18 @@ class EnvRunner:
                 mistake = wrapper_unpack_error(env, self.offset + k, "reset", exc)
                 if mistake is not None:
                     raise mistake from None
+                if options is not None and isinstance(exc, TypeError):
+                    raise ResetParamError(f"env {self.offset + k} refused reset options {sorted(options)}: "
+                                          f"{last_error(traceback.format_exc())}; give options its reset "
+                                          "takes") from None
                 self._fail(k, traceback.format_exc())
         obs, info = reset_result(env, self.offset + k, result)
         if not self._fits(obs):  # (every reset's)
             raise self._obs_error(k, "reset", obs)
         self._episode_start[k] = self._steps
+        if self.seed_stride is not None and seed is not None or options is not None:
+            self._next[k] = (None if seed is None or self.seed_stride is None else seed + self.seed_stride,
+                             options)
         return obs, info
 
     def _fail(self, k: int, tb: str) -> None:
@@ -213,8 +256,8 @@ class EnvRunner:
         self.envs[k] = self.factories[k]()
         self._check_obs = True
 
-    def step(self) -> dict[int, dict]:
-        """Step every env with ``arrays.actions``; autoreset keeps the final observation.
+    def step(self, rows: list[int] | None = None) -> dict[int, dict]:
+        """Step every env (or those of ``rows``) with ``arrays.actions``; autoreset keeps the final observation.
 
         Returns the non-empty infos by row (most steps: an empty dict, nothing to send).
         """
@@ -229,7 +272,7 @@ class EnvRunner:
         self._steps += 1
         check, self._check_obs = self._check_obs, False
         ended: dict[int, int] = {}  # env -> the length of its episode that ended on this step
-        for k, env in enumerate(self.envs):
+        for k, env in enumerate(self.envs) if rows is None else ((k, self.envs[k]) for k in rows):
             try:
                 result = env.step(actions[k])
             except Exception as exc:
@@ -242,7 +285,7 @@ class EnvRunner:
                 if a.action_mask is not None:
                     a.final_action_mask[k] = a.action_mask[k]
                 self._fail(k, tb)
-                obs, reset_info = self._reset_one(k, None)
+                obs, reset_info = self._planned_reset(k)  # a rebuilt env starts a new episode, autoreset or not
                 self._write_obs(a.obs, k, obs)
                 reset_info = self._take_mask(a.action_mask, k, reset_info)
                 truncs[k] = True
@@ -261,10 +304,13 @@ class EnvRunner:
                 ended[k] = self._steps - self._episode_start[k]  # (its reset below starts the count anew)
                 self._write_obs(a.final_obs, k, obs)
                 info = self._take_mask(a.final_action_mask, k, info)
-                obs, reset_info = self._reset_one(k, None)
-                reset_info = self._take_mask(a.action_mask, k, reset_info)
-                if reset_info:
-                    info = {**info, "reset_info": reset_info}
+                if self.autoreset:
+                    obs, reset_info = self._planned_reset(k)
+                    reset_info = self._take_mask(a.action_mask, k, reset_info)
+                    if reset_info:
+                        info = {**info, "reset_info": reset_info}
+                elif a.action_mask is not None:
+                    a.action_mask[k] = a.final_action_mask[k]
             else:
                 info = self._take_mask(a.action_mask, k, info)
             self._write_obs(a.obs, k, obs)
@@ -275,7 +321,11 @@ class EnvRunner:
             error = reward_error(self.envs, self.offset, rewards, steps, actions)
             if error is not None:
                 raise error
-        a.reward[:], a.terminated[:], a.truncated[:] = rewards, terms, truncs
+        if rows is None:
+            a.reward[:], a.terminated[:], a.truncated[:] = rewards, terms, truncs
+        else:
+            a.reward[rows] = [rewards[k] for k in rows]
+            a.terminated[rows], a.truncated[rows] = [terms[k] for k in rows], [truncs[k] for k in rows]
         return infos
 
     def close(self) -> None:

@@ -18,6 +18,11 @@ the parent kills it) is respawned with fresh envs; each of its envs' episodes en
 with ``info["env_error"]`` and the last observation the parent saw as ``final_obs``. After
 ``max_restarts`` consecutive failures of the same worker, ``EnvFailure`` is raised.
 
+The id-keyed manager (envs/keyed.py) adds three rare commands, none on the array interface's path: PART
+(step some rows of a worker: a payload of one byte per row), RESET_ROWS (a pickled {row: (seed, options)})
+and CONFIG (autoreset on or off and the seed stride; a respawned worker gets the last one at start, but its
+envs restart unseeded and without their reset options).
+
 Workers die with the parent (PR_SET_PDEATHSIG on Linux, and EOF on their pipe elsewhere); the
 shared block is unlinked by ``close()`` or, if the parent is killed, by Python's resource tracker.
 """
@@ -43,13 +48,13 @@ from relayrl.envs import spaces
 from relayrl.envs.runner import EnvFailure, EnvRunner, StepArrays, last_error
 from relayrl.envs.shm import AttachedArrays, Layout, SharedArrays
 from relayrl.envs.masks import ActionMaskError, masked_factories
-from relayrl.envs.vector import EnvFactory, VectorEnv, given_masks, result_from
+from relayrl.envs.vector import EnvFactory, EnvRows, ResetParams, VectorEnv, given_masks, result_from
 from relayrl.errors import EnvError
 from relayrl.types import StepResult
 
-STEP, RESET, CLOSE = b"S", b"R", b"C"
-OK, INFO, FAIL, BAD_MASK, BAD_ENV = b"K", b"I", b"F", b"M", b"E"
-_WITH_PAYLOAD = (RESET, INFO, FAIL, BAD_MASK, BAD_ENV)
+STEP, RESET, CLOSE, PART, RESET_ROWS, CONFIG = b"S", b"R", b"C", b"P", b"r", b"G"
+OK, INFO, FAIL, BAD_MASK, BAD_ENV, BAD_RESET = b"K", b"I", b"F", b"M", b"E", b"B"
+_WITH_PAYLOAD = (RESET, PART, RESET_ROWS, CONFIG, INFO, FAIL, BAD_MASK, BAD_ENV, BAD_RESET)
 
 
 # Messages are one kind byte, plus a 4-byte length and a payload for the kinds that carry one, written
@@ -115,7 +120,7 @@ def _die_with_parent() -> None:
 
 
 def _worker_main(factories: list[EnvFactory], offset: int, shm_name: str, layout: Layout, conn: Connection,
-                 max_restarts: int, spin_s: float) -> None:
+                 max_restarts: int, spin_s: float, resets: dict[str, Any]) -> None:
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     shm = AttachedArrays(shm_name, layout)
@@ -125,6 +130,7 @@ def _worker_main(factories: list[EnvFactory], offset: int, shm_name: str, layout
     fd = conn.fileno()
     try:
         runner = EnvRunner(factories, arrays, offset=offset, max_restarts=max_restarts)
+        runner.configure(**resets)
         _send(fd, OK)
         poller = select.poll()
         poller.register(fd, select.POLLIN)
@@ -138,6 +144,16 @@ def _worker_main(factories: list[EnvFactory], offset: int, shm_name: str, layout
                 infos = runner.step()
             elif command == RESET:
                 infos = runner.reset(int(payload) if payload else None)
+            elif command == PART:
+                infos = runner.step(np.flatnonzero(np.frombuffer(payload, dtype=bool)).tolist())
+            elif command == RESET_ROWS:
+                infos, refused = runner.reset_rows(pickle.loads(payload))
+                if refused:  # bad input: its rows stay as they were, the others reset, the worker goes on
+                    _send(fd, BAD_RESET, pickle.dumps((infos, refused)))
+                    continue
+            elif command == CONFIG:
+                runner.configure(**pickle.loads(payload))
+                infos = {}
             else:
                 break
             if infos:
@@ -197,7 +213,7 @@ def _shutdown(workers: list[_Worker], shm: SharedArrays) -> None:
     shm.close()
 
 
-class SubprocVectorEnv(VectorEnv):
+class SubprocVectorEnv(VectorEnv, EnvRows):
     """Envs in ``workers`` processes; ``asynchronous=True`` makes ``recv`` return the ready subset.
 
     Args:
@@ -248,6 +264,8 @@ class SubprocVectorEnv(VectorEnv):
         self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._shm)
         self._pending: set[int] = set()  # workers stepping
         self._ready: list[int] = []  # workers whose envs wait for actions
+        self._stepping: dict[int, np.ndarray] = {}  # worker -> the env ids of its PART step (send_rows)
+        self._resets: dict[str, Any] = {"autoreset": True, "seed_stride": None}  # EnvRunner.configure's
         self._last_obs = [a.copy() for a in self.arrays.obs]
         try:
             for w in self._workers:
@@ -265,7 +283,7 @@ class SubprocVectorEnv(VectorEnv):
         w.process = self._ctx.Process(
             target=_worker_main, name=f"relayrl-env-{w.index}", daemon=True,
             args=(self._factories[w.rows], w.offset, self._shm.name, self._layout, child_conn, self.max_restarts,
-                  self.spin_us * 1e-6))
+                  self.spin_us * 1e-6, self._resets))
         try:
             w.process.start()
         except (pickle.PicklingError, AttributeError, TypeError) as exc:
@@ -329,6 +347,8 @@ class SubprocVectorEnv(VectorEnv):
             infos = pickle.loads(payload)
             self._counters["errors"] += sum("env_error" in info for info in infos.values())
             return "ok", infos
+        if kind == BAD_RESET:  # reset options an env refused: bad input, the worker goes on
+            return "bad_reset", pickle.loads(payload)
         text = payload.decode(errors="replace")
         self.close()
         if kind == BAD_MASK:  # bad input, not a failing env: the env's own message (exit code 2)
@@ -376,6 +396,7 @@ class SubprocVectorEnv(VectorEnv):
             if status != "ok":
                 self._recover(w, status)
         self._ready = [w.index for w in self._workers]
+        self._stepping.clear()
         for src, dst in zip(self.arrays.obs, self._last_obs):
             dst[:] = src
         return spaces.copy_batch(self.single_observation_space, self.arrays.obs)
@@ -432,24 +453,112 @@ class SubprocVectorEnv(VectorEnv):
                     w.failures = 0
                 else:
                     payload = self._recover(w, status)
+                    self._stepping.pop(index, None)  # every env of a restarted worker ended its episode
                 infos[index] = payload
                 self._pending.discard(index)
                 self._ready.append(index)
                 ready_envs += w.count
         self._ready.sort()
         done = sorted(infos)
-        env_ids = self._ids_of(done)
-        rows: Any = slice(None) if len(done) == len(self._workers) else env_ids
-        row_infos: list[dict] = [{} for _ in range(len(env_ids))]
-        position = 0
-        for index in done:
-            for row, info in infos[index].items():
-                row_infos[position + row] = info
-            position += self._workers[index].count
+        if self._stepping and any(index in self._stepping for index in done):
+            env_ids, row_infos = self._some_rows(done, infos)
+            rows: Any = env_ids
+        else:
+            env_ids = self._ids_of(done)
+            rows = slice(None) if len(done) == len(self._workers) else env_ids
+            row_infos = [{} for _ in range(len(env_ids))]
+            position = 0
+            for index in done:
+                for row, info in infos[index].items():
+                    row_infos[position + row] = info
+                position += self._workers[index].count
         result = result_from(self.arrays, self.single_observation_space, rows, env_ids, row_infos)
         for leaf, src in zip(self._last_obs, spaces.flatten(self.single_observation_space, result.obs)):
             leaf[rows] = src
         return result
+
+    def _some_rows(self, done: list[int], infos: dict[int, dict[int, dict]]) -> tuple[np.ndarray, list[dict]]:
+        """Env ids and infos of the workers ``done``, some of which stepped only some rows (send_rows)."""
+        parts = [self._stepping.pop(index, self._env_ids[index]) for index in done]
+        env_ids = np.concatenate(parts)
+        position = {int(env_id): k for k, env_id in enumerate(env_ids)}
+        row_infos: list[dict] = [{} for _ in range(len(env_ids))]
+        for index in done:
+            for row, info in infos[index].items():
+                row_infos[position[self._workers[index].offset + row]] = info
+        return env_ids, row_infos
+
+    # ---- EnvRows
+    def send_rows(self, env_ids: np.ndarray, actions: Any) -> None:
+        ids = np.asarray(env_ids, dtype=np.int64)
+        ready = self.ready_env_ids()
+        if not np.isin(ids, ready).all():
+            raise EnvError(f"envs {sorted(set(ids.tolist()) - set(ready.tolist()))} are still stepping: recv() "
+                           "their step before sending them actions")
+        self.arrays.actions[ids] = self._check_actions(actions, len(ids))
+        deadline = float("inf") if self.step_timeout is None else time.monotonic() + self.step_timeout
+        still_ready = []
+        for index in self._ready:
+            w = self._workers[index]
+            mine = ids[(ids >= w.offset) & (ids < w.offset + w.count)]
+            if not len(mine):
+                still_ready.append(index)
+                continue
+            w.deadline = deadline
+            if len(mine) == w.count:
+                _send(w.conn.fileno(), STEP)
+            else:
+                mask = np.zeros(w.count, dtype=bool)
+                mask[mine - w.offset] = True
+                _send(w.conn.fileno(), PART, mask.tobytes())
+                self._stepping[index] = mine
+            self._pending.add(index)
+        self._ready = still_ready
+
+    def reset_rows(self, params: ResetParams) -> tuple[Any, list[dict], dict[int, str]]:
+        by_worker: dict[int, dict[int, tuple]] = {}
+        for env_id, param in params.items():
+            w = self._worker_of(env_id)
+            if w.index in self._pending:
+                raise EnvError(f"env {env_id} is still stepping: recv() its step before resetting it")
+            by_worker.setdefault(w.index, {})[env_id - w.offset] = param
+        for index, rows in by_worker.items():
+            _send(self._workers[index].conn.fileno(), RESET_ROWS, pickle.dumps(rows))
+        found: dict[int, dict] = {}
+        refused: dict[int, str] = {}
+        for index in by_worker:  # every answer is read, so the pipes stay in step even when one refused
+            w = self._workers[index]
+            status, payload = self._await(w, self.reset_timeout)
+            if status == "bad_reset":
+                payload, worker_refused = payload
+                refused.update({w.offset + row: text for row, text in worker_refused.items()})
+            elif status != "ok":
+                self._recover(w, status)
+                continue
+            found.update({w.offset + row: info for row, info in payload.items()})
+        ids = np.fromiter(params, dtype=np.int64, count=len(params))
+        for src, dst in zip(self.arrays.obs, self._last_obs):  # (refused rows are as they were)
+            dst[ids] = src[ids]
+        obs = spaces.copy_batch(self.single_observation_space, self.arrays.obs, ids)
+        return obs, [found.get(k, {}) for k in params], refused
+
+    def configure_resets(self, autoreset: bool, seed_stride: int | None = None) -> None:
+        self._drain()
+        self._ready = [w.index for w in self._workers]
+        self._stepping.clear()
+        self._resets = {"autoreset": autoreset, "seed_stride": seed_stride}
+        self.autoreset = autoreset
+        for w in self._workers:
+            _send(w.conn.fileno(), CONFIG, pickle.dumps(self._resets))
+        for w in self._workers:
+            status, _ = self._await(w, self.reset_timeout)
+            if status != "ok":
+                self._recover(w, status)
+
+    def _worker_of(self, env_id: int) -> _Worker:
+        if not 0 <= env_id < self.num_envs:
+            raise EnvError(f"no env {env_id}: env ids go from 0 to {self.num_envs - 1}")
+        return next(w for w in self._workers if w.offset <= env_id < w.offset + w.count)
 
     @property
     def stats(self) -> dict[str, int]:

@@ -7,6 +7,7 @@ envs/native.py); ``make_vec`` (envs/managers.py) picks and builds one.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any
 
 import gymnasium as gym
@@ -72,6 +73,37 @@ class VectorEnv:
         return check_actions(self._action_spec, actions, count)
 
 
+ResetParams = dict[int, tuple["int | None", "dict | None"]]  # env id -> (seed, Gymnasium reset options)
+
+
+class EnvRows(ABC):
+    """Managers whose envs can be stepped, reset and configured one by one (sync, subproc, async): what the
+    id-keyed manager (envs/keyed.py) builds on, beside the array interface of VectorEnv."""
+
+    autoreset: bool = True
+
+    @abstractmethod
+    def ready_env_ids(self) -> np.ndarray:
+        """Env ids whose actions the next ``send`` / ``send_rows`` takes (async: those not stepping)."""
+
+    @abstractmethod
+    def send_rows(self, env_ids: np.ndarray, actions: Any) -> None:
+        """Step only ``env_ids`` (ready ones, ascending); the other envs' rows stay as they were. ``recv``
+        then returns those that stepped."""
+
+    @abstractmethod
+    def reset_rows(self, params: ResetParams) -> tuple[Any, list[dict], dict[int, str]]:
+        """Reset each env of ``params`` with its ``(seed, options)`` (None: its planned seed, its last options);
+        returns their observations (a batch, rows in the order of ``params``), reset infos, and the env ids whose
+        env refused its options with the message naming it (those envs stay as they were, the others reset)."""
+
+    @abstractmethod
+    def configure_resets(self, autoreset: bool, seed_stride: int | None = None) -> None:
+        """Whether a finished env resets on the step that ends it (False: its obs row is its final
+        observation until ``reset_rows``), and the seed of each later reset: the env's last seed plus
+        ``seed_stride`` (None: unseeded, the env's own random stream goes on)."""
+
+
 class ActionSpec:
     """What ``check_actions`` needs of an action space, computed once."""
 
@@ -133,7 +165,7 @@ def given_masks(arrays: StepArrays, rows: Any = slice(None)) -> bool:
     return arrays.mask_given is not None and bool(arrays.mask_given[rows].any())
 
 
-class SyncVectorEnv(VectorEnv):
+class SyncVectorEnv(VectorEnv, EnvRows):
     """All envs in this process, stepped in order, results in preallocated arrays."""
 
     def __init__(self, factories: list[EnvFactory], max_restarts: int = 3):
@@ -148,6 +180,7 @@ class SyncVectorEnv(VectorEnv):
         self.runner = EnvRunner(factories, self.arrays, max_restarts=max_restarts)
         self._env_ids = np.arange(self.num_envs)
         self._pending = False
+        self._rows: list[int] | None = None  # the envs send_rows chose (None: every env)
 
     @property
     def envs(self) -> list[gym.Env]:
@@ -163,15 +196,38 @@ class SyncVectorEnv(VectorEnv):
 
     def send(self, actions: np.ndarray) -> None:
         self.arrays.actions[:] = self._check_actions(actions, self.num_envs)
-        self._pending = True
+        self._pending, self._rows = True, None
 
     def recv(self) -> StepResult:
         if not self._pending:
             raise EnvError("recv() called without a pending send(actions)")
         self._pending = False
-        found = self.runner.step()
+        rows = self._rows
+        found = self.runner.step(rows)
+        if rows is not None:
+            ids = np.asarray(rows, dtype=np.int64)
+            return result_from(self.arrays, self.single_observation_space, ids, ids, [found.get(k, {}) for k in rows])
         infos = [found.get(k, {}) for k in range(self.num_envs)]
         return result_from(self.arrays, self.single_observation_space, slice(None), self._env_ids, infos)
+
+    # ---- EnvRows
+    def ready_env_ids(self) -> np.ndarray:
+        return self._env_ids
+
+    def send_rows(self, env_ids: np.ndarray, actions: Any) -> None:
+        ids = np.asarray(env_ids, dtype=np.int64)
+        self.arrays.actions[ids] = self._check_actions(actions, len(ids))
+        self._pending, self._rows = True, ids.tolist()
+
+    def reset_rows(self, params: ResetParams) -> tuple[Any, list[dict], dict[int, str]]:
+        found, refused = self.runner.reset_rows(params)
+        ids = np.fromiter(params, dtype=np.int64, count=len(params))
+        obs = spaces.copy_batch(self.single_observation_space, self.arrays.obs, ids)
+        return obs, [found.get(k, {}) for k in params], refused
+
+    def configure_resets(self, autoreset: bool, seed_stride: int | None = None) -> None:
+        self.autoreset = autoreset
+        self.runner.configure(autoreset, seed_stride)
 
     @property
     def stats(self) -> dict[str, int]:

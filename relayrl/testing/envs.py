@@ -25,6 +25,9 @@ Registered ids (``import relayrl.testing.envs`` registers them):
 - ``relayrl-test/NoisyPendulum-v0``: Pendulum-v1 with a Dict observation: ``obs``, its [cos, sin, thetadot]
   plus Gaussian noise of sd ``noise`` times each component's bound (1, 1, 8), and ``state``, the clean
   observation (privileged critic inputs: ``ppo.critic_only_keys: [state]``); ``privileged=False``: ``obs`` only.
+- ``relayrl-test/Start-v0``: an env whose reset reads ``options["start"]``: observation [position, start];
+  each step moves the position by one; the episode ends after ``length`` steps. Any other options key makes
+  reset raise TypeError, as a keyword argument the env does not take would.
 """
 
 from __future__ import annotations
@@ -326,6 +329,29 @@ class MistakenEnv(gym.Env):
         return obs, reward, False, self.t >= 20, {}
 
 
+class StartEnv(gym.Env):
+    """Reset options reach the env: ``options["start"]`` is where the episode starts (module docstring)."""
+
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, length: int = 3):
+        self.length, self.start, self.t = length, 0.0, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        options = dict(options or {})
+        self.start = float(options.pop("start", 0.0))
+        if options:
+            raise TypeError(f"StartEnv.reset() got an unexpected option {sorted(options)[0]!r}")
+        self.t = 0
+        return np.array([self.start, self.start], np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.array([self.start + self.t, self.start], np.float32), 1.0, self.t >= self.length, False, {}
+
+
 class MirrorCartPole(CartPoleEnv):
     """CartPole with roadrunner's mirror methods (module docstring); ``mistake`` breaks them for tests."""
 
@@ -352,7 +378,7 @@ for _id, _entry in (("relayrl-test/Faulty-v0", FaultyEnv), ("relayrl-test/NanRew
                     ("relayrl-test/SlowCartPole-v0", SlowCartPole), ("relayrl-test/SlowPendulum-v0", SlowPendulum),
                     ("relayrl-test/DtypeObs-v0", DtypeObsEnv),
                     ("relayrl-test/ImageBandit-v0", ImageBandit), ("relayrl-test/DictBandit-v0", DictBandit),
-                    ("relayrl-test/NoisyPendulum-v0", NoisyPendulum)):
+                    ("relayrl-test/NoisyPendulum-v0", NoisyPendulum), ("relayrl-test/Start-v0", StartEnv)):
     if _id not in gym.registry:
         gym.register(_id, entry_point=_entry, disable_env_checker=True)
 if "relayrl-test/MirrorCartPole-v0" not in gym.registry:
