@@ -233,8 +233,9 @@ class OffPolicyPool(WorkerPool):
         for msg in msgs:
             self._filed = True
             self._accept(msg)
-            if not self._too_old(msg) and msg.batch:
-                self._kept.append(msg.batch)
+            if not self._too_old(msg) and msg.batch:  # (with the version that collected each row: staleness)
+                rows = len(next(iter(msg.batch.values())))
+                self._kept.append({**msg.batch, "version": np.full(rows, msg.version, np.int64)})
 
     def _take(self) -> tuple[Batch, int] | None:
         if not self._filed:
