@@ -109,8 +109,8 @@ class ReplayLoopConfig(AlgoConfig):
     """A rate limiter (Reverb's SampleToInsertRatio): sampled rows (updates x batch_size) per transition stored,
     kept within +- spi_tolerance by making the faster side wait (the learner runs no update past the bound; the
     collectors stop being taken from, so workers block). Replaces updates_per_step and
-    max_training_steps_per_env_step (setting either beside it is refused); null: no limiter (docs/usage.md,
-    "Rate limiter")."""
+    max_training_steps_per_env_step (either one changed from the algorithm's default beside it is refused); null:
+    no limiter (docs/usage.md, "Rate limiter")."""
     spi_tolerance: float = 0.1
     """With samples_per_insert: the relative slack, as an error buffer of spi_tolerance x samples_per_insert x
     start_training sampled rows either side of samples_per_insert x inserts (Acme's tolerance rate); it must hold
@@ -149,8 +149,8 @@ class ReplayLoopConfig(AlgoConfig):
 
     def _check_limiter(self, name: str) -> None:
         """samples_per_insert: bounds that can be met, and no schedule option that contradicts it."""
-        for option in ("updates_per_step", "max_training_steps_per_env_step"):
-            if option in self.model_fields_set:
+        for option in ("updates_per_step", "max_training_steps_per_env_step"):  # (changed from the algorithm's
+            if getattr(self, option) != type(self).model_fields[option].default:  # default: configs are re-validated)
                 raise ConfigError(f"{name}.samples_per_insert={self.samples_per_insert:g} sets the update schedule "
                                   f"(updates run as the limiter allows), and {name}.{option}="
                                   f"{getattr(self, option)} sets it too: drop {name}.{option} (samples_per_insert "

@@ -84,6 +84,7 @@ class ReplayRounds(Rounds[UpdatesDue]):
             cfg.samples_per_insert, cfg.spi_tolerance, cfg.transitions_before_learning(), cfg.batch_size, name)
         self._updates_seen = 0  # learning.updates at the last gather (the limiter counts what ran since)
         self._due = 0  # updates the last gather handed the learner
+        self._updates_handed = 0  # learning.updates then
         self._held: Batch | None = None  # rows taken from the source that the limiter has not let in yet
         self.buffer: Replay = (self._service(cfg, seed, total_steps, layout) if cfg.replay_shards
                                else self._memory(cfg, seed) if cfg.replay is not None
@@ -220,28 +221,30 @@ class ReplayRounds(Rounds[UpdatesDue]):
         self._updates_seen = self.learning.updates
 
     def _limited(self, env_steps: int) -> tuple[UpdatesDue, int]:
-        """``gather`` under the rate limiter: store what the bound allows of what the source has given (the
-        rest is held: the insert side waits), take from the source only when nothing is held (so the local
-        collector collects less, and rollout workers block once the transport's bound is full), then hand
-        the learner the updates the limiter allows (none: the learner waits)."""
-        limiter, ran = self.limiter, self.learning.updates - self._updates_seen
+        """``gather`` under the rate limiter: store what the bound allows of the rows held from earlier rounds
+        (the insert side waits while any are held); take from the source only when none are (so the local
+        collector collects less, and rollout workers block once the transport's bound is full), the learner
+        waiting if no update is allowed meanwhile; then hand the learner the updates the limiter allows."""
+        limiter, ran = self.limiter, self.learning.updates - self._updates_handed
         self._count_samples()
-        steps = 0
-        if self._held is None:
-            batch, steps = self.samples.pull()
-            self._held = batch or None
         # (a round that could run none of its updates: everything was evicted, max_use/max_staleness; only
         # new transitions help, so they are stored whatever the limiter says)
-        self._insert_held(everything=self._due > 0 and ran == 0)
+        everything = self._due > 0 and ran == 0
+        self._insert_held(everything)
+        steps = 0
+        if self._held is None:
+            if (limiter.updates_allowed(self.cfg.batch_size) == 0
+                    and len(self.buffer) >= self.cfg.transitions_before_learning()):
+                limiter.wait("learner", time.monotonic())  # (until the source's next rows allow an update)
+            batch, steps = self.samples.pull()
+            self._held = batch or None
+            self._insert_held(everything)
         due = limiter.updates_allowed(self.cfg.batch_size)
-        now = time.monotonic()
-        if due == 0 and len(self.buffer) >= self.cfg.transitions_before_learning():
-            limiter.wait("learner", now)
-        elif due:
-            limiter.resume("learner", now)
+        if due:
+            limiter.resume("learner", time.monotonic())
         if self.steps_at_start is None and due:
             self.steps_at_start = env_steps + steps
-        self._due = due
+        self._due, self._updates_handed = due, self.learning.updates
         return UpdatesDue(due), steps
 
     def _insert_held(self, everything: bool = False) -> None:
@@ -288,7 +291,7 @@ class ReplayRounds(Rounds[UpdatesDue]):
             self.buffer.load(folder / REPLAY_FILE)
         start = int(state.get("steps_at_start", -1))
         self.steps_at_start = None if start < 0 else start
-        self.learning.updates = self._updates_seen = int(state.get("replay_updates", 0))
+        self.learning.updates = self._updates_seen = self._updates_handed = int(state.get("replay_updates", 0))
         if self.limiter is not None:
             self.limiter.restore(state.get("limiter", {}))
 

@@ -64,6 +64,15 @@ def test_off_policy_pool_counts_env_steps_and_policy_lag():
     assert pool.poll() == ({}, 0)  # nothing arrived: returns at once
 
 
+def test_off_policy_rows_carry_the_version_of_the_policy_that_collected_them():
+    """The replay's staleness counts from the collecting version (max_staleness), so each row says it."""
+    pool = OffPolicyPool(ScriptedBackend([chunk(0, 0, 1.0), chunk(1, 2, 2.0, steps=2)]))
+    pool.publish({"w": np.zeros(1)}, 3)
+    batch, _ = pool.pull()
+    more, _ = pool.poll()
+    assert batch["version"].tolist() == [0, 0, 0] and more["version"].tolist() == [2, 2]
+
+
 def test_chunks_beyond_max_lag_are_dropped_but_their_steps_count():
     backend = ScriptedBackend([chunk(0, 1, 1.0), chunk(1, 4, 2.0), chunk(0, 5, 3.0)])
     pool = AsyncOnPolicyPool(backend, max_lag=1)

@@ -167,3 +167,25 @@ def test_sampled_staleness_is_reported_from_the_collecting_version():
         metrics = rounds.learning.learn(due) or metrics
     assert algo.seen and all((v <= algo.policy.version - 1).all() for v in algo.seen)
     assert metrics["replay/sampled_staleness_max"] >= metrics["replay/sampled_staleness_mean"] >= 1.0
+
+
+def test_with_max_use_the_limiter_never_stalls_a_round_that_evicted_everything():
+    """max_use=1 evicts every sampled row: a round whose updates found nothing left takes new rows whatever
+    the limiter says (else neither side would move again)."""
+    rounds, source, learner = _limited(64, max_use=1)
+    _run(rounds, learner, 100)
+    assert learner.ctx.updates > 20 and source.pulls > 10
+
+
+def test_the_cli_refuses_a_limiter_that_cannot_be_met_in_one_line_with_exit_2(tmp_path, capsys, monkeypatch):
+    from relayrl.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    code = main(["train", "dqn", "--env", "CartPole-v1", "--set", "dqn.samples_per_insert=1", "--set",
+                 "dqn.batch_size=64", "--set", "dqn.start_training=100", "--run-dir", "run", "--quiet",
+                 "--no-tensorboard"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = [line for line in err.splitlines() if "error" in line]
+    assert len(lines) == 1 and "dqn.spi_tolerance to at least 0.325" in lines[0] and "Traceback" not in err
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
