@@ -93,8 +93,8 @@ class ReplayLoopConfig(AlgoConfig):
     """Evict a transition once it has been sampled this many times (Reverb's max_times_sampled; null:
     never). Bounds how often a fast learner reuses slow collectors' data."""
     max_staleness: int | None = Field(None, ge=1)
-    """Evict a transition once the learner's policy is this many versions (updates) past the one it had
-    when the transition entered the buffer (null: never)."""
+    """Evict a transition once the learner's policy is this many versions (updates) past the one that
+    collected it (a worker's chunk's version; the local collector's: the learner's at collection; null: never)."""
     vector_n_step: ClassVar[int] = 1
     """What ``n_step: null`` means on vector envs (an algorithm's config may set it)."""
 
