@@ -9,9 +9,10 @@ n-step accumulator), then runs the updates that are due:
   pauses when it gets ahead of collection (what keeps real-time workers and the learner in balance).
 
 With ``samples_per_insert`` set, a ``RateLimiter`` (data/replay/ratelimit.py) replaces that schedule:
-the updates due are those the limiter allows (the learner waits when none are), and while the limiter
-holds inserts back the round takes nothing from the sample source (the local collector collects
-nothing that round; rollout workers block once their chunks in transit fill the transport's bound).
+the updates due are those the limiter allows (the learner waits when none are); rows past the bound are
+held here and stored as updates make room, and while any are held the round takes nothing from the
+sample source (the local collector collects less; rollout workers block once their chunks in transit fill
+the transport's bound). Held rows are not checkpointed: at most one pull's, lost on a resume.
 
 ``ReplayRounds.gather`` returns the updates to run (``UpdatesDue``); ``ReplayUpdates.learn`` runs them
 from the buffer, so the Learner and its hooks drive off-policy algorithms exactly like PPO. The
@@ -20,10 +21,9 @@ local collector, ``OffPolicyCollector``, is in training/collector.py with the on
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any, Callable
-
-import time
 
 import gymnasium as gym
 import numpy as np

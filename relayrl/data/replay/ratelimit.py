@@ -54,7 +54,8 @@ def limiter_bounds_problem(samples_per_insert: float, tolerance: float, min_size
     if min_size > 0:
         fixes.append(f"raise {name}.spi_tolerance to at least {_up(need / (2 * samples_per_insert * min_size))}")
     if tolerance > 0:
-        fixes.append(f"raise {name}.start_training to at least {math.ceil(need / (2 * samples_per_insert * tolerance))}")
+        start = math.ceil(need / (2 * samples_per_insert * tolerance))
+        fixes.append(f"raise {name}.start_training to at least {start}")
     if 2 * error_buffer - samples_per_insert >= 1:
         fixes.append(f"lower {name}.batch_size to at most {math.floor(2 * error_buffer - samples_per_insert)}")
     if not fixes:
@@ -62,12 +63,15 @@ def limiter_bounds_problem(samples_per_insert: float, tolerance: float, min_size
     return (f"{name}.samples_per_insert={samples_per_insert:g} with {name}.spi_tolerance={tolerance:g} and "
             f"{name}.start_training={min_size} lets the sampled rows stray only {error_buffer:g} either side of "
             f"samples_per_insert x inserts (spi_tolerance x samples_per_insert x start_training), less than half of "
-            f"one update's {batch} rows ({name}.batch_size) plus one insert's {samples_per_insert:g}: the learner and the collectors could each wait for the "
-            f"other forever: " + ", or ".join(fixes))
+            f"one update's {batch} rows ({name}.batch_size) plus one insert's {samples_per_insert:g}: the learner "
+            f"and the collectors could each wait for the other forever: " + ", or ".join(fixes))
 
 
 @dataclass
 class RateLimiter:
+    """The bound and its counters (module docstring); ``waits``/``wait_s``: per side, how often and how long it
+    was held back."""
+
     samples_per_insert: float
     min_size: int  # transitions inserted before the learner samples at all (start_training)
     error_buffer: float  # samples either side of samples_per_insert x (inserted - min_size)

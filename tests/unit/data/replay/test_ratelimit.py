@@ -41,7 +41,8 @@ def test_the_diff_stays_within_the_error_buffer_and_one_insert_above_it(insert_r
 def test_nothing_is_sampled_before_min_size_and_inserts_are_never_held_back_then():
     limiter = RateLimiter.from_tolerance(1.0, 0.5, min_size=50, batch=32)
     limiter.insert(49)
-    assert limiter.updates_allowed(32) == 0 and limiter.insertable(100) == (50 - 49) + 25  # up to min_size, and the buffer past it
+    assert limiter.updates_allowed(32) == 0
+    assert limiter.insertable(100) == (50 - 49) + 25  # up to min_size, and the error buffer past it
     limiter.insert(1)
     assert limiter.updates_allowed(32) == 0  # diff 0 + error buffer 25 < one update's 32 rows
     limiter.insert(7)
