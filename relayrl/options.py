@@ -108,7 +108,8 @@ class ReplayLoopConfig(AlgoConfig):
     samples_per_insert: float | None = None
     """A rate limiter (Reverb's SampleToInsertRatio): sampled rows (updates x batch_size) per transition stored,
     kept within +- spi_tolerance by making the faster side wait (the learner runs no update past the bound; the
-    collectors stop being taken from, so workers block). Replaces updates_per_step and
+    collectors stop being taken from, or with replay_shards the shards stop taking inserts, so workers block).
+    Replaces updates_per_step and
     max_training_steps_per_env_step (either one changed from the algorithm's default beside it is refused); null:
     no limiter (docs/usage.md, "Rate limiter")."""
     spi_tolerance: float = 0.1
@@ -157,12 +158,8 @@ class ReplayLoopConfig(AlgoConfig):
                                   f"{self.samples_per_insert:g} means {self.samples_per_insert / self.batch_size:.3g}"
                                   f" updates per transition at batch_size {self.batch_size}) or "
                                   f"{name}.samples_per_insert")
-        if self.replay_shards:
-            raise ConfigError(f"{name}.samples_per_insert is not supported with {name}.replay_shards > 0 yet (the "
-                              f"shards would have to hold back the workers' inserts): set {name}.replay_shards=0 to "
-                              f"keep the replay in the learner, or drop {name}.samples_per_insert")
         problem = limiter_bounds_problem(self.samples_per_insert, self.spi_tolerance,
-                                         self.transitions_before_learning(), self.batch_size, name)
+                                         self.transitions_before_learning(), self.batch_size, name, self.replay_shards)
         if problem:
             raise ConfigError(problem)
 

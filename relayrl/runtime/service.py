@@ -286,6 +286,9 @@ class ReplayService(Replay):
         """Rows inserted into the shards by others (node proxies), which the shards may not have reported yet."""
         self.noted += rows
 
+    def inserted_elsewhere(self) -> int:
+        return self.noted
+
     def __len__(self) -> int:
         """Items held: as the shards last reported (heartbeats, answers), plus the inserts noted since
         that the shards had not yet counted, up to the capacity."""
@@ -303,7 +306,8 @@ class ReplayService(Replay):
                "replay/early_requests": total("early_requests"), "replay/priority_skipped": total("priority_skipped"),
                "replay/shard_restarts": float(self.restarts), "replay/lost_items": float(self.lost_items),
                "replay/lost_chunks": float(self.lost_chunks),
-               "replay/evicted": total("evicted")}
+               "replay/evicted": total("evicted"),
+               "replay/insert_waits": total("insert_waits"), "replay/insert_wait_s": total("insert_wait_s")}
         inserted = out["replay/inserted"]
         out["replay/samples_per_insert"] = self.sampled / inserted if inserted else 0.0  # (updates_per_step x batch)
         for k, counters in enumerate(self._counters):

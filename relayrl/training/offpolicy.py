@@ -81,7 +81,8 @@ class ReplayRounds(Rounds[UpdatesDue]):
         self.algo, self.cfg, self.total_steps, self.name = algo, cfg, total_steps, name
         self.samples = samples
         self.limiter = None if cfg.samples_per_insert is None else RateLimiter.from_tolerance(
-            cfg.samples_per_insert, cfg.spi_tolerance, cfg.transitions_before_learning(), cfg.batch_size, name)
+            cfg.samples_per_insert, cfg.spi_tolerance, cfg.transitions_before_learning(), cfg.batch_size, name,
+            cfg.replay_shards)
         self._updates_seen = 0  # learning.updates at the last gather (the limiter counts what ran since)
         self._due = 0  # updates the last gather handed the learner
         self._updates_handed = 0  # learning.updates then
@@ -154,7 +155,9 @@ class ReplayRounds(Rounds[UpdatesDue]):
         """The replay shards the sample source's collectors insert into (the replay service)."""
         service = self.samples.replay_service(ReplaySpec(
             cfg.replay_shards, cfg.buffer_size, cfg.batch_size, cfg.prioritized, cfg.priority_alpha, cfg.priority_beta,
-            max(1, total_steps), layout, cfg.max_use, seed, replay_columns(self.algo.policy)))
+            max(1, total_steps), layout, cfg.max_use, seed, replay_columns(self.algo.policy),
+            cfg.samples_per_insert, cfg.transitions_before_learning(),
+            0.0 if self.limiter is None else self.limiter.error_buffer))
         if service is None:
             raise ConfigError(f"replay_shards={cfg.replay_shards} runs the replay as shards on Ray or in local "
                               "processes, which this experience source cannot feed: train with rollout workers "
@@ -227,6 +230,7 @@ class ReplayRounds(Rounds[UpdatesDue]):
         waiting if no update is allowed meanwhile; then hand the learner the updates the limiter allows."""
         limiter, ran = self.limiter, self.learning.updates - self._updates_handed
         self._count_samples()
+        self._count_inserted_elsewhere()
         # (a round that could run none of its updates: everything was evicted, max_use/max_staleness; only
         # new transitions help, so they are stored whatever the limiter says)
         everything = self._due > 0 and ran == 0
@@ -239,6 +243,7 @@ class ReplayRounds(Rounds[UpdatesDue]):
             batch, steps = self.samples.pull()
             self._held = batch or None
             self._insert_held(everything)
+            self._count_inserted_elsewhere()
         due = limiter.updates_allowed(self.cfg.batch_size)
         if due:
             limiter.resume("learner", time.monotonic())
@@ -246,6 +251,12 @@ class ReplayRounds(Rounds[UpdatesDue]):
             self.steps_at_start = env_steps + steps
         self._due, self._updates_handed = due, self.learning.updates
         return UpdatesDue(due), steps
+
+    def _count_inserted_elsewhere(self) -> None:
+        """Replay shards: the rows the workers inserted into them (held back at the shards, not here)."""
+        inserted = self.buffer.inserted_elsewhere()
+        if inserted is not None:
+            self.limiter.inserted = inserted
 
     def _insert_held(self, everything: bool = False) -> None:
         """Store the held rows as far as the limiter allows (all of them with ``everything``)."""
@@ -267,6 +278,10 @@ class ReplayRounds(Rounds[UpdatesDue]):
         if self.limiter is not None:
             self._count_samples()
             out.update(self.limiter.stats(time.monotonic()))
+            if self.cfg.replay_shards:  # (the insert side waits at the shards)
+                shards = self.buffer.stats()
+                out["limiter/insert_waits"] = shards["replay/insert_waits"]
+                out["limiter/insert_wait_s"] = shards["replay/insert_wait_s"]
         return out
 
     def steps_received_while_learning(self) -> int:

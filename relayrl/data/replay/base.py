@@ -32,6 +32,9 @@ class ReplaySpec:
     max_use: int | None = None
     seed: int = 0
     columns: tuple[tuple[str, str, tuple[int, ...]], ...] = ()  # (name, dtype, row shape) every chunk must have
+    samples_per_insert: float | None = None  # the rate limiter (data/replay/ratelimit.py), shared over the shards:
+    spi_min_size: int = 0  # its min_size
+    spi_error_buffer: float = 0.0  # and error buffer, over every shard together
 
 
 class Replay(ABC):
@@ -70,6 +73,11 @@ class Replay(ABC):
     def stats(self) -> dict[str, float]:
         """``replay/...`` metrics."""
         return {}
+
+    def inserted_elsewhere(self) -> int | None:
+        """Rows stored past ``add`` so far (a replay service: the workers insert into its shards), for the rate
+        limiter; None for a replay that sees every row in ``add``."""
+        return None
 
     def save(self, path: str | Path) -> Any:
         """Write what a resume needs at (or beside) ``path`` (by default nothing: a resume starts empty)."""

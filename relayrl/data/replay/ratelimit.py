@@ -39,15 +39,16 @@ SIDES = ("learner", "insert")
 
 
 def limiter_bounds_problem(samples_per_insert: float, tolerance: float, min_size: int, batch: int,
-                           name: str = "algo") -> str:
+                           name: str = "algo", shards: int = 1) -> str:
     """'' when the bounds can be met one update at a time, else what is wrong and the fix (for a ConfigError);
-    ``name``: the algorithm's config section."""
+    ``name``: the algorithm's config section; ``shards``: replay shards sharing the bound (each holds inserts
+    back on its own share, so each needs room for one row)."""
     if samples_per_insert <= 0:
         return f"{name}.samples_per_insert={samples_per_insert} must be > 0 (sampled rows per transition inserted)"
     if tolerance < 0:
         return f"{name}.spi_tolerance={tolerance} must be >= 0 (the relative slack around samples_per_insert)"
     error_buffer = tolerance * samples_per_insert * min_size
-    need = batch + samples_per_insert  # rows either side must leave room for: one update and one insert
+    need = batch + max(1, shards) * samples_per_insert  # room for one update and one row at every shard
     if 2 * error_buffer >= need:
         return ""
     fixes = []
@@ -63,7 +64,8 @@ def limiter_bounds_problem(samples_per_insert: float, tolerance: float, min_size
     return (f"{name}.samples_per_insert={samples_per_insert:g} with {name}.spi_tolerance={tolerance:g} and "
             f"{name}.start_training={min_size} lets the sampled rows stray only {error_buffer:g} either side of "
             f"samples_per_insert x inserts (spi_tolerance x samples_per_insert x start_training), less than half of "
-            f"one update's {batch} rows ({name}.batch_size) plus one insert's {samples_per_insert:g}: the learner "
+            f"one update's {batch} rows ({name}.batch_size) plus one insert's {samples_per_insert:g}"
+            + (f" at each of {shards} shards" if shards > 1 else "") + ": the learner "
             f"and the collectors could each wait for the other forever: " + ", or ".join(fixes))
 
 
@@ -83,9 +85,9 @@ class RateLimiter:
 
     @classmethod
     def from_tolerance(cls, samples_per_insert: float, tolerance: float, min_size: int, batch: int,
-                       name: str = "algo") -> RateLimiter:
+                       name: str = "algo", shards: int = 1) -> RateLimiter:
         """The limiter for ``samples_per_insert`` +- ``tolerance`` (relative); ConfigError if it can deadlock."""
-        problem = limiter_bounds_problem(samples_per_insert, tolerance, min_size, batch, name)
+        problem = limiter_bounds_problem(samples_per_insert, tolerance, min_size, batch, name, shards)
         if problem:
             raise ConfigError(problem)
         return cls(samples_per_insert, min_size, tolerance * samples_per_insert * min_size)

@@ -130,10 +130,12 @@ def test_samples_per_insert_with_a_schedule_option_is_refused_naming_both(option
     assert f"drop sac.{key}" in str(info.value) and info.value.exit_code == 2
 
 
-def test_samples_per_insert_with_replay_shards_is_refused():
-    cfg = ReplayLoopConfig(batch_size=32, start_training=1000, samples_per_insert=1.0, replay_shards=2)
-    with pytest.raises(ConfigError, match="sac.samples_per_insert.*sac.replay_shards"):
-        cfg.check("sac")
+def test_with_replay_shards_the_bound_leaves_room_for_a_row_at_every_shard():
+    """Each shard holds inserts back on its share: 2 E >= batch_size + shards x samples_per_insert."""
+    ok = dict(batch_size=32, start_training=1000, samples_per_insert=4.0, spi_tolerance=0.01)  # 2 E = 80
+    ReplayLoopConfig(**ok, replay_shards=12).check("sac")  # 32 + 12 x 4 = 80
+    with pytest.raises(ConfigError, match=r"at each of 13 shards.*sac.spi_tolerance to at least 0.0105"):
+        ReplayLoopConfig(**ok, replay_shards=13).check("sac")
 
 
 def test_bounds_that_would_deadlock_are_refused_by_the_config_check():
