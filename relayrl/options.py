@@ -139,9 +139,6 @@ class ReplayLoopConfig(AlgoConfig):
     def check(self, name: str) -> None:
         if self.samples_per_insert is not None:
             self._check_limiter(name)
-        if self.replay_shards and self.max_staleness is not None:
-            raise ConfigError(f"{name}.max_staleness is not supported with {name}.replay_shards > 0 (shards do not "
-                              f"know the learner's version): set {name}.max_staleness=null or {name}.replay_shards=0")
         if self.replay_shards and self.dataset is not None:
             raise ConfigError(f"{name}.dataset loads into the learner's replay, and {name}.replay_shards > 0 keeps the "
                               f"replay in shards: set {name}.replay_shards=0 to start from {self.dataset!r}")

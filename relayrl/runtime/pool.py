@@ -225,7 +225,8 @@ class OffPolicyPool(WorkerPool):
             self._check_limited_shards(spec)
         options = ShardOptions(capacity=-(-spec.capacity // spec.shards), sampler="prioritized" if spec.prioritized
                                else "uniform", alpha=spec.alpha, layout=spec.layout, max_use=spec.max_use, seed=spec.seed,
-                               columns=spec.columns, samples_per_insert=spec.samples_per_insert,
+                               columns=spec.columns, max_staleness=spec.max_staleness,
+                               samples_per_insert=spec.samples_per_insert,
                                spi_min_size=-(-spec.spi_min_size // spec.shards),
                                spi_error_buffer=spec.spi_error_buffer / spec.shards)
         # (under the limiter the learner samples one batch ahead, not prefetch x batches_per_request: what the
@@ -233,6 +234,7 @@ class OffPolicyPool(WorkerPool):
         self.service = self.backend.replay_service(options, spec.shards, batch_size=spec.batch_size,
                                                    prioritized=spec.prioritized, beta=spec.beta,
                                                    beta_steps=spec.beta_steps, seed=spec.seed,
+                                                   max_staleness=spec.max_staleness,
                                                    **({"prefetch": 1, "batches_per_request": 1} if limited else {}))
         return self.service
 

@@ -86,13 +86,17 @@ class Shards(ABC):
 class ReplayService(Replay):
     """The learner's replay when the replay runs as shards (module docstring)."""
 
-    max_staleness = None  # (refused with shards in the config's check)
-
     def __init__(self, shards: Shards, *, batch_size: int, prioritized: bool, beta: float = 0.4,
                  beta_steps: int = 100_000, prefetch: int = 2, batches_per_request: int = 8, heartbeat_s: float = 1.0,
                  timeout_s: float = 30.0,
-                 max_restarts: int = 10, seed: int = 0):
+                 max_restarts: int = 10, seed: int = 0, max_staleness: int | None = None):
+        """``max_staleness``: the shards' (ShardOptions), said here for the replay loop, which then passes the
+        learner's version to ``sample``; requests carry the version of when they are sent, so with prefetching
+        a shard judges staleness up to ``(prefetch + 1) x batches_per_request`` updates late (the requests in
+        flight and the batches in use)."""
         self.shards, self.num_shards = shards, shards.num_shards
+        self.max_staleness = max_staleness
+        self._version = 0  # the learner's, at its last sample (sent with the next requests)
         self.sampling = ShardedSampling(self.num_shards, prioritized, beta, beta_steps, seed)
         self.batch_size, self.prefetch, self.batches_per_request = batch_size, prefetch, batches_per_request
         self._ready: list[Batch] = []  # batches of the last answered request, not yet learned from
@@ -216,13 +220,16 @@ class ReplayService(Replay):
             return
         self._flush_priorities()  # before the shards sample again
         rid, self._next_request = self._next_request, self._next_request + 1
-        parts = [(k, self.shards.call(k, "sample", SampleBatch(rid, int(n)))) for k, n in enumerate(counts) if n > 0]
+        parts = [(k, self.shards.call(k, "sample", SampleBatch(rid, int(n), self._version)))
+                 for k, n in enumerate(counts) if n > 0]
         self._requests.append((rid, parts))
 
     def sample(self, n: int, version: int | None = None) -> Batch | None:
         """A batch of n items over every shard, or None when the shards hold nothing yet."""
         if n != self.batch_size:
             raise ValueError(f"this replay service samples batches of {self.batch_size}, not {n}")
+        if version is not None:
+            self._version = version
         if not self._ready:
             self._next_batches()
         if not self._ready:

@@ -48,6 +48,7 @@ class ShardOptions:
     seed: int = 0
     min_size: int = 1  # items held before a sample request is answered
     columns: tuple[tuple[str, str, tuple[int, ...]], ...] = ()  # (column, dtype, row shape) known in advance
+    max_staleness: int | None = None  # evict rows this many versions behind the version a sample request carries
     samples_per_insert: float | None = None  # this shard's share of the rate limiter (``accepts``): the ratio,
     spi_min_size: int = 0  # min_size / shards
     spi_error_buffer: float = 0.0  # error buffer / shards
@@ -74,7 +75,8 @@ class ReplayShard:
         self.shard_id, self.options = shard_id, options
         extra = {"alpha": options.alpha} if options.sampler == "prioritized" else {}
         self.buffer = ReplayBuffer(options.capacity, sampler=options.sampler, max_use=options.max_use,
-                                   seed=options.seed + 7919 * shard_id, layout=options.layout, **extra)
+                                   max_staleness=options.max_staleness, seed=options.seed + 7919 * shard_id,
+                                   layout=options.layout, **extra)
         self.known: Schema = {k: (np.dtype(d).str, tuple(s)) for k, d, s in options.columns}
         self.schema: Schema | None = None  # every column, from the first chunk stored
         self.snapshot_path = Path(snapshot_path) if snapshot_path else None
@@ -96,6 +98,8 @@ class ReplayShard:
         if not msg.batch:
             return 0
         batch = store_transitions(dict(msg.batch))
+        if self.options.max_staleness is not None and "version" not in batch:  # the version that collected them
+            batch["version"] = np.full(len(next(iter(batch.values()))), msg.version, np.int64)
         problem = (schema_problem(self.known, batch, partial=True) if self.schema is None
                    else schema_problem(self.schema, batch))
         if problem:
@@ -136,8 +140,9 @@ class ReplayShard:
             self.counters["early_requests"] += 1
             return self._answer(request, {}, f"replay shard {self.shard_id} holds {size} of the "
                                             f"{self.options.min_size} items it needs before sampling")
-        batch = self.buffer.sample(request.batch_size)
-        if batch is None:  # everything evicted (max_use)
+        batch = self.buffer.sample(request.batch_size,
+                                   version=request.version if self.options.max_staleness is not None else None)
+        if batch is None:  # everything evicted (max_use, max_staleness)
             self.counters["early_requests"] += 1
             return self._answer(request, {}, f"replay shard {self.shard_id} has nothing left to sample")
         batch.pop("weight")  # importance weights are the learner's to compute, over every shard

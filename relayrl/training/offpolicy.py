@@ -156,7 +156,7 @@ class ReplayRounds(Rounds[UpdatesDue]):
         service = self.samples.replay_service(ReplaySpec(
             cfg.replay_shards, cfg.buffer_size, cfg.batch_size, cfg.prioritized, cfg.priority_alpha, cfg.priority_beta,
             max(1, total_steps), layout, cfg.max_use, seed, replay_columns(self.algo.policy),
-            cfg.samples_per_insert, cfg.transitions_before_learning(),
+            cfg.max_staleness, cfg.samples_per_insert, cfg.transitions_before_learning(),
             0.0 if self.limiter is None else self.limiter.error_buffer))
         if service is None:
             raise ConfigError(f"replay_shards={cfg.replay_shards} runs the replay as shards on Ray or in local "

@@ -85,3 +85,26 @@ def test_a_slow_learner_makes_the_workers_wait_and_the_ratio_holds(tmp_path, sha
     # (the rows wait through the learner's rounds, 50 ms sleeps included; the learner only ever waits for
     # chunks that are ready to be read)
     assert last["limiter/insert_wait_s"] > last["limiter/learner_wait_s"]
+
+
+@pytest.mark.parametrize("shards", [0, 2])
+def test_max_staleness_evicts_by_the_collecting_version_in_the_learner_and_in_shards(tmp_path, shards):
+    """DQN on 2 mp workers with max_staleness 8: rows are evicted by the version that collected them, and the
+    sampled rows' staleness is reported: below 8 in the learner's replay; with shards, whose requests go out
+    ahead of the updates (2 requests of 8 batches in flight besides the 8 batches in use), up to 24 updates
+    later than that."""
+    config = build_config("dqn", None, [
+        "env.num_envs=2", "backend=mp", "workers=2", f"dqn.replay_shards={shards}", "dqn.batch_size=32",
+        "dqn.start_training=200", "dqn.max_staleness=8", "dqn.updates_per_step=1", "dqn.hidden_sizes=[16]",
+        "eval.freq=0", "eval.episodes=1", "eval.num_envs=1"], {"total_steps": 1500, "seed": 0})
+    pool = make_pool(config)
+    try:
+        summary = run_trainer(config, run_dir=tmp_path / "run", tensorboard=False, samples=pool, quiet=True)
+    finally:
+        pool.close()
+    rows = [row for row in read_metrics(tmp_path / "run") if "train/replay/sampled_staleness_max" in row]
+    assert summary["updates"] > 0 and rows
+    late = 0 if not shards else (2 + 1) * 8
+    assert max(row["train/replay/sampled_staleness_max"] for row in rows) <= 8 - 1 + late
+    assert all(row["train/replay/sampled_staleness_mean"] >= 0 for row in rows)
+    assert rows[-1]["train/replay/evicted"] > 0
