@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from relayrl.errors import ConfigError
+from relayrl.data.replay.ratelimit import limiter_bounds_problem
 
 
 class Section(BaseModel):
@@ -92,8 +93,8 @@ class ReplayLoopConfig(AlgoConfig):
     """Evict a transition once it has been sampled this many times (Reverb's max_times_sampled; null:
     never). Bounds how often a fast learner reuses slow collectors' data."""
     max_staleness: int | None = Field(None, ge=1)
-    """Evict a transition once the learner's policy is this many versions (updates) past the one it had
-    when the transition entered the buffer (null: never)."""
+    """Evict a transition once the learner's policy is this many versions (updates) past the one that
+    collected it (a worker's chunk's version; the local collector's: the learner's at collection; null: never)."""
     vector_n_step: ClassVar[int] = 1
     """What ``n_step: null`` means on vector envs (an algorithm's config may set it)."""
 
@@ -103,6 +104,18 @@ class ReplayLoopConfig(AlgoConfig):
         if self.n_step is not None:
             return self.n_step
         return 1 if agents else self.vector_n_step
+
+    samples_per_insert: float | None = None
+    """A rate limiter (Reverb's SampleToInsertRatio): sampled rows (updates x batch_size) per transition stored,
+    kept within +- spi_tolerance by making the faster side wait (the learner runs no update past the bound; the
+    collectors stop being taken from, or with replay_shards the shards stop taking inserts, so workers block).
+    Replaces updates_per_step and
+    max_training_steps_per_env_step (either one changed from the algorithm's default beside it is refused); null:
+    no limiter (docs/usage.md, "Rate limiter")."""
+    spi_tolerance: float = 0.1
+    """With samples_per_insert: the relative slack, as an error buffer of spi_tolerance x samples_per_insert x
+    start_training sampled rows either side of samples_per_insert x inserts (Acme's tolerance rate); it must hold
+    at least half of one update's batch_size rows, or the two sides could wait for each other forever."""
 
     replay_shards: int = Field(0, ge=0)
     """The replay service: 0 keeps the replay in the learner's process; N > 0 runs N replay shards as Ray
@@ -124,14 +137,28 @@ class ReplayLoopConfig(AlgoConfig):
         return max(self.start_training, self.batch_size)  # (a first minibatch needs batch_size transitions)
 
     def check(self, name: str) -> None:
-        if self.replay_shards and self.max_staleness is not None:
-            raise ConfigError(f"{name}.max_staleness is not supported with {name}.replay_shards > 0 (shards do not "
-                              f"know the learner's version): set {name}.max_staleness=null or {name}.replay_shards=0")
+        if self.samples_per_insert is not None:
+            self._check_limiter(name)
         if self.replay_shards and self.dataset is not None:
             raise ConfigError(f"{name}.dataset loads into the learner's replay, and {name}.replay_shards > 0 keeps the "
                               f"replay in shards: set {name}.replay_shards=0 to start from {self.dataset!r}")
         if self.replay is not None:
             self._check_own_memory(name)
+
+    def _check_limiter(self, name: str) -> None:
+        """samples_per_insert: bounds that can be met, and no schedule option that contradicts it."""
+        for option in ("updates_per_step", "max_training_steps_per_env_step"):  # (changed from the algorithm's
+            if getattr(self, option) != type(self).model_fields[option].default:  # default: configs are re-validated)
+                raise ConfigError(f"{name}.samples_per_insert={self.samples_per_insert:g} sets the update schedule "
+                                  f"(updates run as the limiter allows), and {name}.{option}="
+                                  f"{getattr(self, option)} sets it too: drop {name}.{option} (samples_per_insert "
+                                  f"{self.samples_per_insert:g} means {self.samples_per_insert / self.batch_size:.3g}"
+                                  f" updates per transition at batch_size {self.batch_size}) or "
+                                  f"{name}.samples_per_insert")
+        problem = limiter_bounds_problem(self.samples_per_insert, self.spi_tolerance,
+                                         self.transitions_before_learning(), self.batch_size, name, self.replay_shards)
+        if problem:
+            raise ConfigError(problem)
 
     def _check_own_memory(self, name: str) -> None:
         """What your own memory (``replay``) cannot be combined with: the built-in buffer's options."""

@@ -47,6 +47,7 @@ import numpy as np
 from relayrl.core import SampleSource
 from relayrl.data.replay import ReplaySpec
 from relayrl.envs.masks import allow_all_where_unmasked
+from relayrl.errors import ConfigError
 from relayrl.policy.normalizer import RunningMeanStd
 from relayrl.runtime.backends import Backend
 from relayrl.runtime.messages import InsertTransitions, LoadParams
@@ -219,13 +220,36 @@ class OffPolicyPool(WorkerPool):
     def replay_service(self, spec: ReplaySpec) -> ReplayService | None:
         if not self.backend.serves_replay:  # (inline and remote workers feed the learner's replay through pull)
             return None
+        limited = spec.samples_per_insert is not None
+        if limited:
+            self._check_limited_shards(spec)
         options = ShardOptions(capacity=-(-spec.capacity // spec.shards), sampler="prioritized" if spec.prioritized
                                else "uniform", alpha=spec.alpha, layout=spec.layout, max_use=spec.max_use, seed=spec.seed,
-                               columns=spec.columns)
+                               columns=spec.columns, max_staleness=spec.max_staleness,
+                               samples_per_insert=spec.samples_per_insert,
+                               spi_min_size=-(-spec.spi_min_size // spec.shards),
+                               spi_error_buffer=spec.spi_error_buffer / spec.shards)
+        # (under the limiter the learner samples one batch ahead, not prefetch x batches_per_request: what the
+        # shards have served and the learner not yet learned from is slack in the bound)
         self.service = self.backend.replay_service(options, spec.shards, batch_size=spec.batch_size,
                                                    prioritized=spec.prioritized, beta=spec.beta,
-                                                   beta_steps=spec.beta_steps, seed=spec.seed)
+                                                   beta_steps=spec.beta_steps, seed=spec.seed,
+                                                   max_staleness=spec.max_staleness,
+                                                   **({"prefetch": 1, "batches_per_request": 1} if limited else {}))
         return self.service
+
+    def _check_limited_shards(self, spec: ReplaySpec) -> None:
+        """The rate limiter over replay shards: a backend whose shards hold inserts back, every shard fed by a
+        worker (a shard without one could never let the learner on), and room for the shards' slack."""
+        backend = type(self.backend).__name__
+        if not self.backend.limits_inserts:
+            raise ConfigError(f"samples_per_insert with replay_shards > 0 needs shards that hold the workers' "
+                              f"inserts back, which {backend}'s do not (built for --backend mp): train with "
+                              "--backend mp, or set replay_shards=0 to keep the replay in the learner")
+        if spec.shards > self.backend.num_workers:
+            raise ConfigError(f"samples_per_insert with replay_shards={spec.shards} and {self.backend.num_workers} "
+                              "workers: a shard that no worker inserts into never reaches its share of the bound; "
+                              f"set replay_shards to at most {self.backend.num_workers}")
 
     def _file(self, msgs: list[InsertTransitions]) -> None:
         if self.service is not None:  # what the proxies inserted on the learner's behalf
@@ -233,8 +257,9 @@ class OffPolicyPool(WorkerPool):
         for msg in msgs:
             self._filed = True
             self._accept(msg)
-            if not self._too_old(msg) and msg.batch:
-                self._kept.append(msg.batch)
+            if not self._too_old(msg) and msg.batch:  # (with the version that collected each row: staleness)
+                rows = len(next(iter(msg.batch.values())))
+                self._kept.append({**msg.batch, "version": np.full(rows, msg.version, np.int64)})
 
     def _take(self) -> tuple[Batch, int] | None:
         if not self._filed:

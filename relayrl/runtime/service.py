@@ -86,13 +86,17 @@ class Shards(ABC):
 class ReplayService(Replay):
     """The learner's replay when the replay runs as shards (module docstring)."""
 
-    max_staleness = None  # (refused with shards in the config's check)
-
     def __init__(self, shards: Shards, *, batch_size: int, prioritized: bool, beta: float = 0.4,
                  beta_steps: int = 100_000, prefetch: int = 2, batches_per_request: int = 8, heartbeat_s: float = 1.0,
                  timeout_s: float = 30.0,
-                 max_restarts: int = 10, seed: int = 0):
+                 max_restarts: int = 10, seed: int = 0, max_staleness: int | None = None):
+        """``max_staleness``: the shards' (ShardOptions), said here for the replay loop, which then passes the
+        learner's version to ``sample``; requests carry the version of when they are sent, so with prefetching
+        a shard judges staleness up to ``(prefetch + 1) x batches_per_request`` updates late (the requests in
+        flight and the batches in use)."""
         self.shards, self.num_shards = shards, shards.num_shards
+        self.max_staleness = max_staleness
+        self._version = 0  # the learner's, at its last sample (sent with the next requests)
         self.sampling = ShardedSampling(self.num_shards, prioritized, beta, beta_steps, seed)
         self.batch_size, self.prefetch, self.batches_per_request = batch_size, prefetch, batches_per_request
         self._ready: list[Batch] = []  # batches of the last answered request, not yet learned from
@@ -216,13 +220,16 @@ class ReplayService(Replay):
             return
         self._flush_priorities()  # before the shards sample again
         rid, self._next_request = self._next_request, self._next_request + 1
-        parts = [(k, self.shards.call(k, "sample", SampleBatch(rid, int(n)))) for k, n in enumerate(counts) if n > 0]
+        parts = [(k, self.shards.call(k, "sample", SampleBatch(rid, int(n), self._version)))
+                 for k, n in enumerate(counts) if n > 0]
         self._requests.append((rid, parts))
 
     def sample(self, n: int, version: int | None = None) -> Batch | None:
         """A batch of n items over every shard, or None when the shards hold nothing yet."""
         if n != self.batch_size:
             raise ValueError(f"this replay service samples batches of {self.batch_size}, not {n}")
+        if version is not None:
+            self._version = version
         if not self._ready:
             self._next_batches()
         if not self._ready:
@@ -286,6 +293,9 @@ class ReplayService(Replay):
         """Rows inserted into the shards by others (node proxies), which the shards may not have reported yet."""
         self.noted += rows
 
+    def inserted_elsewhere(self) -> int:
+        return self.noted
+
     def __len__(self) -> int:
         """Items held: as the shards last reported (heartbeats, answers), plus the inserts noted since
         that the shards had not yet counted, up to the capacity."""
@@ -303,7 +313,8 @@ class ReplayService(Replay):
                "replay/early_requests": total("early_requests"), "replay/priority_skipped": total("priority_skipped"),
                "replay/shard_restarts": float(self.restarts), "replay/lost_items": float(self.lost_items),
                "replay/lost_chunks": float(self.lost_chunks),
-               "replay/evicted": total("evicted")}
+               "replay/evicted": total("evicted"),
+               "replay/insert_waits": total("insert_waits"), "replay/insert_wait_s": total("insert_wait_s")}
         inserted = out["replay/inserted"]
         out["replay/samples_per_insert"] = self.sampled / inserted if inserted else 0.0  # (updates_per_step x batch)
         for k, counters in enumerate(self._counters):

@@ -30,6 +30,7 @@ import numpy as np
 
 from relayrl.data.dtypes import store_transitions
 from relayrl.data.replay import ReplayBuffer
+from relayrl.data.replay.ratelimit import RateLimiter
 from relayrl.errors import CheckpointError
 from relayrl.runtime.messages import BatchTrainingData, Heartbeat, InsertTransitions, SampleBatch, Stop, UpdatePriority
 from relayrl.types import Batch
@@ -47,6 +48,10 @@ class ShardOptions:
     seed: int = 0
     min_size: int = 1  # items held before a sample request is answered
     columns: tuple[tuple[str, str, tuple[int, ...]], ...] = ()  # (column, dtype, row shape) known in advance
+    max_staleness: int | None = None  # evict rows this many versions behind the version a sample request carries
+    samples_per_insert: float | None = None  # this shard's share of the rate limiter (``accepts``): the ratio,
+    spi_min_size: int = 0  # min_size / shards
+    spi_error_buffer: float = 0.0  # error buffer / shards
 
 
 def schema_of(batch: Batch) -> Schema:
@@ -70,7 +75,8 @@ class ReplayShard:
         self.shard_id, self.options = shard_id, options
         extra = {"alpha": options.alpha} if options.sampler == "prioritized" else {}
         self.buffer = ReplayBuffer(options.capacity, sampler=options.sampler, max_use=options.max_use,
-                                   seed=options.seed + 7919 * shard_id, layout=options.layout, **extra)
+                                   max_staleness=options.max_staleness, seed=options.seed + 7919 * shard_id,
+                                   layout=options.layout, **extra)
         self.known: Schema = {k: (np.dtype(d).str, tuple(s)) for k, d, s in options.columns}
         self.schema: Schema | None = None  # every column, from the first chunk stored
         self.snapshot_path = Path(snapshot_path) if snapshot_path else None
@@ -78,6 +84,8 @@ class ReplayShard:
                          "early_requests": 0, "priority_updates": 0, "priority_skipped": 0, "snapshots": 0,
                          "restored": 0}
         self.refusals: list[str] = []  # reasons not yet collected (``take_refusals``)
+        self.limiter = (None if options.samples_per_insert is None else
+                        RateLimiter(options.samples_per_insert, options.spi_min_size, options.spi_error_buffer))
         if self.snapshot_path is not None and self.snapshot_path.is_file():
             try:
                 self.restore()
@@ -90,6 +98,8 @@ class ReplayShard:
         if not msg.batch:
             return 0
         batch = store_transitions(dict(msg.batch))
+        if self.options.max_staleness is not None and "version" not in batch:  # the version that collected them
+            batch["version"] = np.full(len(next(iter(batch.values()))), msg.version, np.int64)
         problem = (schema_problem(self.known, batch, partial=True) if self.schema is None
                    else schema_problem(self.schema, batch))
         if problem:
@@ -102,9 +112,21 @@ class ReplayShard:
             self.schema = schema_of(batch)
         self.buffer.add(batch)
         n = len(next(iter(batch.values())))
+        if self.limiter is not None:
+            self.limiter.insert(n)
         self.counters["inserted"] += n
         self.counters["chunks"] += 1
         return n
+
+    def accepts(self) -> bool:
+        """Whether the next chunk may be stored now under the rate limiter (always without one). A chunk is
+        stored whole: it may take this shard's diff past its error buffer by one chunk's rows. A shard that
+        does not accept leaves its chunks in its channel, so its workers block (counted: insert waits)."""
+        if self.limiter is None:
+            return True
+        ok = self.limiter.can_insert()
+        (self.limiter.resume if ok else self.limiter.wait)("insert", time.monotonic())
+        return ok
 
     def take_refusals(self) -> list[str]:
         out, self.refusals = self.refusals, []
@@ -118,13 +140,16 @@ class ReplayShard:
             self.counters["early_requests"] += 1
             return self._answer(request, {}, f"replay shard {self.shard_id} holds {size} of the "
                                             f"{self.options.min_size} items it needs before sampling")
-        batch = self.buffer.sample(request.batch_size)
-        if batch is None:  # everything evicted (max_use)
+        batch = self.buffer.sample(request.batch_size,
+                                   version=request.version if self.options.max_staleness is not None else None)
+        if batch is None:  # everything evicted (max_use, max_staleness)
             self.counters["early_requests"] += 1
             return self._answer(request, {}, f"replay shard {self.shard_id} has nothing left to sample")
         batch.pop("weight")  # importance weights are the learner's to compute, over every shard
         batch["mass"] = self._mass(batch["index"] % self.buffer.capacity)
         self.counters["sampled"] += request.batch_size
+        if self.limiter is not None:
+            self.limiter.sample(request.batch_size)
         return self._answer(request, batch)
 
     def _mass(self, rows: np.ndarray) -> np.ndarray:
@@ -158,6 +183,9 @@ class ReplayShard:
         counters = {**{k: float(v) for k, v in self.counters.items()}, "size": float(len(self.buffer)),
                     "capacity": float(self.buffer.capacity),
                     "total": total, "min_mass": smallest, "evicted": float(self.buffer.evicted)}
+        if self.limiter is not None:
+            waits = self.limiter.stats(time.monotonic())
+            counters["insert_waits"], counters["insert_wait_s"] = waits["limiter/insert_waits"], waits["limiter/insert_wait_s"]
         return Heartbeat("shard", self.shard_id, time.time(), counters)
 
     def beat(self) -> tuple[Heartbeat, list[str]]:

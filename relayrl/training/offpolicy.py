@@ -8,6 +8,12 @@ n-step accumulator), then runs the updates that are due:
 - never more than ``max_training_steps_per_env_step`` updates per env step overall: the learner
   pauses when it gets ahead of collection (what keeps real-time workers and the learner in balance).
 
+With ``samples_per_insert`` set, a ``RateLimiter`` (data/replay/ratelimit.py) replaces that schedule:
+the updates due are those the limiter allows (the learner waits when none are); rows past the bound are
+held here and stored as updates make room, and while any are held the round takes nothing from the
+sample source (the local collector collects less; rollout workers block once their chunks in transit fill
+the transport's bound). Held rows are not checkpointed: at most one pull's, lost on a resume.
+
 ``ReplayRounds.gather`` returns the updates to run (``UpdatesDue``); ``ReplayUpdates.learn`` runs them
 from the buffer, so the Learner and its hooks drive off-policy algorithms exactly like PPO. The
 local collector, ``OffPolicyCollector``, is in training/collector.py with the on-policy one.
@@ -15,6 +21,7 @@ local collector, ``OffPolicyCollector``, is in training/collector.py with the on
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -27,6 +34,7 @@ from relayrl.data.datasets import load_dataset
 from relayrl.data.dtypes import store_transitions, stored_dtype
 from relayrl.data.replay import REPLAY_FILE, Replay, ReplayBuffer, ReplaySpec, choose_layout
 from relayrl.data.replay.custom import build_memory, check_batch, probe_spaces, probe_transitions
+from relayrl.data.replay.ratelimit import RateLimiter
 from relayrl.errors import ConfigError
 from relayrl.options import ReplayLoopConfig
 from relayrl.training.rounds import Rounds, UpdatesDue
@@ -72,6 +80,13 @@ class ReplayRounds(Rounds[UpdatesDue]):
         ``replay_layout(observation_space)``); ``name``: the algorithm's config section, for messages."""
         self.algo, self.cfg, self.total_steps, self.name = algo, cfg, total_steps, name
         self.samples = samples
+        self.limiter = None if cfg.samples_per_insert is None else RateLimiter.from_tolerance(
+            cfg.samples_per_insert, cfg.spi_tolerance, cfg.transitions_before_learning(), cfg.batch_size, name,
+            cfg.replay_shards)
+        self._updates_seen = 0  # learning.updates at the last gather (the limiter counts what ran since)
+        self._due = 0  # updates the last gather handed the learner
+        self._updates_handed = 0  # learning.updates then
+        self._held: Batch | None = None  # rows taken from the source that the limiter has not let in yet
         self.buffer: Replay = (self._service(cfg, seed, total_steps, layout) if cfg.replay_shards
                                else self._memory(cfg, seed) if cfg.replay is not None
                                else self._buffer(cfg, seed, total_steps, layout))
@@ -140,7 +155,9 @@ class ReplayRounds(Rounds[UpdatesDue]):
         """The replay shards the sample source's collectors insert into (the replay service)."""
         service = self.samples.replay_service(ReplaySpec(
             cfg.replay_shards, cfg.buffer_size, cfg.batch_size, cfg.prioritized, cfg.priority_alpha, cfg.priority_beta,
-            max(1, total_steps), layout, cfg.max_use, seed, replay_columns(self.algo.policy)))
+            max(1, total_steps), layout, cfg.max_use, seed, replay_columns(self.algo.policy),
+            cfg.max_staleness, cfg.samples_per_insert, cfg.transitions_before_learning(),
+            0.0 if self.limiter is None else self.limiter.error_buffer))
         if service is None:
             raise ConfigError(f"replay_shards={cfg.replay_shards} runs the replay as shards on Ray or in local "
                               "processes, which this experience source cannot feed: train with rollout workers "
@@ -148,6 +165,15 @@ class ReplayRounds(Rounds[UpdatesDue]):
         return service
 
     def _poll(self) -> None:
+        if self.limiter is not None:  # (mid-round: the held rows first, and nothing new while some are held)
+            self._count_samples()
+            self._insert_held()
+            if self._held is not None:
+                return
+            batch, steps = self.samples.poll()
+            self._held, self.polled_steps = batch or None, self.polled_steps + steps
+            self._insert_held()
+            return
         batch, steps = self.samples.poll()
         self._store(batch)
         self.polled_steps += steps
@@ -156,10 +182,16 @@ class ReplayRounds(Rounds[UpdatesDue]):
         """Transitions into replay, in their stored dtypes whatever the source (data/dtypes.py)."""
         if batch:
             batch = store_transitions(batch)
+            collected = batch.pop("version", None)  # the collecting policy's version, per row (rollout workers)
             if self.dataset_columns is not None:
                 self._check_columns(set(batch))
-            if self.cfg.max_staleness is not None:  # the learner's version as the transitions arrive
-                batch["version"] = np.full(len(next(iter(batch.values()))), self.algo.policy.version, np.int64)
+            rows = len(next(iter(batch.values())))
+            if self.cfg.max_staleness is not None:  # the version that collected them: the workers' or, for a
+                # local collector (it acts with the learner's policy, before this round's updates), the learner's
+                batch["version"] = (np.asarray(collected, np.int64) if collected is not None
+                                    else np.full(rows, self.algo.policy.version, np.int64))
+            if self.limiter is not None:
+                self.limiter.insert(rows)
             if self.first_added is None and self.cfg.replay is not None:
                 self.first_added = {key: np.asarray(value)[:1] for key, value in batch.items()}
                 self.learning.expected = self.first_added
@@ -168,6 +200,8 @@ class ReplayRounds(Rounds[UpdatesDue]):
 
     def gather(self, env_steps: int, updates: int) -> tuple[UpdatesDue, int]:
         self.algo.set_progress(env_steps, self.total_steps)
+        if self.limiter is not None:
+            return self._limited(env_steps)
         batch, steps = self.samples.pull()
         self._store(batch)
         env_steps += steps
@@ -184,6 +218,72 @@ class ReplayRounds(Rounds[UpdatesDue]):
             due = min(due, int(env_steps * cap) - updates)
         return UpdatesDue(max(0, due)), steps
 
+    def _count_samples(self) -> None:
+        """Rows the updates run since the last call sampled, into the limiter."""
+        self.limiter.sample((self.learning.updates - self._updates_seen) * self.cfg.batch_size)
+        self._updates_seen = self.learning.updates
+
+    def _limited(self, env_steps: int) -> tuple[UpdatesDue, int]:
+        """``gather`` under the rate limiter: store what the bound allows of the rows held from earlier rounds
+        (the insert side waits while any are held); take from the source only when none are (so the local
+        collector collects less, and rollout workers block once the transport's bound is full), the learner
+        waiting if no update is allowed meanwhile; then hand the learner the updates the limiter allows."""
+        limiter, ran = self.limiter, self.learning.updates - self._updates_handed
+        self._count_samples()
+        self._count_inserted_elsewhere()
+        # (a round that could run none of its updates: everything was evicted, max_use/max_staleness; only
+        # new transitions help, so they are stored whatever the limiter says)
+        everything = self._due > 0 and ran == 0
+        self._insert_held(everything)
+        steps = 0
+        if self._held is None:
+            if (limiter.updates_allowed(self.cfg.batch_size) == 0
+                    and len(self.buffer) >= self.cfg.transitions_before_learning()):
+                limiter.wait("learner", time.monotonic())  # (until the source's next rows allow an update)
+            batch, steps = self.samples.pull()
+            self._held = batch or None
+            self._insert_held(everything)
+            self._count_inserted_elsewhere()
+        due = limiter.updates_allowed(self.cfg.batch_size)
+        if due:
+            limiter.resume("learner", time.monotonic())
+        if self.steps_at_start is None and due:
+            self.steps_at_start = env_steps + steps
+        self._due, self._updates_handed = due, self.learning.updates
+        return UpdatesDue(due), steps
+
+    def _count_inserted_elsewhere(self) -> None:
+        """Replay shards: the rows the workers inserted into them (held back at the shards, not here)."""
+        inserted = self.buffer.inserted_elsewhere()
+        if inserted is not None:
+            self.limiter.inserted = inserted
+
+    def _insert_held(self, everything: bool = False) -> None:
+        """Store the held rows as far as the limiter allows (all of them with ``everything``)."""
+        if self._held is None:
+            return
+        rows = len(next(iter(self._held.values())))
+        n = rows if everything else self.limiter.insertable(rows)
+        if n:
+            self._store({key: np.asarray(value)[:n] for key, value in self._held.items()} if n < rows else self._held)
+        self._held = None if n == rows else {key: np.asarray(value)[n:] for key, value in self._held.items()}
+        now = time.monotonic()
+        if self._held is None:
+            self.limiter.resume("insert", now)
+        else:
+            self.limiter.wait("insert", now)
+
+    def stats(self) -> dict[str, float]:
+        out = super().stats()
+        if self.limiter is not None:
+            self._count_samples()
+            out.update(self.limiter.stats(time.monotonic()))
+            if self.cfg.replay_shards:  # (the insert side waits at the shards)
+                shards = self.buffer.stats()
+                out["limiter/insert_waits"] = shards["replay/insert_waits"]
+                out["limiter/insert_wait_s"] = shards["replay/insert_wait_s"]
+        return out
+
     def steps_received_while_learning(self) -> int:
         steps, self.polled_steps = self.polled_steps, 0
         return steps
@@ -193,8 +293,12 @@ class ReplayRounds(Rounds[UpdatesDue]):
         super().save(folder)
 
     def state(self) -> dict[str, Any]:
-        return {"steps_at_start": -1 if self.steps_at_start is None else self.steps_at_start,
-                "replay_updates": self.learning.updates, **super().state()}
+        out = {"steps_at_start": -1 if self.steps_at_start is None else self.steps_at_start,
+               "replay_updates": self.learning.updates, **super().state()}
+        if self.limiter is not None:
+            self._count_samples()
+            out["limiter"] = self.limiter.state()
+        return out
 
     def restore(self, folder: Path, state: dict[str, Any]) -> None:
         super().restore(folder, state)
@@ -202,7 +306,9 @@ class ReplayRounds(Rounds[UpdatesDue]):
             self.buffer.load(folder / REPLAY_FILE)
         start = int(state.get("steps_at_start", -1))
         self.steps_at_start = None if start < 0 else start
-        self.learning.updates = int(state.get("replay_updates", 0))
+        self.learning.updates = self._updates_seen = self._updates_handed = int(state.get("replay_updates", 0))
+        if self.limiter is not None:
+            self.limiter.restore(state.get("limiter", {}))
 
 
 class ReplayUpdates:
@@ -222,6 +328,7 @@ class ReplayUpdates:
         self.refill: Callable[[], None] | None = None  # drains a sample source mid-round
         self.refill_every = 0
         self.updates = 0
+        self.staleness_sum, self.staleness_max, self.staleness_n = 0.0, 0, 0  # sampled rows' versions behind
 
     def learn(self, due: UpdatesDue, progress: float = 0.0) -> dict[str, float]:
         sums: dict[str, float] = {}
@@ -236,6 +343,11 @@ class ReplayUpdates:
                 check_batch(self.expected, batch, self.batch_size, f"{self.memory}: sample({self.batch_size}) "
                             "after the first transitions of the run")
                 self.expected = None
+            if "version" in batch:  # (stored with max_staleness: the version that collected each row)
+                ages = self.algo.policy.version - np.asarray(batch["version"])
+                self.staleness_sum, self.staleness_max = self.staleness_sum + float(ages.mean()), max(
+                    self.staleness_max, int(ages.max()))
+                self.staleness_n += 1
             if self.transform is not None:
                 batch = self.transform(batch)
             metrics = self.algo.learn(batch, progress=progress)
@@ -252,5 +364,9 @@ class ReplayUpdates:
         done = self.updates - start
         out = {key: value / done for key, value in sums.items()} if done else {}
         out["updates"] = float(done)
+        if self.staleness_n:  # sampled rows' age in versions, this round: mean over its updates, and the largest
+            out["replay/sampled_staleness_mean"] = self.staleness_sum / self.staleness_n
+            out["replay/sampled_staleness_max"] = float(self.staleness_max)
+            self.staleness_sum, self.staleness_max, self.staleness_n = 0.0, 0, 0
         out.update(self.buffer.stats())
         return out

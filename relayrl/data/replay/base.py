@@ -32,6 +32,10 @@ class ReplaySpec:
     max_use: int | None = None
     seed: int = 0
     columns: tuple[tuple[str, str, tuple[int, ...]], ...] = ()  # (name, dtype, row shape) every chunk must have
+    max_staleness: int | None = None  # evict rows this many versions behind the learner's (by their collecting version)
+    samples_per_insert: float | None = None  # the rate limiter (data/replay/ratelimit.py), shared over the shards:
+    spi_min_size: int = 0  # its min_size
+    spi_error_buffer: float = 0.0  # and error buffer, over every shard together
 
 
 class Replay(ABC):
@@ -42,7 +46,8 @@ class Replay(ABC):
     (the config refuses ``prioritized: true`` with a memory that does not override it), ``stats`` reports
     nothing, ``save`` writes nothing (a resumed run then starts with an empty memory) and ``load`` is not
     called when nothing was saved; ``max_staleness`` None (set it to have ``sample`` receive the learner's
-    version).
+    version); ``inserted_elsewhere`` None (a replay service's rows come in past ``add``: the rate limiter counts
+    them from it).
 
     A memory of your own is built by keyword: ``Class(capacity=..., observation_space=..., action_space=...,
     seed=..., batch_size=...)`` (``MEMORY_PARAMETERS``).
@@ -70,6 +75,11 @@ class Replay(ABC):
     def stats(self) -> dict[str, float]:
         """``replay/...`` metrics."""
         return {}
+
+    def inserted_elsewhere(self) -> int | None:
+        """Rows stored past ``add`` so far (a replay service: the workers insert into its shards), for the rate
+        limiter; None for a replay that sees every row in ``add``."""
+        return None
 
     def save(self, path: str | Path) -> Any:
         """Write what a resume needs at (or beside) ``path`` (by default nothing: a resume starts empty)."""

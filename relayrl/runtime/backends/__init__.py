@@ -34,9 +34,12 @@ class Backend(ABC):
         serves_replay: ``replay_service`` runs replay shards beside the workers (processes or Ray actors),
             which the workers insert their transitions into directly; without it, off-policy experience
             comes back through ``receive`` into the learner's own replay.
+        limits_inserts: its replay shards hold inserts back under a rate limiter (``<algo>.samples_per_insert``),
+            so that the workers block.
     """
 
     serves_replay: ClassVar[bool] = False
+    limits_inserts: ClassVar[bool] = False
 
     num_workers: int
 

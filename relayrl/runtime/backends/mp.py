@@ -161,6 +161,7 @@ class MpBackend(ManagedBackend):
     a Ray node proxy hosts a share of a larger run). ``capacity``: chunks on their way from one worker."""
 
     serves_replay = True  # replay shards as local processes
+    limits_inserts = True  # a shard under the rate limiter stops reading its channel (backends/mp_shards.py)
 
     def __init__(self, config: RunConfig, num_workers: int, *, worker_ids: list[int] | None = None,
                  capacity: int = CHUNKS_PER_WORKER, max_restarts: int = 10, start_method: str = "forkserver"):

@@ -79,9 +79,16 @@ def _shard_main(shard_id: int, options: ShardOptions, snapshot_path: str | None,
     shard = ReplayShard(shard_id, options, snapshot_path)
     poller = select.poll()  # kept (connection.wait would build a selector for every message)
     poller.register(calls.fileno(), select.POLLIN)
+    reading = True  # the insert channel is polled (not while the rate limiter holds inserts back)
     poller.register(channel.reader.fileno(), select.POLLIN)
     try:
         while True:
+            if reading != shard.accepts():  # (a refused shard waits for a sample call to let inserts in)
+                reading = not reading
+                if reading:
+                    poller.register(channel.reader.fileno(), select.POLLIN)
+                else:
+                    poller.unregister(channel.reader.fileno())
             ready = {fd for fd, _ in poller.poll()}
             if calls.fileno() in ready:  # calls first: the learner waits on them
                 method, args = calls.recv()
@@ -129,6 +136,8 @@ class MpShards(Shards):
 
     def __init__(self, options: ShardOptions, num_shards: int, ctx: Any, capacity: int = CHANNEL_CAPACITY):
         self.options, self.num_shards, self._ctx = options, num_shards, ctx
+        if options.samples_per_insert is not None:  # the rate limiter: chunks in a channel count as inserted for
+            capacity = 1                            # the learner (workers report them), so at most one waits
         self.channels = [InsertChannel(ctx, capacity) for _ in range(num_shards)]
         self._procs: list[_Process | None] = [None] * num_shards
         self.lost_chunks = 0

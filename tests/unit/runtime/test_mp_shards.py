@@ -143,3 +143,28 @@ def test_shards_need_rollout_workers_on_mp_or_ray(tmp_path):
                           {"total_steps": 1000})
     with pytest.raises(ConfigError, match=r"--backend mp\|ray --workers N.*replay_shards=0"):
         launch.run(config, run_dir=tmp_path / "run", tensorboard=False)
+
+
+def test_a_shard_process_under_the_rate_limiter_stops_reading_its_channel_until_sampled():
+    """The channel is one chunk deep under the limiter; once the shard's share is full it reads no more, so a
+    writer waits (nothing dropped), until a sample lets inserts in again."""
+    options = ShardOptions(capacity=100, samples_per_insert=1.0, spi_min_size=4, spi_error_buffer=2.0)
+    shards = MpShards(options, 1, process_context(shards=True))
+    channel = shards.channels[0]
+    assert channel.capacity == 1
+    service = ReplayService(shards, batch_size=4, prioritized=False, heartbeat_s=0.0, prefetch=1,
+                            batches_per_request=1)
+    try:
+        service.start()
+        assert channel.put(chunk(0, 0, 6), 5.0)  # diff 2 - 0: the share is full once stored
+        assert wait_for_size(service, 6) == 6
+        assert channel.put(chunk(0, 6, 1), 5.0)  # waits in the channel, unread
+        assert not channel.put(chunk(0, 7, 1), 0.5)  # no room: the writer waits
+        assert service.sample(4) is not None  # 4 rows sampled (and one more request in flight): diff <= -2
+        assert channel.put(chunk(0, 7, 1), 5.0)  # the shard reads again
+        assert wait_for_size(service, 8) == 8
+        service.check()
+        assert service.stats()["replay/insert_waits"] >= 1
+    finally:
+        service.stop()
+        shards.close()

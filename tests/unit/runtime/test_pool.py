@@ -64,6 +64,15 @@ def test_off_policy_pool_counts_env_steps_and_policy_lag():
     assert pool.poll() == ({}, 0)  # nothing arrived: returns at once
 
 
+def test_off_policy_rows_carry_the_version_of_the_policy_that_collected_them():
+    """The replay's staleness counts from the collecting version (max_staleness), so each row says it."""
+    pool = OffPolicyPool(ScriptedBackend([chunk(0, 0, 1.0), chunk(1, 2, 2.0, steps=2)]))
+    pool.publish({"w": np.zeros(1)}, 3)
+    batch, _ = pool.pull()
+    more, _ = pool.poll()
+    assert batch["version"].tolist() == [0, 0, 0] and more["version"].tolist() == [2, 2]
+
+
 def test_chunks_beyond_max_lag_are_dropped_but_their_steps_count():
     backend = ScriptedBackend([chunk(0, 1, 1.0), chunk(1, 4, 2.0), chunk(0, 5, 3.0)])
     pool = AsyncOnPolicyPool(backend, max_lag=1)
@@ -145,6 +154,40 @@ def test_replay_shards_are_asked_of_a_backend_by_its_capability_not_its_name():
     assert OffPolicyPool(ScriptedBackend([])).replay_service(spec) is None  # inline-like: the learner's replay
 
 
+def test_the_rate_limiter_over_shards_needs_shards_that_hold_inserts_back_and_a_worker_for_each():
+    """samples_per_insert with replay shards: refused on a backend whose shards cannot hold the workers' inserts
+    back (Ray's), and with more shards than workers; on mp the shards get their share of the bound and the
+    learner samples one batch ahead."""
+    import pytest
+
+    from relayrl.data.replay import ReplaySpec
+    from relayrl.errors import ConfigError
+
+    class ShardBackend(ScriptedBackend):
+        serves_replay = True  # (limits_inserts: False, as Ray's)
+
+        def replay_service(self, options, num_shards, **service_options):
+            self.asked = (options, service_options)
+            return "the service"
+
+    spec = ReplaySpec(capacity=100, shards=2, batch_size=8, samples_per_insert=2.0, spi_min_size=101,
+                      spi_error_buffer=40.0)
+    with pytest.raises(ConfigError, match="--backend mp") as info:
+        OffPolicyPool(ShardBackend([])).replay_service(spec)
+    assert info.value.exit_code == 2
+
+    class LimitingBackend(ShardBackend):
+        limits_inserts = True
+
+    with pytest.raises(ConfigError, match="replay_shards to at most 1"):
+        OffPolicyPool(LimitingBackend([], num_workers=1)).replay_service(spec)
+    limiting = LimitingBackend([], num_workers=2)
+    assert OffPolicyPool(limiting).replay_service(spec) == "the service"
+    options, service_options = limiting.asked
+    assert (options.samples_per_insert, options.spi_min_size, options.spi_error_buffer) == (2.0, 51, 20.0)
+    assert service_options["prefetch"] == 1 and service_options["batches_per_request"] == 1
+
+
 def test_every_backend_is_a_backend_with_its_capabilities():
     from relayrl.config import build_config
     from relayrl.runtime import make_backend
@@ -154,6 +197,6 @@ def test_every_backend_is_a_backend_with_its_capabilities():
 
     backend = make_backend(build_config("dqn", None, ["workers=2", "backend=inline"]))
     assert isinstance(backend, InlineBackend) and isinstance(backend, Backend) and not backend.serves_replay
-    assert issubclass(MpBackend, Backend) and MpBackend.serves_replay
-    assert issubclass(RayBackend, Backend) and RayBackend.serves_replay
+    assert issubclass(MpBackend, Backend) and MpBackend.serves_replay and MpBackend.limits_inserts
+    assert issubclass(RayBackend, Backend) and RayBackend.serves_replay and not RayBackend.limits_inserts
     backend.close()

@@ -168,3 +168,19 @@ def test_the_first_sample_asks_the_shards_what_they_hold_when_only_inserts_were_
     assert len(s) == 20 and s.sampling.size() == 0  # counted, not yet reported by the shard
     sample = s.sample(16)  # asks the shards instead of answering None
     assert sample is not None and set(sample["obs"][:, 0]) <= set(range(20))
+
+
+def test_max_staleness_reaches_the_shards_with_the_learners_version():
+    """The service says it evicts (the replay loop then passes its version) and sends that version with its
+    requests: rows collected at version 0 are gone once the learner is 2 versions on."""
+    options = ShardOptions(capacity=100, max_staleness=2)
+    out = ReplayService(LocalShards(options, 2), batch_size=4, prioritized=False, heartbeat_s=0.0, prefetch=1,
+                        batches_per_request=1, max_staleness=2)
+    out.start()
+    out.add({**batch(0, 20), "version": np.zeros(20, np.int64)})
+    out.add({**batch(20, 20), "version": np.zeros(20, np.int64)})
+    assert out.max_staleness == 2
+    assert out.sample(4, version=1) is not None
+    for _ in range(3):  # (the request in flight was sent at version 1)
+        sampled = out.sample(4, version=2)
+    assert sampled is None and out.stats()["replay/evicted"] == 40

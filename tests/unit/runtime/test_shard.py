@@ -75,3 +75,32 @@ def test_snapshot_restores_into_a_new_shard(tmp_path):
     assert len(again.buffer) == 20 and again.heartbeat().counters["restored"] == 20
     assert again.total() == pytest.approx(shard.total())
     assert again.insert(chunk(2, obs_dim=4)) == 0  # the restored schema still guards it
+
+
+def test_under_the_rate_limiter_a_shard_accepts_inserts_only_while_its_share_allows_and_counts_the_wait():
+    """Share: samples per insert 1 with 10 rows before sampling and an error buffer of 4 rows: chunks are
+    accepted (whole) while diff + 1 <= 4, then not until samples bring the diff down."""
+    shard = ReplayShard(0, ShardOptions(capacity=100, samples_per_insert=1.0, spi_min_size=10, spi_error_buffer=4.0))
+    assert shard.accepts() and shard.insert(chunk(12)) == 12  # diff = 12 - 10 = 2: one more row fits
+    assert shard.accepts() and shard.insert(chunk(3, seq=1, start=12)) == 3  # diff 5: past the share by one chunk
+    assert not shard.accepts() and not shard.accepts()  # (one wait, however often asked)
+    shard.sample(SampleBatch(1, 2))  # diff 3
+    assert shard.accepts()
+    beat = shard.heartbeat().counters
+    assert beat["insert_waits"] == 1 and beat["insert_wait_s"] >= 0
+    assert ReplayShard(1, ShardOptions(capacity=10)).accepts()  # no limiter: always
+
+
+def test_with_max_staleness_a_shard_evicts_by_the_version_that_collected_the_rows():
+    """Rows carry their chunk's (collecting) version; a request at learner version v evicts those with
+    v - version >= max_staleness and samples only the fresher."""
+    shard = ReplayShard(0, ShardOptions(capacity=100, max_staleness=3))
+    old = InsertTransitions(2, 0, 1, chunk(5).batch, 5)  # collected at version 1
+    new = InsertTransitions(2, 1, 4, chunk(5, start=5).batch, 5)  # at version 4
+    assert shard.insert(old) == 5 and shard.insert(new) == 5
+    data = shard.sample(SampleBatch(1, 20, version=3))  # nothing stale yet: both
+    assert set(data.batch["version"].tolist()) == {1, 4}
+    data = shard.sample(SampleBatch(2, 20, version=4))  # 4 - 1 >= 3: version 1 evicted
+    assert set(data.batch["version"].tolist()) == {4} and set(data.batch["obs"][:, 0]) <= set(range(5, 10))
+    empty = shard.sample(SampleBatch(3, 4, version=7))
+    assert empty.batch == {} and "nothing left" in empty.reason
