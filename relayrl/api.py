@@ -45,7 +45,7 @@ class Run:
 
 def train(algo: str, env: EnvLike | None = None, config: dict[str, Any] | str | Path | RunConfig | None = None, *,
           run_dir: str | Path | None = None, total_steps: int | None = None, stop_value: float | None = None,
-          seed: int | None = None, backend: str | None = None, workers: int | None = None,
+          train_iter: int | None = None, time_limit_s: float | None = None, seed: int | None = None, backend: str | None = None, workers: int | None = None,
           resume: bool = False, previous: str | Path | None = None, quiet: bool = True,
           tensorboard: bool = True) -> Run:
     """Train ``algo`` (e.g. "ppo") on ``env`` and return the run's summary and directory.
@@ -61,11 +61,13 @@ def train(algo: str, env: EnvLike | None = None, config: dict[str, Any] | str | 
             a YAML file, or a ``RunConfig``; the keyword arguments override it.
         run_dir: a new or empty folder (default ``runs/<env>_<algo>_<timestamp>``, new each call); a folder
             holding another run is refused (a ``CheckpointError``) unless ``resume`` continues that run.
+        train_iter, time_limit_s: also stop after this many updates (gradient steps), or once the run's wall
+            time reaches this many seconds, whichever of the stops comes first (summary's ``stop_reason``).
         resume: continue the run in ``run_dir``; one with nothing left to do (its ``total_steps`` reached)
             trains nothing, logs why, and returns its summary.
     """
-    overrides = {"total_steps": total_steps, "stop_value": stop_value, "seed": seed, "backend": backend,
-                 "workers": workers}
+    overrides = {"total_steps": total_steps, "stop_value": stop_value, "train_iter": train_iter,
+                 "time_limit_s": time_limit_s, "seed": seed, "backend": backend, "workers": workers}
     cfg, local = run_config(algo, env, config, overrides)
     if run_dir is not None and not resume:
         check_fresh_run_dir(Path(run_dir))  # before any env, worker or simulator starts

@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int)
     p.add_argument("--total-steps", type=int, help="stop after this many env steps")
     p.add_argument("--stop-value", type=float, help="stop once the eval mean return reaches this")
+    p.add_argument("--train-iter", type=int, metavar="N", help="stop after N updates (gradient steps), if earlier")
+    p.add_argument("--time-limit", type=float, metavar="SECONDS",
+                   help="stop once the run's wall time (resumes included) reaches this, if earlier")
     p.add_argument("--run-dir", type=Path,
                    help="where to write the run: a new or empty folder (default runs/<env>_<algo>_<time>)")
     p.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue a stopped run from its last checkpoint "
@@ -220,7 +223,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from relayrl.training.trainer import StopRequest, stop_on_sigterm
 
     overrides = {"env.id": args.env, "seed": args.seed, "total_steps": args.total_steps,
-                 "stop_value": args.stop_value, "backend": args.backend, "workers": args.workers,
+                 "stop_value": args.stop_value, "train_iter": args.train_iter, "time_limit_s": args.time_limit, "backend": args.backend, "workers": args.workers,
                  "device": args.device,
                  "ray_address": args.ray_address, "net.server": args.server, "net.keys": args.keys,
                  "net.remote_env": True if args.remote_env else None,

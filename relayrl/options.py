@@ -423,6 +423,12 @@ class RunConfig(Section):
     """Seed for torch and the environments (env k gets seed + k)."""
     total_steps: int = Field(1_000_000, ge=1)
     """Stop after this many env steps."""
+    train_iter: int | None = Field(None, ge=1)
+    """Stop after this many updates (gradient steps, summary.json's ``updates``; DI-engine's max_train_iter),
+    whichever of the stops comes first (null: no such stop)."""
+    time_limit_s: float | None = Field(None, gt=0)
+    """Stop once the run's wall time (summary.json's ``wall_time_s``, resumes included) reaches this many
+    seconds, at the end of the round under way (null: no such stop)."""
     stop_value: float | None = None
     """Stop once the eval mean return reaches this (null: the env's reward_threshold, if any)."""
     save_freq: int = Field(-1, ge=-1)

@@ -49,7 +49,8 @@ from relayrl.types import Batch
 log = logging.getLogger("relayrl")
 
 OVERRIDABLE = {"total_steps", "stop_value", "save_freq", "eval"}  # besides the algorithm's own section
-STOP_ORDER = ("error", "nonfinite", "interrupted", "terminated", "total_steps", "stop_value")
+STOP_ORDER = ("error", "nonfinite", "interrupted", "terminated", "time_limit", "train_iter", "total_steps",
+              "stop_value")
 
 
 class Acting:

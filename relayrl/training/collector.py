@@ -11,6 +11,7 @@ from relayrl.data.dtypes import store_transitions
 from relayrl.data.nstep import NStepAccumulator
 from relayrl.data.rollout import RolloutStore
 from relayrl.envs.vector import VectorEnv
+from relayrl.training.episodes import Episode, record_episodes
 from relayrl.types import Batch
 
 
@@ -100,6 +101,15 @@ class OnPolicyCollector(SampleSource):
         rollout = self.collect()
         return rollout, rollout["reward"].size
 
+    def collect_episodes(self, n: int, seed: int | None = None) -> list[Episode]:
+        """``n`` whole episodes with their ``logp`` and ``value`` (training/episodes.py): the envs are reset
+        first (``seed``: env k gets seed + k), so episodes under way are dropped; ``collect()`` then goes on
+        from where the envs are."""
+        self.reset(seed)
+        episodes, self._obs, self._mask = record_episodes(self.venv, self.policy, n, self._obs, self._mask,
+                                                          self.episodes.track, values=True)
+        return episodes
+
     def _value(self, obs: np.ndarray, rows: np.ndarray | None, mask: np.ndarray | None) -> np.ndarray:
         # a recurrent critic continues the state of the envs these observations belong to; ``mask``: the actions
         # allowed at ``obs`` (PQN's max_a Q runs over those only)
@@ -126,6 +136,7 @@ class OffPolicyCollector(SampleSource):
 
     def __init__(self, venv: VectorEnv, policy: Policy, n_step: int, gamma: float, steps_per_pull: int = 1):
         self.venv, self.policy, self.steps_per_pull = venv, policy, steps_per_pull
+        self.n_step, self.gamma = n_step, gamma
         self.nstep = NStepAccumulator(n_step, gamma, venv.num_envs)
         self.episodes = EpisodeStats(venv.num_envs)
         self._obs = None
@@ -135,6 +146,15 @@ class OffPolicyCollector(SampleSource):
         self._obs = self.venv.reset(seed=seed)
         self._mask = self.venv.reset_action_mask()
         self.episodes.reset()
+        self.nstep = NStepAccumulator(self.n_step, self.gamma, self.venv.num_envs)  # (no window spans a reset)
+
+    def collect_episodes(self, n: int, seed: int | None = None) -> list[Episode]:
+        """``n`` whole one-step episodes (training/episodes.py): the envs are reset first (``seed``: env k gets
+        seed + k), so episodes under way are dropped; ``collect()`` then goes on from where the envs are."""
+        self.reset(seed)
+        episodes, self._obs, self._mask = record_episodes(self.venv, self.policy, n, self._obs, self._mask,
+                                                          self.episodes.track)
+        return episodes
 
     def collect(self, steps: int) -> tuple[Batch, int]:
         chunks = []

@@ -111,6 +111,7 @@ class StopRequest(threading.Event):
 
 
 STOPPED = ("interrupted", "terminated")  # stop reasons of a run stopped from outside, with its last checkpoint
+LIMITS = ("total_steps", "train_iter", "time_limit")  # the run's own budgets: a final evaluation when reached
 
 
 @contextlib.contextmanager
@@ -160,6 +161,7 @@ class Trainer:
         self.lock: RunLock | None = None
         self.logger: MetricsLogger | None = None
         self.complete: str | None = None  # on a resume: why the run has nothing left to do
+        self.complete_reason = "total_steps"  # and which of its stops it reached
         self.abort_reason = "error"
         self._train_return: float | None = None  # the round's logged train/return_mean, until judged (on_best_train)
         self._created_dir = False
@@ -230,8 +232,9 @@ class Trainer:
         if resume:  # the lock first: no other process may be training in the run we restore
             self.lock = RunLock(self.run_dir).acquire()
             self.state, source_state = _restore(self.run_dir, self.algo)
-            self.complete = _already_complete(self.state, config.total_steps, self.stop_value)
-            if self.complete is not None:
+            complete = _already_complete(self.state, config, self.stop_value)
+            if complete is not None:
+                self.complete_reason, self.complete = complete
                 return
         elif previous is not None:
             _load_previous(previous, self.algo, config)
@@ -308,6 +311,9 @@ class Trainer:
                 ctx.env_steps += self.rounds.warmup(warmup, config.env.num_envs)
             next_eval = _next_multiple(ctx.env_steps, config.eval.freq)
             while ctx.env_steps < config.total_steps:
+                if self._limit_reached() is not None:
+                    stop_reason = self._limit_reached()
+                    break
                 if self._stop_reason() is not None:
                     stop_reason = self._stop_reason()
                     break
@@ -330,7 +336,9 @@ class Trainer:
                 elapsed = self.timing["collect_s"] + self.timing["learn_s"]
                 self.display.update(ctx.env_steps, self.timing["steps"] / elapsed if elapsed else 0.0,
                                     state.last_eval_return)
-            if stop_reason == "total_steps" and state.last_eval_steps != ctx.env_steps and self.evaluate():
+            else:  # (the loop's own end: total_steps reached, unless a limit was reached on the same round)
+                stop_reason = self._limit_reached() or stop_reason
+            if stop_reason in LIMITS and state.last_eval_steps != ctx.env_steps and self.evaluate():
                 stop_reason = "stop_value"
             if stop_reason in STOPPED:
                 self.checkpoint("last")
@@ -367,6 +375,8 @@ class Trainer:
         ctx = self.learner.ctx
         t0 = time.perf_counter()
         work, steps = self.rounds.gather(ctx.env_steps, ctx.updates)
+        if isinstance(work, UpdatesDue) and self.config.train_iter is not None:  # replay updates stop at train_iter
+            work = UpdatesDue(max(0, min(work.n, self.config.train_iter - ctx.updates)))  # (a rollout's epochs run whole)
         ctx.env_steps += steps
         self.timing.update(collect_s=time.perf_counter() - t0 + self.rounds.collect_time_elsewhere(), steps=steps)
         return work
@@ -466,11 +476,21 @@ class Trainer:
             summary = None
         if summary is None or summary.get("env_steps") != state.env_steps:
             reached = state.time_to_stop_value_s is not None and state.last_eval_steps == state.env_steps
-            summary = _summary(self.config, state, self.stop_value, "stop_value" if reached else "total_steps")
+            summary = _summary(self.config, state, self.stop_value,
+                               "stop_value" if reached else self.complete_reason)
             with self.lock:  # (released when set-up found nothing to do)
                 write_summary(self.run_dir, summary)
         summary["run_dir"] = str(self.run_dir)
         return summary
+
+    def _limit_reached(self) -> str | None:
+        """The run's own stop other than total_steps that is reached ("train_iter", "time_limit"), or None."""
+        config, ctx = self.config, self.learner.ctx
+        if config.train_iter is not None and ctx.updates >= config.train_iter:
+            return "train_iter"
+        if config.time_limit_s is not None and self.wall() >= config.time_limit_s:
+            return "time_limit"
+        return None
 
     def _stop_reason(self) -> str | None:
         """Why the run was asked to stop from outside ("interrupted", "terminated"), or None."""
@@ -560,16 +580,27 @@ def _restore_best(resumed_from: Path, state: RunState) -> None:
     state.best_eval_return = best_score
 
 
-def _already_complete(state: RunState, total_steps: int, stop_value: float | None) -> str | None:
-    """Why a resumed run has nothing left to do (None when it has): how to train it further. A run stopped
-    (Ctrl-C) in its last round has its final evaluation left to do."""
-    if state.env_steps >= total_steps and state.last_eval_steps == state.env_steps:
-        return (f"its {state.env_steps} env steps reach total_steps {total_steps}; to train it further, resume "
-                f"with a larger --total-steps (e.g. --total-steps {2 * total_steps}; total_steps= in Python)")
-    if (stop_value is not None and state.last_eval_return is not None and state.last_eval_steps == state.env_steps
-            and state.last_eval_return >= stop_value):
-        return (f"its last evaluation ({state.last_eval_return:g}) reached stop value {stop_value:g}; to train it "
-                "further, resume with a higher --stop-value (stop_value= in Python)")
+def _already_complete(state: RunState, config: RunConfig, stop_value: float | None) -> tuple[str, str] | None:
+    """Why a resumed run has nothing left to do (None when it has): the stop it reached and how to train it
+    further. A run stopped (Ctrl-C) in its last round has its final evaluation left to do."""
+    if state.last_eval_steps != state.env_steps:
+        return None
+    total_steps, train_iter, time_limit = config.total_steps, config.train_iter, config.time_limit_s
+    if state.env_steps >= total_steps:
+        return "total_steps", (f"its {state.env_steps} env steps reach total_steps {total_steps}; to train it "
+                               f"further, resume with a larger --total-steps (e.g. --total-steps {2 * total_steps}; "
+                               "total_steps= in Python)")
+    if train_iter is not None and state.updates >= train_iter:
+        return "train_iter", (f"its {state.updates} updates reach train_iter {train_iter}; to train it further, "
+                              f"resume with a larger --train-iter (e.g. --train-iter {2 * train_iter}; train_iter= "
+                              "in Python)")
+    if time_limit is not None and state.wall_time_s >= time_limit:
+        return "time_limit", (f"its {state.wall_time_s:.0f} s of wall time reach time_limit_s {time_limit:g}; to "
+                              f"train it further, resume with a larger --time-limit (e.g. --time-limit "
+                              f"{2 * time_limit:g}; time_limit_s= in Python)")
+    if stop_value is not None and state.last_eval_return is not None and state.last_eval_return >= stop_value:
+        return "stop_value", (f"its last evaluation ({state.last_eval_return:g}) reached stop value {stop_value:g}; "
+                              "to train it further, resume with a higher --stop-value (stop_value= in Python)")
     return None
 
 

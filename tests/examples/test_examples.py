@@ -46,6 +46,7 @@ def check_library_output(out: str) -> None:
     assert onnx.split() == predicted.split() and len(onnx.split()) == 8  # the exported graph acts as predict
     keyed = re.search(r"id-keyed: (\d+) episodes, mean return ([\d.]+)", out)
     assert int(keyed.group(1)) == 8 and float(keyed.group(2)) > 100  # 4 envs x episode_num=2; the controller balances
+    assert re.search(r"^8 whole episodes, returns \[", out, re.M)  # collect_episodes
 
 
 def test_the_python_blocks_of_the_library_page_run_in_order_then_each_on_its_own_in_the_same_folder(tmp_path):

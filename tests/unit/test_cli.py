@@ -33,6 +33,8 @@ def relayrl(*args, cwd=None, timeout=120):
     (["eval", "no/such/run"], "run directory or checkpoint 'no/such/run' not found"),
     (["train", "--resume", "no/such/run"], "--resume 'no/such/run': no such run directory"),
     (["train", "--env", "CartPole-v1"], "relayrl train needs ALGO"),
+    (["train", "ppo", "--env", "CartPole-v1", "--train-iter", "0"], "'train_iter' = 0: Input should be greater than or equal to 1"),
+    (["train", "dqn", "--env", "CartPole-v1", "--time-limit", "-5"], "'time_limit_s' = -5.0: Input should be greater than 0"),
 ])
 def test_user_mistakes_exit_2_with_one_clear_line(args, expected, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # the CLI's entry point in this process (a process each costs ~3 s of imports)
