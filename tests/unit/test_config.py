@@ -42,8 +42,8 @@ def test_misspelled_key_suggests_the_close_match():
 
 def test_unknown_top_level_section_lists_valid_keys():
     with pytest.raises(ConfigError) as err:
-        build_config("ppo", {"trainer": {"x": 1}})
-    assert "'trainer'" in str(err.value) and "total_steps" in str(err.value)
+        build_config("ppo", {"runner": {"x": 1}})
+    assert "'runner'" in str(err.value) and "total_steps" in str(err.value)
 
 
 def test_wrong_type_names_key_value_and_expectation():
