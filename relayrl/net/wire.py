@@ -213,7 +213,7 @@ def decode(frames: list, max_bytes: int = MAX_MESSAGE_BYTES, arrays: bool = True
         raise WireError(f"the body frame has {buffers[1].nbytes} bytes, its arrays need {end}", "arrays")
     built = {}
     if arrays and descriptors:
-        body = buffers[1]
+        body = buffers[1].toreadonly()  # (the frame's arrays are the message's: read-only, so nothing copies them)
         for name, dtype, shape, offset, size in layout:
             built[name] = np.frombuffer(body[offset:offset + size], dtype=dtype).reshape(shape)
     blob = buffers[-1].toreadonly() if has_blob else None  # a view: the relay forwards weights uncopied

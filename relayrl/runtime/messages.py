@@ -10,8 +10,16 @@ Who sends what (DESIGN.md's roles):
 - ``Stop``: the orchestrator -> every role, with the deadline it must have stopped by;
 - ``WorkerFailed``: a backend -> the orchestrator.
 
-Every array a message carries is made read-only when the message is built: a message that was sent
-cannot be changed under its receiver, and a receiver that wants to write copies first.
+A message is an immutable copy, as the actor model's are, at no extra copy where the transport copies
+anyway. Every numpy array a message carries is the message's once it is built: an array that owns its
+memory is made read-only in place (no copy; the sender's own handle turns read-only too, so a later write
+raises instead of reaching the receiver), a view into a buffer someone may write again is copied, and a view
+of read-only memory (bytes, the frames a transport received) is kept. Nothing can change a message under its receiver, on any backend, the inline one included.
+
+``LoadParams`` carries ``policy.get_weights()``: tensors that share memory with the learner's live model,
+which the next update changes. Every transport copies them when ``publish`` is called (mp's weight board,
+Ray's object store, the relay's wire, the inline workers' own models), so they are not copied here; a
+backend that keeps a ``LoadParams`` past ``publish`` (Ray's rate limit) keeps its ``snapshot()``.
 """
 
 from __future__ import annotations
@@ -20,18 +28,47 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 
 from relayrl.types import Batch
 
 
 def _freeze(arrays: dict[str, Any]) -> dict[str, Any]:
+    """The arrays as the message's own (module docstring): owners made read-only in place, views copied."""
     frozen = {}
     for key, value in arrays.items():
         if isinstance(value, np.ndarray):
-            value = value.view()
+            if _writable_elsewhere(value):  # a view of a buffer someone may write again
+                value = value.copy()
             value.flags.writeable = False
         frozen[key] = value
     return frozen
+
+
+def _writable_elsewhere(array: np.ndarray) -> bool:
+    """Whether memory under ``array`` can be written through something other than ``array``: a base array that
+    is writeable, or a writable buffer at the root (not bytes, nor the read-only frames a transport received)."""
+    base = array.base
+    while isinstance(base, np.ndarray):
+        if base.flags.writeable:
+            return True
+        base = base.base
+    if base is None:
+        return False
+    try:
+        return not memoryview(base).readonly
+    except TypeError:  # (a buffer that says nothing: assume the worst)
+        return True
+
+
+def _copy_tree(tree: Any) -> Any:
+    if isinstance(tree, dict):
+        return {key: _copy_tree(value) for key, value in tree.items()}
+    if isinstance(tree, torch.Tensor):
+        return tree.detach().clone()
+    if isinstance(tree, np.ndarray):
+        return tree.copy()
+    return tree
 
 
 @dataclass(frozen=True)
@@ -65,6 +102,11 @@ class LoadParams:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "weights", _freeze(self.weights))
+
+    def snapshot(self) -> "LoadParams":
+        """These weights copied, for a backend that sends them later: the learner's updates change the tensors
+        ``get_weights()`` returns (module docstring)."""
+        return LoadParams(self.version, _copy_tree(self.weights))
 
 
 @dataclass(frozen=True)

@@ -276,7 +276,7 @@ class RayBackend(ManagedBackend):
         when the interval has passed (at the next publish or receive), which bounds what broadcasting costs
         the learner (a put and a call per node took a third of its time at one version per update)."""
         if not self._on_request and self._proxies and time.monotonic() - self._published_at < PUBLISH_MIN_S:
-            self._deferred = (params, env_steps)
+            self._deferred = (params.snapshot(), env_steps)  # (sent later: the learner's updates change the tensors)
             return
         self._deferred = None
         self._published_at = time.monotonic()
