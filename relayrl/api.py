@@ -69,6 +69,8 @@ def train(algo: str, env: EnvLike | None = None, config: dict[str, Any] | str | 
     overrides = {"total_steps": total_steps, "stop_value": stop_value, "train_iter": train_iter,
                  "time_limit_s": time_limit_s, "seed": seed, "backend": backend, "workers": workers}
     cfg, local = run_config(algo, env, config, overrides)
+    if cfg.net.local_refusal() is not None:
+        raise ConfigError(cfg.net.local_refusal())
     if run_dir is not None and not resume:
         check_fresh_run_dir(Path(run_dir))  # before any env, worker or simulator starts
     if local:

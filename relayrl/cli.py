@@ -257,6 +257,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     if config.net.remote_env and config.net.server is None:
         raise ConfigError("--remote-env (net.remote_env) takes the env's spaces from remote workers: it needs "
                           "--server HOST:PORT")
+    if config.net.local_refusal() is not None:
+        raise ConfigError(config.net.local_refusal())
     stop_event = StopRequest()
 
     def on_sigint(signum, frame):  # first Ctrl-C: end the round (learning stops between minibatches), save, exit 130

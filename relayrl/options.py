@@ -304,6 +304,19 @@ class NetConfig(Section):
             raise ValueError(f"give a maximum >= initial (net.reconnect_initial_s = {initial:g})")
         return value
 
+    param_pull_s: float | None = Field(None, gt=0)
+    """Worker: fetch the newest weights from the relay every this many seconds instead of being sent every
+    version the trainer publishes (the actor model's FetchParam: many workers on a slow link). A pull is
+    answered only when the relay holds newer weights. null: take every broadcast."""
+
+    def local_refusal(self) -> str | None:
+        """Why these options do not fit a run without a relay (its workers are local), or None."""
+        if self.server is None and self.param_pull_s is not None:
+            return ("net.param_pull_s (weights pulled at a period) is for remote workers behind a relay; this run's "
+                    "workers are local (inline, mp, ray) and read the newest weights at their own pace already: "
+                    "set net.param_pull_s=null, or train with --server HOST:PORT")
+        return None
+
     connect_timeout_s: float = Field(120.0, gt=0)
     """Trainer: seconds to wait for the relay at start before giving up with an error (it says it
     waits after a second; Ctrl-C stops it)."""

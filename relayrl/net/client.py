@@ -101,7 +101,7 @@ class RelayRefused(RelayRLError):
 class RelayClient:
     def __init__(self, server: str, role: str, *, name: str | None = None, keys: str | None = None,
                  heartbeat_s: float = 1.0, timeout_s: float = 10.0, backlog: int = 256, window: int = 64,
-                 max_message_mb: float = 64.0, backoff: Backoff = Backoff()):
+                 max_message_mb: float = 64.0, backoff: Backoff = Backoff(), pull_s: float | None = None):
         if backlog + window > WINDOW:  # the relay and the trainer remember this many seqs per worker
             raise ConfigError(f"net.backlog ({backlog}) + net.window ({window}) is more than the {WINDOW} chunks "
                               "the relay and the trainer remember per worker to drop resends: make them smaller")
@@ -112,6 +112,8 @@ class RelayClient:
         self.backlog_max, self.window = backlog, window
         self.max_bytes = int(max_message_mb * 2**20)
         self.backoff = backoff
+        self.pull_s = pull_s  # worker: fetch the newest weights this often instead of taking every broadcast
+        self._pull_warned = False
         self.context = zmq.Context.instance()
         self._lock = threading.Condition()
         self._backlog: OrderedDict[int, list] = OrderedDict()  # worker: seq -> frames, until acknowledged
@@ -139,7 +141,7 @@ class RelayClient:
         self.session: str | None = None
         self.stats = {"sent": 0, "acked": 0, "backlog_drops": 0, "relay_drops": 0, "chunks_refused": 0,
                       "reconnects": 0, "received": 0, "rejects": 0, "bytes_out": 0, "bytes_in": 0,
-                      "hellos": 0, "pauses": 0, "blocked_s": 0.0}
+                      "hellos": 0, "pauses": 0, "blocked_s": 0.0, "pulls": 0, "weights_in": 0}
         self._stop = threading.Event()
         wake_address = f"inproc://relayrl-wake-{secrets.token_hex(6)}"
         self._wake_rx = self.context.socket(zmq.PAIR)
@@ -327,7 +329,7 @@ class RelayClient:
         poller.register(self._wake_rx, zmq.POLLIN)
         backoff = self.backoff.initial
         next_hello = started = last_heard = time.monotonic()
-        last_ping = 0.0
+        last_ping = last_pull = 0.0
         with self._lock:
             self._sent.clear()
         while not self._stop.is_set() and self.refused is None:
@@ -358,7 +360,7 @@ class RelayClient:
                 if now >= next_hello and now >= self._retry_at:
                     # (holds: it understands a block relay's held and resume, wire protocol 3.2)
                     self._try_send(sock, wire.encode(wire.HELLO, sender=self.name, incarnation=self.incarnation,
-                                                     version=self.version, meta={"role": self.role, "holds": True}))
+                                                     version=self.version, meta=self._hello_meta()))
                     self.stats["hellos"] += 1
                     next_hello, backoff = now + backoff, self.backoff.next(backoff)
                 if now - started > self.timeout_s and now - last_heard > self.timeout_s:
@@ -366,6 +368,9 @@ class RelayClient:
                     return  # a fresh socket (new TCP connection, new identity at the relay)
                 continue
             self._flush(sock)
+            if self.pull_s is not None and now - last_pull >= self.pull_s:
+                self._pull_weights(sock)
+                last_pull = now
             if now - last_ping >= self.heartbeat_s:
                 self._try_send(sock, wire.encode(wire.PING, sender=self.name, version=self.version))
                 last_ping = now
@@ -374,6 +379,24 @@ class RelayClient:
                 self._changed()
                 self.stats["reconnects"] += 1
                 return
+
+    def _hello_meta(self) -> dict[str, Any]:
+        # (holds: it understands a block relay's held and resume, wire protocol 3.2; pull: it fetches weights at its
+        # own period and wants no broadcasts, 3.3)
+        meta: dict[str, Any] = {"role": self.role, "holds": True}
+        if self.role == "worker" and self.pull_s is not None:
+            meta["pull"] = True
+        return meta
+
+    def _pull_weights(self, sock: zmq.Socket) -> None:
+        """Worker with ``pull_s``: ask for the relay's weights if they are newer than the newest held or pending."""
+        if self.role != "worker" or not self.connected.is_set():
+            return
+        with self._lock:
+            pending = self._weights_in.version if self._weights_in is not None else -1
+        if self._try_send(sock, wire.encode(wire.GET_WEIGHTS, sender=self.name, version=max(self.version, pending),
+                                            meta={"if_newer": True})):
+            self.stats["pulls"] += 1
 
     def _try_send(self, sock: zmq.Socket, frames: list) -> bool:
         try:
@@ -445,6 +468,12 @@ class RelayClient:
                 if self._weights_out is not None:
                     self._weights_pending = True  # a restarted relay needs the current weights
             self._note_trainer(msg.meta)
+            if self.pull_s is not None and self.role == "worker" and msg.meta.get("pulls") is not True \
+                    and not self._pull_warned:
+                self._pull_warned = True
+                print(f"relayrl worker {self.name}: the relay at {self.server} predates weight pulls (wire protocol "
+                      "3.3): it sends this worker every version the trainer publishes; upgrade the relay for "
+                      "net.param_pull_s to save the link", file=sys.stderr, flush=True)
             self.connected.set()  # (no weights request here: the relay pushes its weights after a welcome)
             self._changed()
         elif msg.type == wire.PONG:
@@ -456,6 +485,7 @@ class RelayClient:
         elif msg.type == wire.ACK:
             self._acked(msg)
         elif msg.type == wire.WEIGHTS and self.role == "worker":
+            self.stats["weights_in"] += 1
             with self._lock:
                 if self._weights_in is None or msg.version >= self._weights_in.version:
                     self._weights_in = msg
@@ -540,7 +570,8 @@ class RelayClient:
             pending = self._weights_in.version if self._weights_in is not None else -1
             other_run = (self._weights_in is None and self.trainer_run is not None
                          and self.weights_run not in (self.trainer_run, 0))
-        if self.relay_version > max(self.version, pending) or other_run:
+        behind = self.relay_version > max(self.version, pending) and self.pull_s is None  # (a puller asks at its pace)
+        if behind or other_run:
             self._try_send(sock, wire.encode(wire.GET_WEIGHTS, sender=self.name, version=self.version))
 
 

@@ -104,6 +104,7 @@ class Peer:
     last_seen: float
     done: SeenSet = field(default_factory=SeenSet)  # worker chunks delivered or dropped
     incarnation: int = 0  # the worker process's, from its hello
+    pulls: bool = False  # a worker that fetches weights at its own period (get_weights with if_newer): no broadcasts
 
 
 class Relay:
@@ -152,6 +153,7 @@ class Relay:
         self.weights_run = 0  # the incarnation of the trainer process that published them
         self.counters = {"chunks_in": 0, "chunks_out": 0, "duplicates": 0, "drops": 0,
                          "dropped_bytes": 0, "rejects": 0, "refused": 0, "chunks_refused": 0, "bytes_in": 0, "bytes_out": 0, "weights_in": 0,
+                         "weights_out": 0,
                          "held": 0, "pauses": 0}
         self.causes: dict[str, int] = {}  # "rejects/<cause>" and "chunks_refused/<cause>" -> count
         self._reported: set[tuple[str, str]] = set()  # (worker, cause) of refusals already logged
@@ -286,7 +288,8 @@ class Relay:
                 return self._refuse(ident, f"the relay already has its maximum of {self.options.max_workers} "
                                            "workers (relayrl serve --max-workers)")
         done = self.done.get(name, msg.incarnation) if role == WORKER else None  # (fresh for a newer process)
-        peer = Peer(ident, role, name, time.monotonic(), SeenSet() if done is None else done, msg.incarnation)
+        peer = Peer(ident, role, name, time.monotonic(), SeenSet() if done is None else done, msg.incarnation,
+                    pulls=role == WORKER and msg.meta.get("pull") is True)
         self.peers[ident] = peer
         if role == TRAINER:
             self.trainer = peer
@@ -294,11 +297,13 @@ class Relay:
                 self.weights = None  # another trainer process's (an earlier run): workers wait for this one's
         version = self.weights[0] if self.weights else -1
         self._send(ident, wire.encode(wire.WELCOME, version=version, meta={"session": self.session,
-                                                                         "trainer": self._trainer_run()}))
+                                                                         "trainer": self._trainer_run(),
+                                                                         "pulls": True}))
         if role == TRAINER:
             self._dispatch()
-        elif self.weights is not None:
+        elif self.weights is not None:  # (a pulling worker too: its first weights come at once)
             self._send(ident, self.weights[1])
+            self.counters["weights_out"] += 1
 
     def _refuse(self, ident: bytes, reason: str, retry_after: float | None = None) -> None:
         self.counters["refused"] += 1
@@ -469,12 +474,18 @@ class Relay:
         self.counters["weights_in"] += 1
         self.weights, self.weights_run = (msg.version, payload), peer.incarnation
         for p in list(self.peers.values()):
-            if p.role == WORKER:
+            if p.role == WORKER and not p.pulls:
                 self._send(p.ident, payload)
+                self.counters["weights_out"] += 1
 
     def _get_weights(self, peer: Peer, msg: wire.Message, payload: list, nbytes: int = 0) -> None:
-        if self.weights is not None:
-            self._send(peer.ident, self.weights[1])
+        """The current weights; to a worker's periodic pull (``meta.if_newer``) only when newer than its own."""
+        if self.weights is None:
+            return
+        if msg.meta.get("if_newer") is True and self.weights[0] <= msg.version:
+            return
+        self._send(peer.ident, self.weights[1])
+        self.counters["weights_out"] += 1
 
     def _ping(self, peer: Peer, msg: wire.Message, payload: list, nbytes: int = 0) -> None:
         version = self.weights[0] if self.weights else -1

@@ -136,7 +136,8 @@ class RemoteWorker:
             if not standalone:
                 self.client = RelayClient(net.server, "worker", name=name, keys=net.keys, heartbeat_s=net.heartbeat_s,
                                           timeout_s=net.timeout_s, backlog=net.backlog, window=net.window,
-                                          max_message_mb=net.max_message_mb, backoff=Backoff.of(net))
+                                          max_message_mb=net.max_message_mb, backoff=Backoff.of(net),
+                                          pull_s=net.param_pull_s)
                 # (an on-policy worker without weights has none the relay could think current: it asks for them)
                 self.client.version = self.worker.version if self.has_weights or not self.on_policy else -1
         except BaseException:

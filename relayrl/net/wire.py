@@ -27,7 +27,7 @@ import msgpack
 import numpy as np
 
 PROTOCOL = 3  # 3: one body frame for all arrays; 2: the header's "incarnation" (docs/wire-protocol.md, "Changes")
-REVISION = 1  # peers of every revision of a version work together (1: welcome/pong name the trainer, weights its run)
+REVISION = 3  # peers of every revision of a version work together (docs/wire-protocol.md, "Changes"; 3: weights pulls)
 ALIGN = 8  # each array starts at a multiple of this many bytes in the body frame
 MAX_MESSAGE_BYTES = 64 * 2**20  # default cap on one message (all frames); the relay's --max-message-mb
 

@@ -503,6 +503,45 @@ def test_a_worker_that_joins_later_gets_the_current_weights_at_once(make_relay, 
     assert back["steps"] == 11
 
 
+def test_a_pulling_worker_gets_weights_at_its_period_not_every_version_and_still_the_newest(make_relay, clients):
+    """The actor model's FetchParam (net.param_pull_s): no broadcasts, a pull answered only with newer weights."""
+    run = make_relay()
+    trainer = clients(run.server, "trainer", "t")
+    pushed = clients(run.server, "worker", "pushed")
+    puller = clients(run.server, "worker", "puller", pull_s=0.5)
+    connected(trainer, pushed, puller)
+    published = 0
+    deadline = time.monotonic() + 2.0  # 40 versions over 2 s: about 4 pulls
+    while time.monotonic() < deadline:
+        published += 1
+        trainer.publish_weights(published, wire.weights_to_bytes({"w": np.full(3, float(published))}))
+        time.sleep(0.05)
+    newest = {"pushed": -1, "puller": -1}
+
+    def both_have_the_last():
+        for name, client in (("pushed", pushed), ("puller", puller)):
+            msg = client.take_weights()
+            if msg is not None:
+                assert msg.version > newest[name], "weights went back or came twice"
+                newest[name] = client.version = msg.version
+        return newest["pushed"] == published and newest["puller"] == published
+
+    wait_until(both_have_the_last, "both workers to hold the last version")
+    assert pushed.stats["weights_in"] >= published * 0.8  # (a broadcast can be superseded before it is taken)
+    assert 1 <= puller.stats["weights_in"] <= published // 4 and puller.stats["pulls"] >= 2
+    pulls = puller.stats["pulls"]
+    wait_until(lambda: puller.stats["pulls"] >= pulls + 2, "two more pulls")
+    assert newest["puller"] == published and puller.take_weights() is None  # nothing newer: no answer
+
+
+def test_a_pull_period_needs_a_relay(tmp_path):
+    import relayrl
+    with pytest.raises(ConfigError, match=r"net.param_pull_s .*is for remote workers behind a relay.*--server"):
+        relayrl.train("dqn", "CartPole-v1", {"net": {"param_pull_s": 1.0}}, run_dir=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(ConfigError, match="param_pull_s"):
+        relayrl.train("dqn", "CartPole-v1", {"net": {"param_pull_s": 0}}, run_dir=tmp_path / "run")
+
 def test_the_latest_weights_win(make_relay, clients):
     run = make_relay()
     trainer = clients(run.server, "trainer", "t")
