@@ -66,7 +66,7 @@ def limiter_bounds_problem(samples_per_insert: float, tolerance: float, min_size
             f"samples_per_insert x inserts (spi_tolerance x samples_per_insert x start_training), less than half of "
             f"one update's {batch} rows ({name}.batch_size) plus one insert's {samples_per_insert:g}"
             + (f" at each of {shards} shards" if shards > 1 else "") + ": the learner "
-            f"and the collectors could each wait for the other forever: " + ", or ".join(fixes))
+            "and the collectors could each wait for the other forever: " + ", or ".join(fixes))
 
 
 @dataclass
