@@ -79,3 +79,30 @@ def test_on_the_inline_backend_workers_hold_their_own_weights_and_chunks_nobody_
                 value.reshape(-1)[:1] = 0
     finally:
         backend.close()
+
+
+def test_mp_publish_copies_the_weights_into_its_board_so_later_updates_do_not_reach_the_workers():
+    import torch
+    from relayrl.algos import get_algo
+    from relayrl.config import build_config
+    from relayrl.envs import make_vec
+    from relayrl.runtime.backends.mp import MpBackend
+
+    config = build_config("dqn", None, ["env.num_envs=2", "dqn.hidden_sizes=[8]"])
+    with make_vec("CartPole-v1", 1) as venv:
+        learner = get_algo("dqn").build_policy(config.dqn, venv.single_observation_space, venv.single_action_space)
+    backend = MpBackend(config, 1)
+    try:
+        backend.start(0)
+        live = learner.get_weights()  # (tensors of the live model: the transport copies them at publish)
+        backend.publish(LoadParams(3, live), 0)
+        before = {key: value.clone() for key, value in live["model"].items()}
+        with torch.no_grad():
+            for p in learner.model.parameters():
+                p.add_(1.0)  # the learner's next update
+        weights, version, _ = backend._board.read()  # what the workers read
+        assert version == 3
+        for key, value in before.items():
+            np.testing.assert_array_equal(weights[f"model/{key}"], value.numpy())
+    finally:
+        backend.close()
