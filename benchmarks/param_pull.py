@@ -2,10 +2,10 @@
 
     python benchmarks/param_pull.py [--workers 3] [--steps 4000] [--period 1.0]
 
-For each mode (push, pull) one run on this machine: `relayrl serve` on loopback, `relayrl train sac --env
-Pendulum-v1 --server` (SAC publishes its actor after every update), and N `relayrl worker`s, the pulling ones
-with `--set net.param_pull_s=PERIOD`. Prints per mode the weight messages the relay sent to workers, their bytes,
-and the trainer's mean worker lag (workers/lag_mean: versions behind the learner when a chunk arrives) and env
+For each mode (push, pull) one run on this machine: a relay on loopback (a thread of this process), `relayrl train
+sac --env Pendulum-v1 --server` (SAC publishes its actor after every update), and N `relayrl worker`s, the pulling
+ones with `--set net.param_pull_s=PERIOD`. Prints per mode the weight messages the relay sent to workers, the bytes
+it sent, and the trainer's mean worker lag (workers/lag_mean: versions behind the learner when a chunk arrives) and env
 steps/s, as JSON lines.
 """
 
@@ -15,18 +15,12 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from relayrl.testing.relay import running_relay
 
 
 def _start(*args: str, log: Path) -> subprocess.Popen:
@@ -45,36 +39,30 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def run(mode: str, args: argparse.Namespace, folder: Path) -> dict:
-    address = f"127.0.0.1:{_free_port()}"
-    metrics = folder / f"relay_{mode}.jsonl"
-    relay = _start("serve", "--bind", address, "--heartbeat", "0.2", "--metrics", str(metrics), "--metrics-every",
-                   "0.5", log=folder / f"relay_{mode}.log")
     workers: list[subprocess.Popen] = []
-    try:
-        time.sleep(2.0)
+    with running_relay(heartbeat_s=0.2, peer_timeout_s=10.0) as relay:  # (in this process's thread: its counters)
         run_dir = folder / f"run_{mode}"
-        trainer = _start("train", "sac", "--env", "Pendulum-v1", "--server", address, "--total-steps", str(args.steps), "--run-dir", str(run_dir), "--quiet", "--no-tensorboard",
+        trainer = _start("train", "sac", "--env", "Pendulum-v1", "--server", relay.address, "--total-steps",
+                         str(args.steps), "--run-dir", str(run_dir), "--quiet", "--no-tensorboard",
                          "--set", "eval.freq=0", "--set", "eval.episodes=1", "--set", "sac.start_training=500",
                          log=folder / f"trainer_{mode}.log")
-        for k in range(args.workers):
-            pull = ["--set", f"net.param_pull_s={args.period}"] if mode == "pull" else []
-            workers.append(_start("worker", "--server", address, "--env", "Pendulum-v1", "--algo", "sac", "--name",
-                                  f"w{k}", "--set", f"net.weights_dir={folder / f'{mode}_w{k}'}", *pull,
-                                  log=folder / f"worker_{mode}_{k}.log"))
-        trainer.wait(timeout=900)
-        time.sleep(1.0)  # a last metrics line
-    finally:
-        for proc in workers:
-            _stop(proc)
-        _stop(relay)
-    relay_rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    last = relay_rows[-1]
+        try:
+            for k in range(args.workers):
+                pull = ["--set", f"net.param_pull_s={args.period}"] if mode == "pull" else []
+                workers.append(_start("worker", "--server", relay.address, "--env", "Pendulum-v1", "--algo", "sac",
+                                      "--name", f"w{k}", "--set", f"net.weights_dir={folder / f'{mode}_w{k}'}", *pull,
+                                      log=folder / f"worker_{mode}_{k}.log"))
+            trainer.wait(timeout=900)
+        finally:
+            for proc in [*workers, trainer]:
+                _stop(proc)
+        sent = relay.stats()
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     lags = [r["workers/lag_mean"] for r in rows if "workers/lag_mean" in r]
     summary = json.loads((run_dir / "summary.json").read_text())
     return {"mode": mode, "workers": args.workers, "period_s": args.period if mode == "pull" else None,
-            "versions": summary["updates"], "weights_out": last.get("weights_out"),
-            "bytes_out": last.get("bytes_out"), "lag_mean": round(sum(lags) / len(lags), 1) if lags else None,
+            "versions": summary["updates"], "weights_out": sent["weights_out"], "bytes_out": sent["bytes_out"],
+            "lag_mean": round(sum(lags) / len(lags), 1) if lags else None,
             "env_steps_per_s": summary["env_steps_per_s"]}
 
 

@@ -392,11 +392,15 @@ class RelayClient:
         """Worker with ``pull_s``: ask for the relay's weights if they are newer than the newest held or pending."""
         if self.role != "worker" or not self.connected.is_set():
             return
-        with self._lock:
-            pending = self._weights_in.version if self._weights_in is not None else -1
-        if self._try_send(sock, wire.encode(wire.GET_WEIGHTS, sender=self.name, version=max(self.version, pending),
+        if self._try_send(sock, wire.encode(wire.GET_WEIGHTS, sender=self.name, version=self._newest_version(),
                                             meta={"if_newer": True})):
             self.stats["pulls"] += 1
+
+    def _newest_version(self) -> int:
+        """Worker: the version of the newest weights it holds or has received and not yet taken."""
+        with self._lock:
+            pending = self._weights_in.version if self._weights_in is not None else -1
+        return max(self.version, pending)
 
     def _try_send(self, sock: zmq.Socket, frames: list) -> bool:
         try:
@@ -567,10 +571,9 @@ class RelayClient:
         if self.role != "worker" or self.relay_version < 0:
             return
         with self._lock:
-            pending = self._weights_in.version if self._weights_in is not None else -1
             other_run = (self._weights_in is None and self.trainer_run is not None
                          and self.weights_run not in (self.trainer_run, 0))
-        behind = self.relay_version > max(self.version, pending) and self.pull_s is None  # (a puller asks at its pace)
+        behind = self.relay_version > self._newest_version() and self.pull_s is None  # (a puller asks at its pace)
         if behind or other_run:
             self._try_send(sock, wire.encode(wire.GET_WEIGHTS, sender=self.name, version=self.version))
 

@@ -311,11 +311,9 @@ class Trainer:
                 ctx.env_steps += self.rounds.warmup(warmup, config.env.num_envs)
             next_eval = _next_multiple(ctx.env_steps, config.eval.freq)
             while ctx.env_steps < config.total_steps:
-                if self._limit_reached() is not None:
-                    stop_reason = self._limit_reached()
-                    break
-                if self._stop_reason() is not None:
-                    stop_reason = self._stop_reason()
+                reason = self._limit_reached() or self._stop_reason()
+                if reason is not None:
+                    stop_reason = reason
                     break
                 yield
                 if self._stop_reason() is not None:
