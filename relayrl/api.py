@@ -80,7 +80,7 @@ def train(algo: str, env: EnvLike | None = None, config: dict[str, Any] | str | 
                               "train with one inline worker")
         cfg = cfg.model_copy(update={"env": cfg.env.model_copy(update={"manager": "sync"})})
     from relayrl import launch
-    from relayrl.training.trainer import StopRequest, stop_on_sigterm
+    from relayrl.training.stops import StopRequest, stop_on_sigterm
 
     stop = StopRequest()
     with stop_on_sigterm(stop):  # a scheduler's SIGTERM: the last checkpoint and the summary, then the exit

@@ -220,7 +220,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from relayrl import launch
     from relayrl.config import build_config, default_config, diff_configs, read_yaml
     from relayrl.io.rundir import check_fresh_run_dir, new_run_dir, write_experiment_record
-    from relayrl.training.trainer import StopRequest, stop_on_sigterm
+    from relayrl.training.stops import StopRequest, stop_on_sigterm
 
     overrides = {"env.id": args.env, "seed": args.seed, "total_steps": args.total_steps,
                  "stop_value": args.stop_value, "train_iter": args.train_iter, "time_limit_s": args.time_limit, "backend": args.backend, "workers": args.workers,

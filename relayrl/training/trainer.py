@@ -19,14 +19,12 @@ best checkpoints) -> stop at the stop value,
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import signal
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Generator, Iterator, Sequence
+from typing import Any, Callable, Generator, Sequence
 
 import numpy as np
 import torch
@@ -50,6 +48,7 @@ from relayrl.training.offpolicy import ReplayRounds, replay_layout
 from relayrl.training.onpolicy import OnPolicyRounds
 from relayrl.training.progress import ProgressDisplay
 from relayrl.training.rounds import Rounds, UpdatesDue, Work
+from relayrl.training.stops import LIMITS, STOPPED, StopRequest
 from relayrl.training.threads import default_threads, resolve_threads
 
 log = logging.getLogger("relayrl")
@@ -95,46 +94,6 @@ def run_trainer(config: RunConfig, *, experience: Experience | None = None, samp
         experience = (SourceExperience(config, samples, on_policy=on_policy) if samples is not None
                       else GymExperience(config, on_policy))
     return Trainer(config, experience, **options).run()
-
-
-class StopRequest(threading.Event):
-    """A stop event that says why: ``request("terminated")`` (SIGTERM) or ``request("interrupted")``
-    (Ctrl-C, and what a plain ``threading.Event`` means). The summary's ``stop_reason`` is the reason."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.reason = "interrupted"
-
-    def request(self, reason: str) -> None:
-        self.reason = reason
-        self.set()
-
-
-STOPPED = ("interrupted", "terminated")  # stop reasons of a run stopped from outside, with its last checkpoint
-LIMITS = ("total_steps", "train_iter", "time_limit")  # the run's own budgets: a final evaluation when reached
-
-
-@contextlib.contextmanager
-def stop_on_sigterm(stop: StopRequest) -> Iterator[None]:
-    """Within: a SIGTERM (a scheduler's stop: Slurm, Kubernetes, systemd) requests ``stop`` as
-    "terminated" instead of ending the process; a second one ends it at once. Installed only where
-    SIGTERM has Python's default action and only in the main thread (the one that can take signals),
-    so a program's own handler is left alone."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        yield
-        return
-
-    def on_sigterm(signum: int, frame: Any) -> None:
-        stop.request("terminated")
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        log.warning("SIGTERM: stopping after this iteration (saving the last checkpoint and the summary)")
-
-    signal.signal(signal.SIGTERM, on_sigterm)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 class Trainer:
