@@ -69,7 +69,9 @@ def test_appo_learns_cartpole_from_two_remote_workers_without_the_env_on_the_tra
     summary, rows = _train_through_the_relay(tmp_path, "appo", "--set=net.test_episode_interval=2",
                                              trainer_args=("--remote-env",), env_id="robot_env:Robot-v0",
                                              worker_env=worker_env)
-    assert max(r["workers/lag_max"] for r in rows) <= 8  # bounded by net.rollouts_in_flight (2-4 here), not by the queues
+    # bounded by net.rollouts_in_flight (2 per worker here), not by the queues (which would hold tens): 4-5 measured
+    # on an idle machine and with a CPU hog beside, up to 9 in 2 of 4 hog runs (before issue 28 too)
+    assert max(r["workers/lag_max"] for r in rows) <= 12
     # each rollout: the chunks that arrived, 64 steps x 4 envs each
     assert summary["env_steps"] == rows[-1]["workers/chunks"] * 64 * 4
 
