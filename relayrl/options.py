@@ -35,6 +35,10 @@ class AlgoConfig(Section):
     """Base of an algorithm's section (``ppo:``, ``sac:``); ``check`` refuses combinations of options that would
     silently do nothing, before a run starts."""
 
+    lag_correction: ClassVar[str | None] = None
+    """How the algorithm corrects for rollouts collected by the policy one version behind the learner
+    (``overlap: true``, training/overlap.py); None: it has none, and ``overlap`` is refused."""
+
     def check(self, name: str) -> None:
         """Raise a ConfigError naming the options and the fix (default: every combination is fine)."""
 
@@ -455,6 +459,11 @@ class RunConfig(Section):
     """Where the learner's networks and each update's batch live (auto: CUDA when torch finds a CUDA
     device and the algorithm learns on it, else the CPU). Rollout workers act on the CPU with the
     published weights, which are always CPU tensors. DQN, SAC, PPO, APPO, A2C and PQN learn on CUDA."""
+    overlap: bool = False
+    """Collect the next rollout while the learner learns from this one (on-policy algorithms with a lag
+    correction, PPO and APPO, on the learner's own envs): neither side waits for the other, and every
+    rollout is collected by the policy one version behind the learner (PPO's ratio and clip, APPO's
+    V-trace correct for it). Worth it where learning takes a good share of the time, e.g. a CNN on a GPU."""
     backend: Literal["auto", "inline", "mp", "ray"] = "auto"
     """Where rollout workers run: inline (this process), mp (local processes), ray (a Ray cluster);
     auto: inline for one worker, mp for more."""

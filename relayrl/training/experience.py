@@ -25,6 +25,7 @@ Trainer publishes new weights to them.
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -44,6 +45,7 @@ from relayrl.policy.mirror import EnvMirrorIndices
 from relayrl.training.agent_collectors import AgentEvaluator, agent_collector
 from relayrl.training.collector import OffPolicyCollector, OnPolicyCollector
 from relayrl.training.evaluator import Evaluation, Evaluator
+from relayrl.training.overlap import OverlappedCollector
 
 __all__ = ["Experience", "EnvPair", "GymExperience", "AgentExperience", "SourceExperience", "env_setup"]
 
@@ -56,6 +58,7 @@ class Experience(ABC):
     columns: int  # env columns of one on-policy rollout (the algorithm sizes per-env state by it)
     agents: bool = False  # rows are agents that come and go (no fixed env columns)
     shares_policy: bool = True  # the source's collectors act with the learner's policy object itself
+    overlaps: bool = False  # its source collects the next rollout while the learner learns (``overlap``)
 
     @abstractmethod
     def source(self, policy: Policy, cfg: Any, on_policy: bool) -> SampleSource:
@@ -131,8 +134,14 @@ class GymExperience(Experience):
         self.columns = config.env.num_envs
         self.env_id = config.env.id
         self.config = config
+        self.overlaps = config.overlap and on_policy
+        self.shares_policy = not self.overlaps  # (overlap: the collecting thread acts with a copy of its own)
+        self._overlapped: OverlappedCollector | None = None
 
     def source(self, policy: Policy, cfg: Any, on_policy: bool) -> SampleSource:
+        if on_policy and self.overlaps:
+            self._overlapped = OverlappedCollector(OnPolicyCollector(self.venv, copy.deepcopy(policy), cfg.num_steps))
+            return self._overlapped
         if on_policy:
             return OnPolicyCollector(self.venv, policy, cfg.num_steps)
         return OffPolicyCollector(self.venv, policy, cfg.n_step_for(agents=False), cfg.gamma,
@@ -152,6 +161,8 @@ class GymExperience(Experience):
 
     def close(self) -> None:
         try:
+            if self._overlapped is not None:  # (its thread steps the envs)
+                self._overlapped.close()
             self.venv.close()
         finally:
             self.eval_venv.close()
