@@ -39,6 +39,7 @@ from relayrl.errors import ConfigError
 from relayrl.options import RunConfig
 from relayrl.policy.normalizer import RunningMeanStd
 from relayrl.training.collector import OnPolicyCollector
+from relayrl.training.double_buffer import DoubleBufferedCollector
 from relayrl.types import Batch
 
 __all__ = ["OverlappedCollector", "check_overlap", "owned_weights"]
@@ -74,7 +75,7 @@ class OverlappedCollector(SampleSource):
     ``observe_only`` mode here.
     """
 
-    def __init__(self, collector: OnPolicyCollector):
+    def __init__(self, collector: OnPolicyCollector | DoubleBufferedCollector):
         self.collector = collector
         self.policy: Policy = collector.policy
         self.policy.observe_only()
