@@ -28,6 +28,7 @@ that rollout, as it would be without overlap.
 
 from __future__ import annotations
 
+import contextlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, NamedTuple
 
@@ -80,6 +81,9 @@ class OverlappedCollector(SampleSource):
         self.policy: Policy = collector.policy
         self.policy.observe_only()
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="relayrl-collect")
+        # on CUDA the collection's kernels go on a stream of their own, so they do not queue behind the learner's
+        self._stream = (torch.cuda.stream(torch.cuda.Stream(self.policy.device)) if self.policy.device.type == "cuda"
+                        else contextlib.nullcontext())
         self._ahead: Future | None = None  # the rollout under way
         self._weights: tuple[Any, int] | None = None  # published, not yet taken by a rollout
         self._seen: RunningMeanStd | None = None  # moments of the observations of the rollouts pulled
@@ -95,9 +99,10 @@ class OverlappedCollector(SampleSource):
         self._weights = (owned_weights(weights), version)
 
     def _collect(self, weights: tuple[Any, int] | None) -> _Collected:
-        if weights is not None:
-            self.policy.set_weights(*weights)
-        rollout = self.collector.collect()
+        with self._stream:
+            if weights is not None:
+                self.policy.set_weights(*weights)
+            rollout = self.collector.collect()  # (its arrays are on the host: the stream's work is done)
         return _Collected(rollout, self.policy.version, self.policy.pop_observation_moments(),
                           self.collector.pop_episodes())
 

@@ -184,3 +184,26 @@ def test_ppo_learns_cartpole_with_overlap(tmp_path):
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["best_eval_return"] >= 150, summary  # random play: ~20; measured 284-500 over seeds 0-2
     assert run.summary["env_steps"] == summary["env_steps"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_overlap_on_cuda_collects_on_a_stream_of_its_own_one_version_behind():
+    config = build_config("ppo", None, ["overlap=true", "ppo.num_steps=16", "env.num_envs=4", "device=cuda"],
+                          {"env.id": "CartPole-v1", "total_steps": 10_000})
+    experience = GymExperience(config, on_policy=True)
+    try:
+        algo_obj = get_algo("ppo").build_algorithm(config.ppo, experience.observation_space, experience.action_space,
+                                                   experience.columns)
+        algo_obj.to(torch.device("cuda"))
+        source = experience.source(algo_obj.policy, config.ppo, True)
+        assert source.policy.device.type == "cuda"
+        rounds = OnPolicyRounds(algo_obj, source, source.publish)
+        rounds.reset(0)
+        for k in range(4):
+            rollout, _ = rounds.gather(0, 0)
+            assert source.collected_version == max(0, algo_obj.policy.version - 1)
+            algo_obj.learn(rollout)
+        for mine, theirs in zip(source.policy.model.parameters(), algo_obj.policy.model.parameters()):
+            assert mine.device.type == "cuda" and not torch.equal(mine, theirs)  # a version behind, on the GPU
+    finally:
+        experience.close()
