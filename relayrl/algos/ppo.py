@@ -704,7 +704,7 @@ class PPO(Algorithm):
         """One gradient step on the minibatch; returns its loss terms (read in one transfer from the device)."""
         cfg, model = self.cfg, self.policy.model
         loss, terms = self.loss_step(mb, clip, reflect)
-        total, *values = torch.stack([loss.detach(), *terms.values()]).tolist()
+        total, *values = torch.stack([loss.detach(), *terms.values()]).cpu().tolist()
         stats = dict(zip(terms, values))
         if not np.isfinite(total):
             raise NonFiniteError(

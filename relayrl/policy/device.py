@@ -62,3 +62,9 @@ def host_to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
     if device.type == "cuda":
         return tensor.pin_memory().to(device, non_blocking=True)
     return tensor.to(device)
+
+
+def float_to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """``host_to_device`` cast to float32 on the device (rewards, flags, weights, observations as networks read
+    them: data/dtypes.py's ``to_tensor``, through pinned memory on CUDA)."""
+    return host_to_device(array, device).float()
