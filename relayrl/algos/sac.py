@@ -121,13 +121,17 @@ class Actor(nn.Module):
 
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A tanh-squashed sample in [-1, 1] and its log-probability (with the tanh correction)."""
-        mean, log_std = self(obs)
-        std = log_std.exp()
-        u = mean + std * torch.randn_like(mean)
-        logp = (-0.5 * ((u - mean) / std).pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
-        # log(1 - tanh(u)^2) in its numerically stable form
-        logp = logp - (2 * (math.log(2) - u - F.softplus(-2 * u))).sum(-1)
-        return torch.tanh(u), logp
+        return squashed_sample(*self(obs))
+
+
+def squashed_sample(mean: torch.Tensor, log_std: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``Actor.sample`` from the actor's output (SAC's loss takes it in float32 from a bf16 forward pass)."""
+    std = log_std.exp()
+    u = mean + std * torch.randn_like(mean)
+    logp = (-0.5 * ((u - mean) / std).pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+    # log(1 - tanh(u)^2) in its numerically stable form
+    logp = logp - (2 * (math.log(2) - u - F.softplus(-2 * u))).sum(-1)
+    return torch.tanh(u), logp
 
 
 class EncodedTwinQ(TwinQ):
@@ -380,11 +384,12 @@ class SAC(Algorithm):
         metrics; what ``loss_step`` compiles (the networks in bf16 with amp, the losses in float32)."""
         cfg, actor, n = self.cfg, self.policy.actor, len(obs)
         alpha = self.log_alpha.exp().detach()
+        # one actor pass over [s; s'] serves the target (s', detached) and the actor loss (s)
         with self.loss_step.autocast():
-            # one actor pass over [s; s'] serves the target (s', detached) and the actor loss (s)
-            sampled, sampled_logp = actor.sample(torch.cat([obs, next_obs]))
-            sampled, sampled_logp = sampled.float(), sampled_logp.float()
-            new_action, logp = sampled[:n], sampled_logp[:n]
+            mean, log_std = actor(torch.cat([obs, next_obs]))
+        sampled, sampled_logp = squashed_sample(mean.float(), log_std.float())
+        new_action, logp = sampled[:n], sampled_logp[:n]
+        with self.loss_step.autocast():
             with torch.no_grad():
                 target_q = self.target(next_obs, sampled[n:]).float()
             q = self.critic(obs, action).float()
