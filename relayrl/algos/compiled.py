@@ -41,6 +41,29 @@ def compile_mode(requested: str, device: torch.device, name: str) -> str | None:
     return requested
 
 
+def check_backend(device: torch.device, name: str, requested: str) -> None:
+    """Refuse to compile where inductor cannot build kernels: no C++ compiler for the CPU's, no Triton for CUDA's
+    (found when the learner is placed, before a run starts; the first update's own failure is the last word)."""
+    from torch._inductor import cpp_builder
+    from torch.utils._triton import has_triton
+
+    if device.type == "cuda" and not has_triton():
+        raise ConfigError(f"{name}.compile={requested} builds CUDA kernels with Triton, which this torch cannot import: "
+                          f"install triton (pip install triton), or set {name}.compile=off")
+    if device.type == "cpu":
+        try:
+            cpp_builder.get_cpp_compiler()
+        except Exception as error:  # (inductor's InvalidCxxCompiler, or what probing the compiler raised)
+            raise ConfigError(f"{name}.compile={requested} builds CPU kernels with a C++ compiler, and none works here "
+                              f"({type(error).__name__}: {first_line(error)}): install g++ (or set CXX to one), or "
+                              f"set {name}.compile=off") from None
+
+
+def first_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0][:300] if lines else ""
+
+
 def check_amp(amp: str, device: torch.device, name: str) -> None:
     """Refuse ``amp: bf16`` where autocast has no bfloat16: a CUDA GPU older than Ampere."""
     if amp == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
@@ -60,6 +83,8 @@ class CompiledLoss:
         """Run on ``device`` from now on; refuses options that cannot work there (ConfigError)."""
         self.device = torch.device(device)
         self.mode = compile_mode(self.cfg.compile, self.device, self.name)
+        if self.mode is not None:
+            check_backend(self.device, self.name, self.cfg.compile)
         check_amp(self.cfg.amp, self.device, self.name)
         self.amp = self.cfg.amp == "bf16"
         self._compiled: Callable[..., Any] | None = None
@@ -99,10 +124,8 @@ class CompiledLoss:
     def failure(self, error: Exception) -> str:
         """The one-line message for a backend that could not compile ``fn`` on this machine."""
         cause = error.inner_exception if isinstance(error, torch._dynamo.exc.BackendCompilerFailed) else error
-        lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
-        reason = f"{type(cause).__name__}: {lines[0] if lines else ''}"[:300]
         return (f"{self.name}.compile={self.cfg.compile}: torch.compile could not build the update on this machine "
-                f"({reason}); inductor needs a working C++ compiler (CXX, or g++ on PATH) and, on CUDA, Triton: "
+                f"({type(cause).__name__}: {first_line(cause)}); inductor needs a working C++ compiler (CXX, or g++ on PATH) and, on CUDA, Triton: "
                 f"install them, or set {self.name}.compile=off")
 
     def __deepcopy__(self, memo: dict[int, Any]) -> CompiledLoss:

@@ -113,6 +113,15 @@ def test_host_to_device_keeps_the_stored_dtype_and_shares_memory_on_the_cpu():
     np.testing.assert_array_equal(flipped.numpy(), frames[::-1])
 
 
+@pytest.mark.parametrize("algo", ["ppo", "sac"])
+def test_compiling_without_a_cpp_compiler_is_refused_when_the_learner_is_placed(algo):
+    with inductor_config.patch({"cpp.cxx": (None, "no-such-c++-compiler")}):
+        with pytest.raises(ConfigError, match=rf"^{algo}.compile=default builds CPU kernels with a C\+\+ compiler, and "
+                                              rf"none works here \(.*no-such-c\+\+-compiler.*set {algo}.compile=off$"):
+            learner(algo, "compile=default")
+        assert not learner(algo, "compile=auto").loss_step.compiled  # (nothing to build: auto is eager on the CPU)
+
+
 def fresh_inductor():
     """Inductor with no cached kernels, so a compilation really runs the C++ compiler configured."""
     import torch._functorch.config as functorch_config
@@ -122,7 +131,7 @@ def fresh_inductor():
 
 @pytest.mark.slow
 def test_a_machine_that_cannot_compile_gets_one_config_error_naming_the_option():
-    algo = learner("ppo", "compile=default")
+    algo = learner("ppo", "compile=default")  # (placed where the compiler worked; it is gone by the first update)
     no_graph_cache, no_autograd_cache = fresh_inductor()
     with no_graph_cache, no_autograd_cache, inductor_config.patch({"cpp.cxx": (None, "no-such-c++-compiler")}):
         with pytest.raises(ConfigError) as error:
