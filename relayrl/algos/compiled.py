@@ -109,7 +109,8 @@ class CompiledLoss:
         if self.mode is None:
             return self.fn(*args)
         if self._compiled is None:
-            self._compiled = torch.compile(self.fn, mode=self.mode, dynamic=False)
+            self._compiled = torch.compile(self.fn, mode=self.mode)  # (static shapes; a size that changes, as padded
+            # sequences' lengths do, makes them dynamic after one recompilation)
         if self.mode == "reduce-overhead":
             torch.compiler.cudagraph_mark_step_begin()  # the last call's outputs are read: its buffers may be reused
         if self._built:
