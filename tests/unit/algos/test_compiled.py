@@ -1,7 +1,8 @@
 """The learner's update compiled (``compile``) and in bf16 (``amp``), algos/compiled.py; rollouts and replay batches
 moved to the device as stored (policy/device.py's ``host_to_device``). CPU cases everywhere; the CUDA cases (CUDA
 graphs, bf16 on the GPU, pinned uint8 transfers) where there is a GPU. Every case that compiles is marked slow (a
-first update takes ~10 s on a CPU): ``pytest tests/unit/algos/test_compiled.py -m "slow or not slow"`` runs all."""
+first update takes ~10 s on a CPU), and DQN's and SAC's compiled CPU cases extended (left out of the default suite
+for time): ``pytest tests/unit/algos/test_compiled.py -m "slow or not slow or extended"`` runs all."""
 
 from __future__ import annotations
 
@@ -150,7 +151,8 @@ def flatten(state, prefix: str = "") -> dict:
 
 # ---- compiled with inductor on the CPU (slow: the first update compiles for ~10 s)
 @pytest.mark.slow
-@pytest.mark.parametrize("algo", ["ppo", "dqn", "sac"])
+@pytest.mark.parametrize("algo", ["ppo", pytest.param("dqn", marks=pytest.mark.extended),  # (CompiledLoss's path
+                                  pytest.param("sac", marks=pytest.mark.extended)])   # again: ~10 s each)
 def test_a_compiled_update_gives_the_eager_losses_and_the_same_checkpoints(algo):
     with inductor_config.patch({"fallback_random": True}):  # (SAC samples actions: torch's generator, as eager)
         eager, compiled = learner(algo), learner(algo, "compile=default")
