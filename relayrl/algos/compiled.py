@@ -72,12 +72,20 @@ def check_amp(amp: str, device: torch.device, name: str) -> None:
 
 
 class CompiledLoss:
-    """``fn`` as ``cfg.compile`` and ``cfg.amp`` ask, on the device of the last ``to(device)`` (the CPU before);
-    called as ``fn`` is. Built at the first call after each ``to``."""
+    """``fn`` as ``cfg.compile`` and ``cfg.amp`` ask, on the device of the last ``to(device)``; called as ``fn`` is.
+    Built at the first call after each ``to`` (an algorithm is built on the CPU, then placed: the options are checked
+    against the device it is placed on, or against the CPU at the first use of one never placed)."""
 
-    def __init__(self, fn: Callable[..., Any], cfg: CompiledUpdateConfig, name: str, device: torch.device = CPU):
+    def __init__(self, fn: Callable[..., Any], cfg: CompiledUpdateConfig, name: str,
+                 device: torch.device | None = None):
         self.fn, self.cfg, self.name = fn, cfg, name
-        self.to(device)
+        self.device: torch.device | None = None
+        self.mode: str | None = None
+        self.amp = False
+        self._compiled: Callable[..., Any] | None = None
+        self._built = False  # whether a call has compiled it (the backend's failures are ConfigErrors before then)
+        if device is not None:
+            self.to(device)
 
     def to(self, device: torch.device) -> None:
         """Run on ``device`` from now on; refuses options that cannot work there (ConfigError)."""
@@ -87,26 +95,31 @@ class CompiledLoss:
             check_backend(self.device, self.name, self.cfg.compile)
         check_amp(self.cfg.amp, self.device, self.name)
         self.amp = self.cfg.amp == "bf16"
-        self._compiled: Callable[..., Any] | None = None
-        self._built = False  # whether a call has compiled it (the backend's failures are ConfigErrors before then)
+        self._compiled, self._built = None, False
+
+    def placed(self) -> CompiledLoss:
+        """Itself, placed on the CPU if it never was."""
+        if self.device is None:
+            self.to(CPU)
+        return self
 
     @property
     def compiled(self) -> bool:
-        return self.mode is not None
+        return self.placed().mode is not None
 
     def autocast(self) -> ContextManager[Any]:
         """Where ``fn`` runs its networks: bf16 autocast with ``amp: bf16``, else nothing."""
-        if not self.amp:
+        if not self.placed().amp:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=torch.bfloat16)
 
     def scalar(self, value: float) -> float | torch.Tensor:
         """A float argument that changes between calls (an annealed clip range), as ``fn`` takes it: a 0-d tensor on
         the device when compiled (a new float would be a new constant, a recompilation), else the float."""
-        return torch.tensor(value, device=self.device) if self.compiled else value
+        return torch.tensor(value, device=self.device) if self.compiled else value  # (compiled: placed)
 
     def __call__(self, *args: Any) -> Any:
-        if self.mode is None:
+        if self.placed().mode is None:
             return self.fn(*args)
         if self._compiled is None:
             self._compiled = torch.compile(self.fn, mode=self.mode)  # (static shapes; a size that changes, as padded
@@ -126,8 +139,8 @@ class CompiledLoss:
         """The one-line message for a backend that could not compile ``fn`` on this machine."""
         cause = error.inner_exception if isinstance(error, torch._dynamo.exc.BackendCompilerFailed) else error
         return (f"{self.name}.compile={self.cfg.compile}: torch.compile could not build the update on this machine "
-                f"({type(cause).__name__}: {first_line(cause)}); inductor needs a working C++ compiler (CXX, or g++ on PATH) and, on CUDA, Triton: "
-                f"install them, or set {self.name}.compile=off")
+                f"({type(cause).__name__}: {first_line(cause)}); inductor needs a working C++ compiler (CXX, or g++ on "
+                f"PATH) and, on CUDA, Triton: install them, or set {self.name}.compile=off")
 
     def __deepcopy__(self, memo: dict[int, Any]) -> CompiledLoss:
         """A copy for a copied algorithm (``timing_step``'s): ``fn`` bound to the copy, not compiled yet."""

@@ -78,9 +78,15 @@ def test_an_unknown_mode_is_a_config_error_listing_the_modes_and_a_bare_off_mean
 
 @pytest.mark.parametrize("algo", ["ppo", "dqn", "sac"])
 def test_cuda_graphs_on_the_cpu_are_refused_when_the_learner_is_placed(algo):
-    with pytest.raises(ConfigError, match=rf"{algo}.compile=reduce-overhead replays the update as CUDA graphs.*"
-                                          rf"cpu: set {algo}.compile=default"):
+    refused = rf"{algo}.compile=reduce-overhead replays the update as CUDA graphs.*cpu: set {algo}.compile=default"
+    with pytest.raises(ConfigError, match=refused):
         learner(algo, "compile=reduce-overhead")
+    # built on the CPU, as every learner is before it is placed (on CUDA, say): refused only where it is used
+    cfg = getattr(build_config(algo, None, [f"{algo}.compile=reduce-overhead", *(f"{algo}.{s}" for s in SMALL[algo])]),
+                  algo)
+    unplaced = get_algo(algo).algo_cls(cfg, *SPACES[algo], 4)
+    with pytest.raises(ConfigError, match=refused):
+        unplaced.learn(batch_for(algo))
     assert not learner(algo, "compile=auto").loss_step.compiled  # auto: eager on the CPU, where it measured no faster
 
 
