@@ -48,8 +48,8 @@ def check_backend(device: torch.device, name: str, requested: str) -> None:
     from torch.utils._triton import has_triton
 
     if device.type == "cuda" and not has_triton():
-        raise ConfigError(f"{name}.compile={requested} builds CUDA kernels with Triton, which this torch cannot import: "
-                          f"install triton (pip install triton), or set {name}.compile=off")
+        raise ConfigError(f"{name}.compile={requested} builds CUDA kernels with Triton, which this torch cannot "
+                          f"import: install triton (pip install triton), or set {name}.compile=off")
     if device.type == "cpu":
         try:
             cpp_builder.get_cpp_compiler()

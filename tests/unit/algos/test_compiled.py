@@ -87,7 +87,7 @@ def test_cuda_graphs_on_the_cpu_are_refused_when_the_learner_is_placed(algo):
     unplaced = get_algo(algo).algo_cls(cfg, *SPACES[algo], 4)
     with pytest.raises(ConfigError, match=refused):
         unplaced.learn(batch_for(algo))
-    assert not learner(algo, "compile=auto").loss_step.compiled  # auto: eager on the CPU (compiling measured mixed there)
+    assert not learner(algo, "compile=auto").loss_step.compiled  # auto: eager on the CPU (compiling measured mixed)
 
 
 def test_redq_refuses_the_options_its_update_does_not_take():
