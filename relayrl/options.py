@@ -64,6 +64,30 @@ class AlgoConfig(Section):
         return [256, 256], 256
 
 
+CompileMode = Literal["off", "auto", "default", "reduce-overhead", "max-autotune"]
+
+
+class CompiledUpdateConfig(Section):
+    """The learner's update compiled and in lower precision (algos/compiled.py), mixed into the sections of the
+    algorithms that take it (PPO, APPO, DQN, SAC); checkpoints are the same with or without."""
+
+    compile: CompileMode = "off"
+    """Compile the update's forward pass and loss (and their backward) with torch.compile: "default" (inductor's
+    fused kernels), "reduce-overhead" (those, replayed as CUDA graphs: one launch per update instead of hundreds;
+    CUDA only), "max-autotune" (also searches kernel configurations: longer first update), "auto" (reduce-overhead
+    on CUDA; off on the CPU, where it measured 0.8x-1.4x eager's speed by network after a 6-25 s first update:
+    docs/benchmarks.md), "off": eager. Needs a C++ compiler (inductor's; the first update then takes seconds)."""
+    amp: Literal["off", "bf16"] = "off"
+    """Mixed precision of the update: "bf16" runs the networks' forward pass (and its backward) in bfloat16 under
+    torch.autocast, the losses and the weights in float32 (a CUDA GPU with bf16, Ampere or later, or the CPU);
+    "off": float32 throughout."""
+
+    @field_validator("compile", "amp", mode="before")
+    @classmethod
+    def _off(cls, value: Any) -> Any:
+        return "off" if value is False else value  # (YAML reads a bare off as false)
+
+
 class ReplayLoopConfig(AlgoConfig):
     """Options of the replay loop, shared by every off-policy algorithm's config (which extends it)."""
 

@@ -23,14 +23,15 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
+from relayrl.algos.compiled import CompiledLoss
 from relayrl.algos.registry import register
 from relayrl.core import Algorithm, Policy
 from relayrl.data.dtypes import stored_dtype, to_tensor
 from relayrl.envs.masks import branch_sizes
 from relayrl.errors import EnvError, NonFiniteError
-from relayrl.options import ReplayLoopConfig
+from relayrl.options import CompiledUpdateConfig, ReplayLoopConfig
 from relayrl.policy import distributions as D
-from relayrl.policy.device import cpu_state, cpu_tree
+from relayrl.policy.device import cpu_state, cpu_tree, float_to_device, host_to_device
 from relayrl.policy.encoder import EncoderRef
 from relayrl.policy.encoders import check_space, make_encoder
 from relayrl.policy.graph import ARGMAX, ObservationInput, PolicyGraph
@@ -38,7 +39,7 @@ from relayrl.policy.networks import mlp
 from relayrl.types import Batch, Mode, PolicyOutput
 
 
-class DQNConfig(ReplayLoopConfig):
+class DQNConfig(ReplayLoopConfig, CompiledUpdateConfig):
     aliases: ClassVar[dict[str, str]] = {
         "learning_rate": "lr", "learning_starts": "start_training", "target_update_interval": "target_update_period",
         "exploration_final_eps": "epsilon_end", "exploration_fraction": "epsilon_decay_steps", "n_steps": "n_step",
@@ -245,6 +246,7 @@ class DQN(Algorithm):
         self.target.requires_grad_(False)
         self.optim = torch.optim.Adam(self.policy.model.parameters(), lr=cfg.lr, fused=True)
         self.updates = 0
+        self.loss_step = CompiledLoss(self.td_loss, cfg, "dqn")  # compiled, bf16: cfg.compile, cfg.amp
 
     devices = ("cpu", "cuda")
 
@@ -252,45 +254,23 @@ class DQN(Algorithm):
         self.device = self.policy.device = device
         self.policy.model.to(device)  # (parameters move in place: the optimiser keeps them)
         self.target.to(device)
+        self.loss_step.to(device)
 
     def learn(self, batch: Batch, progress: float = 0.0) -> dict[str, float]:
-        cfg, model = self.cfg, self.policy.model
-        view = self.policy.obs_view
-        device = self.device  # the batch moves to the learner's device once, as stored
-        obs = to_tensor(batch["obs"], device).reshape(len(batch["obs"]), *view)
-        next_obs = to_tensor(batch["next_obs"], device).reshape(len(obs), *view)
-        branches = self.policy.branches
-        actions = torch.from_numpy(batch["action"]).to(device).long().reshape(len(obs), len(branches))  # [n, B]
-        # ---- double-Q target: y = r + γ^m (1 - terminated) Q_target(s', argmax_a Q_online(s', a));
-        # one online pass over [s; s'] serves both the prediction and the argmax (half the op overhead).
-        # Branches (MultiDiscrete): Q of each branch's action [n, B], one target from the branches' mean.
-        online = model(torch.cat([obs, next_obs])) if cfg.double else model(obs)
-        if len(branches) == 1:
-            q = online[:len(obs)].gather(-1, actions)
-        else:
-            q = torch.stack([part.gather(-1, actions[:, b:b + 1]).squeeze(-1)
-                             for b, part in enumerate(online[:len(obs)].split(branches, -1))], -1)
-        with torch.no_grad():
-            next_mask = batch.get("next_action_mask")  # the max runs over the actions allowed at s'
-            next_mask = None if next_mask is None else torch.from_numpy(next_mask).to(device)
-            next_q = self.target(next_obs)
-            if cfg.double:
-                chooser = D.mask_logits(online[len(obs):], next_mask).split(branches, -1)
-                values = [part.gather(-1, pick.argmax(-1, keepdim=True)).squeeze(-1)
-                          for part, pick in zip(next_q.split(branches, -1), chooser)]
-            else:
-                values = [part.max(-1).values for part in D.mask_logits(next_q, next_mask).split(branches, -1)]
-            next_value = values[0] if len(values) == 1 else torch.stack(values, -1).mean(-1)
-            not_done = 1.0 - to_tensor(batch["terminated"], device)
-            target = (to_tensor(batch["reward"], device) + to_tensor(batch["discount"], device) * not_done
-                      * next_value)[:, None]
-        if "weight" in batch:  # prioritized replay's importance weights
-            weight = to_tensor(batch["weight"], device)[:, None]
-            loss = (weight * F.smooth_l1_loss(q, target.expand_as(q), reduction="none")).mean()
-        else:
-            loss = F.smooth_l1_loss(q, target.expand_as(q))
-        if not torch.isfinite(loss):
-            raise NonFiniteError(f"DQN loss became {loss.item()}: lower lr, or check the rewards for NaN")
+        cfg, model, view = self.cfg, self.policy.model, self.policy.obs_view
+        device = self.device  # the batch moves to the learner's device once, as stored (CUDA: from pinned memory)
+        obs = float_to_device(batch["obs"], device).reshape(len(batch["obs"]), *view)
+        next_obs = float_to_device(batch["next_obs"], device).reshape(len(obs), *view)
+        actions = host_to_device(batch["action"], device).long().reshape(len(obs), len(self.policy.branches))  # [n, B]
+        next_mask = batch.get("next_action_mask")  # the max runs over the actions allowed at s'
+        loss, q, target = self.loss_step(
+            obs, next_obs, actions, float_to_device(batch["reward"], device),
+            float_to_device(batch["discount"], device), float_to_device(batch["terminated"], device),
+            float_to_device(batch["weight"], device) if "weight" in batch else None,  # prioritized replay's
+            None if next_mask is None else host_to_device(next_mask, device))
+        td, q_mean = torch.stack([loss.detach(), q.detach().mean()]).cpu().tolist()  # (one read from the device)
+        if not np.isfinite(td):
+            raise NonFiniteError(f"DQN loss became {td}: lower lr, or check the rewards for NaN")
         self.optim.zero_grad(set_to_none=True)
         loss.backward()
         if cfg.grad_clip is not None:
@@ -306,7 +286,38 @@ class DQN(Algorithm):
             self.target.load_state_dict(model.state_dict())
         self.report_priorities((q.detach() - target).abs().mean(-1).cpu().numpy())  # |TD error| (branches: mean)
         self.policy.version += 1
-        return {"loss/td": loss.item(), "q_mean": q.mean().item(), "epsilon": self.policy.epsilon, "updates": 1.0}
+        return {"loss/td": td, "q_mean": q_mean, "epsilon": self.policy.epsilon, "updates": 1.0}
+
+    def td_loss(self, obs: torch.Tensor, next_obs: torch.Tensor, actions: torch.Tensor, reward: torch.Tensor,
+                discount: torch.Tensor, terminated: torch.Tensor, weight: torch.Tensor | None,
+                next_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The Huber TD loss, Q of the batch's actions [n, B] and their targets [n, 1]; what ``loss_step`` compiles
+        (the networks in bf16 with amp, the loss in float32)."""
+        cfg, model, branches = self.cfg, self.policy.model, self.policy.branches
+        # ---- double-Q target: y = r + γ^m (1 - terminated) Q_target(s', argmax_a Q_online(s', a));
+        # one online pass over [s; s'] serves both the prediction and the argmax (half the op overhead).
+        # Branches (MultiDiscrete): Q of each branch's action [n, B], one target from the branches' mean.
+        with self.loss_step.autocast():
+            online = (model(torch.cat([obs, next_obs])) if cfg.double else model(obs)).float()
+            with torch.no_grad():
+                next_q = self.target(next_obs).float()
+        if len(branches) == 1:
+            q = online[:len(obs)].gather(-1, actions)
+        else:
+            q = torch.stack([part.gather(-1, actions[:, b:b + 1]).squeeze(-1)
+                             for b, part in enumerate(online[:len(obs)].split(branches, -1))], -1)
+        with torch.no_grad():
+            if cfg.double:
+                chooser = D.mask_logits(online[len(obs):], next_mask).split(branches, -1)
+                values = [part.gather(-1, pick.argmax(-1, keepdim=True)).squeeze(-1)
+                          for part, pick in zip(next_q.split(branches, -1), chooser)]
+            else:
+                values = [part.max(-1).values for part in D.mask_logits(next_q, next_mask).split(branches, -1)]
+            next_value = values[0] if len(values) == 1 else torch.stack(values, -1).mean(-1)
+            target = (reward + discount * (1.0 - terminated) * next_value)[:, None]
+        if weight is not None:  # prioritized replay's importance weights
+            return (weight[:, None] * F.smooth_l1_loss(q, target.expand_as(q), reduction="none")).mean(), q, target
+        return F.smooth_l1_loss(q, target.expand_as(q)), q, target
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue training, on the CPU wherever the learner is."""

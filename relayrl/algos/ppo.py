@@ -20,6 +20,7 @@ import torch
 from pydantic import Field
 from torch import nn
 
+from relayrl.algos.compiled import CompiledLoss
 from relayrl.algos.registry import register
 from relayrl.core import Algorithm, Policy
 from relayrl.data.dtypes import stored_dtype, to_stored, to_tensor
@@ -29,10 +30,10 @@ from relayrl.envs.hybrid import HybridLayout, hybrid_layout
 from relayrl.envs.masks import branch_sizes
 from relayrl.envs.packed import PackedDict
 from relayrl.errors import ConfigError, EnvError, NonFiniteError
-from relayrl.options import AlgoConfig, Placement
+from relayrl.options import AlgoConfig, CompiledUpdateConfig, Placement
 from relayrl.policy import distributions as D
 from relayrl.policy.actor_critic import build_model, logp_entropy, sample_actions
-from relayrl.policy.device import cpu_state, cpu_tree
+from relayrl.policy.device import cpu_state, cpu_tree, host_to_device
 from relayrl.policy.encoder import EncoderRef
 from relayrl.policy.encoders import check_space, make_encoder
 from relayrl.policy.graph import ARGMAX, GraphOutput, ObservationInput, PolicyGraph
@@ -43,7 +44,7 @@ from relayrl.policy.privileged import ActorKeys, check_keys, fill_hidden
 from relayrl.types import COLUMN, Batch, Mode, PolicyOutput
 
 
-class PPOConfig(AlgoConfig):
+class PPOConfig(AlgoConfig, CompiledUpdateConfig):
     lag_correction: ClassVar[str | None] = "the probability ratio to the policy that acted, clipped"
     aliases: ClassVar[dict[str, str]] = {
         "learning_rate": "actor_lr,critic_lr", "lr": "actor_lr,critic_lr", "n_epochs": "epochs",
@@ -522,12 +523,15 @@ class PPO(Algorithm):
         self.ret_rms = RunningMeanStd(()) if cfg.normalize_reward else None
         self._ret = np.zeros(num_envs, dtype=np.float64)
         self.mirror: TorchMirror | None = None
+        # forward + loss, compiled and in bf16 as cfg.compile and cfg.amp ask (algos/compiled.py)
+        self.loss_step = CompiledLoss(self.loss, cfg, type(cfg).__name__.removesuffix("Config").lower())
 
     devices = ("cpu", "cuda")
 
     def to(self, device: torch.device) -> None:
         self.device = device
         self.policy.to(device)
+        self.loss_step.to(device)
         if self.mirror is not None:
             self.mirror = self.mirror.to(device)
         # new optimisers, on the parameters as moved (a move may replace them rather than move them in place); no
@@ -600,6 +604,7 @@ class PPO(Algorithm):
             group["lr"] = critic_lr
         clip = cfg.clip * frac if cfg.anneal_clip else cfg.clip
         reflect = self.reflection() if cfg.mirror > 0 else None  # with this update's statistics
+        clip_arg = self.loss_step.scalar(clip)
 
         sums = {"loss/policy": 0.0, "loss/value": 0.0, "loss/entropy": 0.0, "approx_kl": 0.0, "clip_frac": 0.0}
         updates, kl_stop, interrupted = 0, False, False
@@ -608,7 +613,7 @@ class PPO(Algorithm):
                 if self.stopping():  # Ctrl-C: the rest of the iteration would take as long as it was going to
                     interrupted = True
                     break
-                stats = self.update(mb, clip, reflect)
+                stats = self.update(mb, clip_arg, reflect)
                 updates += 1
                 for key, value in stats.items():
                     sums[key] = sums.get(key, 0.0) + value
@@ -636,12 +641,14 @@ class PPO(Algorithm):
         the env masks actions, "action_mask" (the loss uses the distribution the actions were sampled from)."""
         T, N = rollout["value"].shape
         steps = {key: self.tensor(rollout[key]) for key in ("action", "logp", "value", "action_mask") if key in rollout}
-        steps["obs"] = to_tensor(rollout["obs"], self.device).reshape(T, N, *self.policy.obs_view)
+        obs = to_tensor(rollout["obs"]) if self.device.type == "cpu" else self.tensor(rollout["obs"]).float()
+        steps["obs"] = obs.reshape(T, N, *self.policy.obs_view)
         return steps
 
     def tensor(self, array: np.ndarray) -> torch.Tensor:
-        """``array`` on the learner's device, dtype kept (the CPU: shares its memory)."""
-        return torch.from_numpy(array).to(self.device)
+        """``array`` on the learner's device, dtype kept (the CPU: shares its memory; CUDA: from pinned memory,
+        not blocking: policy/device.py)."""
+        return host_to_device(array, self.device)
 
     def minibatches(self, steps: dict[str, torch.Tensor], rollout: Batch) -> Epoch:
         """One row per real step: shuffled steps, or [B, L] padded sequences (data/minibatches.py)."""
@@ -659,11 +666,14 @@ class PPO(Algorithm):
             return out[mb["mask"]], value[mb["mask"]]  # padding is dropped here, before any loss
         return model.actor_critic(mb["obs"])
 
-    def loss(self, mb: dict[str, torch.Tensor], clip: float, reflect: Any = None
+    def loss(self, mb: dict[str, torch.Tensor], clip: float | torch.Tensor, reflect: Any = None
              ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The minibatch's total loss and its terms (with the approximate KL and the clip fraction)."""
+        """The minibatch's total loss and its terms (with the approximate KL and the clip fraction); what
+        ``loss_step`` compiles (the networks in bf16 with amp, the loss in float32)."""
         cfg = self.cfg
-        out, value = self.forward(mb)
+        with self.loss_step.autocast():
+            out, value = self.forward(mb)
+        out, value = out.float(), value.float()
         # ---- clipped surrogate
         logp, entropy = self.policy.logp_entropy(out, mb["action"], mb.get("action_mask"))
         log_ratio = logp - mb["logp"]
@@ -691,15 +701,16 @@ class PPO(Algorithm):
         return loss, {"loss/policy": policy_loss, "loss/value": value_loss, "loss/entropy": entropy_mean,
                       "approx_kl": approx_kl, "clip_frac": clip_frac, **mirror_terms}
 
-    def update(self, mb: dict[str, torch.Tensor], clip: float, reflect: Any = None) -> dict[str, float]:
-        """One gradient step on the minibatch; returns its loss terms."""
+    def update(self, mb: dict[str, torch.Tensor], clip: float | torch.Tensor, reflect: Any = None) -> dict[str, float]:
+        """One gradient step on the minibatch; returns its loss terms (read in one transfer from the device)."""
         cfg, model = self.cfg, self.policy.model
-        loss, terms = self.loss(mb, clip, reflect)
-        if not torch.isfinite(loss):
+        loss, terms = self.loss_step(mb, clip, reflect)
+        total, *values = torch.stack([loss.detach(), *terms.values()]).cpu().tolist()
+        stats = dict(zip(terms, values))
+        if not np.isfinite(total):
             raise NonFiniteError(
-                f"PPO loss became {loss.item()} (policy {terms['loss/policy'].item()}, value "
-                f"{terms['loss/value'].item()}): lower the learning rates, enable obs_norm / normalize_reward, "
-                "or lower reward_scale")
+                f"PPO loss became {total} (policy {stats['loss/policy']}, value {stats['loss/value']}): lower the "
+                "learning rates, enable obs_norm / normalize_reward, or lower reward_scale")
         self.actor_optim.zero_grad(set_to_none=True)
         self.critic_optim.zero_grad(set_to_none=True)
         loss.backward()
@@ -708,7 +719,7 @@ class PPO(Algorithm):
             nn.utils.clip_grad_norm_(model.critic_parameters(), cfg.grad_clip)
         self.actor_optim.step()
         self.critic_optim.step()
-        return {key: term.item() for key, term in terms.items()}
+        return stats
 
     def mirror_terms(self, mb: dict[str, torch.Tensor], out: torch.Tensor, value: torch.Tensor,
                      reflect: Any) -> dict[str, torch.Tensor]:
@@ -759,7 +770,7 @@ class PPO(Algorithm):
         steps["advantage"], steps["return"] = clone.tensor(zeros()), clone.tensor(zeros())
         epoch = clone.minibatches(steps, rollout)
         mb, reflect = next(iter(epoch())), clone.reflection()
-        return lambda: clone.update(mb, self.cfg.clip, reflect)
+        return lambda: clone.update(mb, clone.loss_step.scalar(self.cfg.clip), reflect)
 
 
 register("ppo", PPOConfig, PPO, PPOPolicy, on_policy=True)

@@ -18,12 +18,13 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
+from relayrl.algos.compiled import CompiledLoss
 from relayrl.algos.registry import register
 from relayrl.core import Algorithm, Policy
 from relayrl.data.dtypes import stored_dtype, to_tensor
 from relayrl.errors import EnvError, NonFiniteError
-from relayrl.options import ReplayLoopConfig
-from relayrl.policy.device import cpu_state, cpu_tree
+from relayrl.options import CompiledUpdateConfig, ReplayLoopConfig
+from relayrl.policy.device import cpu_state, cpu_tree, float_to_device
 from relayrl.policy.encoder import EncoderRef
 from relayrl.policy.encoders import check_space, make_encoder
 from relayrl.policy.graph import ObservationInput, PolicyGraph
@@ -34,7 +35,7 @@ from relayrl.types import Batch, Mode, PolicyOutput
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 
 
-class SACConfig(ReplayLoopConfig):
+class SACConfig(ReplayLoopConfig, CompiledUpdateConfig):
     aliases: ClassVar[dict[str, str]] = {
         "learning_rate": "actor_lr,critic_lr", "learning_starts": "start_training", "ent_coef": "init_alpha",
         "net_arch": "hidden_sizes", "train_freq": "steps_per_iteration", "gradient_steps": "updates_per_step",
@@ -120,13 +121,17 @@ class Actor(nn.Module):
 
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A tanh-squashed sample in [-1, 1] and its log-probability (with the tanh correction)."""
-        mean, log_std = self(obs)
-        std = log_std.exp()
-        u = mean + std * torch.randn_like(mean)
-        logp = (-0.5 * ((u - mean) / std).pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
-        # log(1 - tanh(u)^2) in its numerically stable form
-        logp = logp - (2 * (math.log(2) - u - F.softplus(-2 * u))).sum(-1)
-        return torch.tanh(u), logp
+        return squashed_sample(*self(obs))
+
+
+def squashed_sample(mean: torch.Tensor, log_std: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``Actor.sample`` from the actor's output (SAC's loss takes it in float32 from a bf16 forward pass)."""
+    std = log_std.exp()
+    u = mean + std * torch.randn_like(mean)
+    logp = (-0.5 * ((u - mean) / std).pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+    # log(1 - tanh(u)^2) in its numerically stable form
+    logp = logp - (2 * (math.log(2) - u - F.softplus(-2 * u))).sum(-1)
+    return torch.tanh(u), logp
 
 
 class EncodedTwinQ(TwinQ):
@@ -286,23 +291,33 @@ class SACGraph(BoundedActionGraph):
 def replay_tensors(batch: Batch, policy: SACPolicy, device: torch.device
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """obs and next_obs as the networks read them, and the [-1, 1] actions, of a replay batch on ``device``
-    (it moves once, as stored)."""
+    (it moves once, as stored; CUDA: from pinned memory, policy/device.py)."""
     n = len(batch["obs"])
-    return (to_tensor(batch["obs"], device).reshape(n, *policy.obs_view),
-            to_tensor(batch["next_obs"], device).reshape(n, *policy.obs_view),
-            to_tensor(batch["action"], device).reshape(n, -1))
+    return (float_to_device(batch["obs"], device).reshape(n, *policy.obs_view),
+            float_to_device(batch["next_obs"], device).reshape(n, *policy.obs_view),
+            float_to_device(batch["action"], device).reshape(n, -1))
 
 
 def bootstrap_target(batch: Batch, next_q: torch.Tensor, device: torch.device) -> torch.Tensor:
     """y = r + γ^m (1 - terminated) next_q (replay's ``discount`` holds γ^m of each n-step transition)."""
-    not_done = 1.0 - to_tensor(batch["terminated"], device)
-    return to_tensor(batch["reward"], device) + to_tensor(batch["discount"], device) * not_done * next_q
+    return bootstrap(*bootstrap_columns(batch, device), next_q)
+
+
+def bootstrap_columns(batch: Batch, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """reward, discount and terminated of a replay batch, float32 on ``device``."""
+    return tuple(float_to_device(batch[key], device) for key in ("reward", "discount", "terminated"))
+
+
+def bootstrap(reward: torch.Tensor, discount: torch.Tensor, terminated: torch.Tensor, next_q: torch.Tensor
+              ) -> torch.Tensor:
+    """``bootstrap_target`` of the batch's columns."""
+    return reward + discount * (1.0 - terminated) * next_q
 
 
 def sample_weights(batch: Batch, device: torch.device) -> torch.Tensor:
     """Prioritized replay's importance weights, or ones."""
     n = len(batch["obs"])
-    return to_tensor(batch["weight"], device) if "weight" in batch else torch.ones(n, device=device)
+    return float_to_device(batch["weight"], device) if "weight" in batch else torch.ones(n, device=device)
 
 
 # ---------------------------------------------------------------- algorithm
@@ -332,6 +347,7 @@ class SAC(Algorithm):
             groups.append({"params": [self.log_alpha], "lr": cfg.alpha_lr})
         self.optim = torch.optim.Adam(groups, fused=True)
         self.updates = 0
+        self.loss_step = CompiledLoss(self.losses, cfg, "sac")  # compiled, bf16: cfg.compile, cfg.amp
 
     devices = ("cpu", "cuda")
 
@@ -340,32 +356,17 @@ class SAC(Algorithm):
         for net in (self.policy.actor, self.critic, self.target):
             net.to(device)  # (parameters move in place: the optimiser keeps them)
         self.log_alpha.data = self.log_alpha.data.to(device)  # in place too, as Module.to moves parameters
+        self.loss_step.to(device)
 
     def learn(self, batch: Batch, progress: float = 0.0) -> dict[str, float]:
-        cfg, actor = self.cfg, self.policy.actor
-        n, device = len(batch["obs"]), self.device
-        obs, next_obs, action = replay_tensors(batch, self.policy, device)
-        alpha = self.log_alpha.exp().detach()
-        # one actor pass over [s; s'] serves the target (s', detached) and the actor loss (s)
-        sampled, sampled_logp = actor.sample(torch.cat([obs, next_obs]))
-        new_action, logp = sampled[:n], sampled_logp[:n]
-        # ---- critics: y = r + γ^m (1 - terminated) (min Q_target(s', a') - α log π(a'|s'))
-        with torch.no_grad():
-            next_q = self.target(next_obs, sampled[n:]).min(0).values - alpha * sampled_logp[n:]
-            y = bootstrap_target(batch, next_q, device)
-        q = self.critic(obs, action)
-        weight = sample_weights(batch, device)
-        critic_loss = 0.5 * (weight * (q - y).pow(2)).sum(0).mean()
-        # ---- actor: maximise min Q(s, π(s)) - α log π(π(s)|s); the critics are frozen in this term, so
-        # one backward pass over both losses gives each network exactly its own gradient
-        q_pi = self.critic(obs, new_action, frozen=True).min(0).values
-        actor_loss = (alpha * logp - q_pi).mean()
-        loss = critic_loss + actor_loss
-        if not torch.isfinite(loss):
-            raise NonFiniteError(f"SAC loss became {loss.item()} (critic {critic_loss.item()}, actor "
-                                 f"{actor_loss.item()}): lower the learning rates or check the rewards")
-        if cfg.autotune:  # ---- temperature toward the entropy target (its gradient reaches log_alpha only)
-            loss = loss - (self.log_alpha * (logp.detach() + self.target_entropy)).mean()
+        cfg, device = self.cfg, self.device
+        loss, q, y, terms = self.loss_step(*replay_tensors(batch, self.policy, device),
+                                           *bootstrap_columns(batch, device), sample_weights(batch, device))
+        stats = dict(zip(terms, torch.stack(list(terms.values())).cpu().tolist()))  # (one read from the device)
+        if not np.isfinite(stats["loss/critic"] + stats["loss/actor"]):
+            raise NonFiniteError(f"SAC loss became {stats['loss/critic'] + stats['loss/actor']} (critic "
+                                 f"{stats['loss/critic']}, actor {stats['loss/actor']}): lower the learning rates or "
+                                 "check the rewards")
         self.optim.zero_grad(set_to_none=True)
         loss.backward()
         self.optim.step()
@@ -374,8 +375,38 @@ class SAC(Algorithm):
         self.updates += 1
         self.policy.version += 1
         self.report_priorities((q - y).detach().abs().mean(0).cpu().numpy())  # |TD error| (twin critics: mean)
-        return {"loss/critic": critic_loss.item(), "loss/actor": actor_loss.item(), "alpha": alpha.item(),
-                "entropy": -logp.mean().item(), "q_mean": q.mean().item(), "updates": 1.0}
+        return {**stats, "updates": 1.0}
+
+    def losses(self, obs: torch.Tensor, next_obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor,
+               discount: torch.Tensor, terminated: torch.Tensor, weight: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """The critics', the actor's and the temperature's losses summed, Q [2, n], the targets y [n] and the
+        metrics; what ``loss_step`` compiles (the networks in bf16 with amp, the losses in float32)."""
+        cfg, actor, n = self.cfg, self.policy.actor, len(obs)
+        alpha = self.log_alpha.exp().detach()
+        # one actor pass over [s; s'] serves the target (s', detached) and the actor loss (s)
+        with self.loss_step.autocast():
+            mean, log_std = actor(torch.cat([obs, next_obs]))
+        sampled, sampled_logp = squashed_sample(mean.float(), log_std.float())
+        new_action, logp = sampled[:n], sampled_logp[:n]
+        with self.loss_step.autocast():
+            with torch.no_grad():
+                target_q = self.target(next_obs, sampled[n:]).float()
+            q = self.critic(obs, action).float()
+            # the critics are frozen in the actor's term, so one backward pass over both losses gives each network
+            # exactly its own gradient
+            q_pi = self.critic(obs, new_action, frozen=True).float().min(0).values
+        # ---- critics: y = r + γ^m (1 - terminated) (min Q_target(s', a') - α log π(a'|s'))
+        with torch.no_grad():
+            y = bootstrap(reward, discount, terminated, target_q.min(0).values - alpha * sampled_logp[n:])
+        critic_loss = 0.5 * (weight * (q - y).pow(2)).sum(0).mean()
+        # ---- actor: maximise min Q(s, π(s)) - α log π(π(s)|s)
+        actor_loss = (alpha * logp - q_pi).mean()
+        loss = critic_loss + actor_loss
+        if cfg.autotune:  # ---- temperature toward the entropy target (its gradient reaches log_alpha only)
+            loss = loss - (self.log_alpha * (logp.detach() + self.target_entropy)).mean()
+        return loss, q, y, {"loss/critic": critic_loss.detach(), "loss/actor": actor_loss.detach(), "alpha": alpha,
+                            "entropy": -logp.detach().mean(), "q_mean": q.detach().mean()}
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue training, on the CPU wherever the learner is."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -50,3 +51,20 @@ def cpu_tree(state: Any) -> Any:
     if isinstance(state, (list, tuple)):
         return type(state)(cpu_tree(value) for value in state)
     return state
+
+
+def host_to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A stored array (a rollout's or replay batch's column) as a tensor on ``device``, dtype kept (uint8 images move
+    as uint8, a quarter of float32's bytes; the caller casts on the device). On CUDA it goes through page-locked
+    memory (torch's caching host allocator: the block is reused once the copy is done) without blocking the
+    host, which can prepare the next column meanwhile; on the CPU it shares the array's memory."""
+    tensor = torch.from_numpy(np.ascontiguousarray(array))
+    if device.type == "cuda":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
+
+
+def float_to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """``host_to_device`` cast to float32 on the device (rewards, flags, weights, observations as networks read
+    them: data/dtypes.py's ``to_tensor``, through pinned memory on CUDA)."""
+    return host_to_device(array, device).float()
