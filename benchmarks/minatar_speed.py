@@ -43,7 +43,7 @@ def run_relayrl(args: argparse.Namespace) -> dict:
 
     sets = {**PPO, "env.manager": args.manager, "eval.freq": 0, "eval.episodes": 1, "eval.num_envs": 1,
             "device": "cpu"}
-    config = build_config("ppo", None, [f"{k}={json.dumps(v)}" for k, v in sets.items()],
+    config = build_config("ppo", None, [*(f"{k}={json.dumps(v)}" for k, v in sets.items()), *args.sets],
                           {"env.id": f"MinAtar/{args.game}-v1", "seed": args.seed, "total_steps": args.steps})
     with tempfile.TemporaryDirectory() as tmp:
         run_trainer(config, run_dir=tmp, tensorboard=False, quiet=True)
@@ -74,6 +74,8 @@ def run_sb3(args: argparse.Namespace) -> dict:
         def forward(self, obs: torch.Tensor) -> torch.Tensor:
             return self.cnn(obs)
 
+    if args.sb3_threads:
+        torch.set_num_threads(args.sb3_threads)
     env_id = f"MinAtar/{args.game}-v1"
     env = make_vec_env(lambda: make(env_id), n_envs=PPO["env.num_envs"], seed=args.seed)
     model = SB3PPO("MlpPolicy", env, n_steps=PPO["ppo.num_steps"], batch_size=PPO["ppo.batch_size"],
@@ -97,6 +99,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=32_768, help="env steps of each run")
     parser.add_argument("--manager", default="auto", choices=["auto", "sync", "subproc", "async"],
                         help="relayrl's env.manager")
+    parser.add_argument("--set", dest="sets", action="append", default=[],
+                        help="another relayrl option for its runs, KEY=VALUE (repeatable), e.g. threads=1")
+    parser.add_argument("--sb3-threads", type=int, default=0, help="SB3's torch threads (0: torch's default)")
     parser.add_argument("--child", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--game", help=argparse.SUPPRESS)
@@ -109,13 +114,14 @@ def main() -> None:
     for game in args.games:
         for i in range(args.rounds):
             for side in SIDES:
-                r = launch(__file__, side, i, "--game", game, "--steps", str(args.steps), "--manager", args.manager)
+                r = launch(__file__, side, i, "--game", game, "--steps", str(args.steps), "--manager", args.manager,
+                           "--sb3-threads", str(args.sb3_threads), *(f"--set={kv}" for kv in args.sets))
                 rate = r["steps"] / r["seconds"]
                 rates.setdefault((game, side), []).append(rate)
                 print(json.dumps({"game": game, "side": side, "round": i, **r, "seconds": round(r["seconds"], 2),
                                   "env_steps_per_s": round(rate, 1)}), flush=True)
     print(f"\n{os.cpu_count()} cores, {args.steps} env steps per run, {args.rounds} runs per side, "
-          f"relayrl env.manager={args.manager}\n")
+          f"relayrl env.manager={args.manager}{''.join(' ' + kv for kv in args.sets)}\n")
     print("| game | relayrl PPO env steps/s (median, range) | SB3 PPO env steps/s (median, range) | relayrl / SB3 |")
     print("|---|---:|---:|---:|")
     for game in args.games:
