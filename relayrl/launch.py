@@ -24,6 +24,7 @@ from relayrl.io.metrics import check_tracking
 from relayrl.options import RunConfig
 from relayrl.training.evaluator import ReportedEvaluator
 from relayrl.training.experience import AgentExperience, GymExperience, SourceExperience
+from relayrl.training.overlap import check_overlap
 from relayrl.training.trainer import Trainer
 
 
@@ -31,6 +32,8 @@ def run(config: RunConfig, **options: Any) -> dict[str, Any]:
     """Run ``config``: the Trainer on the experience it asks for; ``options`` are the Trainer's (run_dir, resume, ...)."""
     check_tracking(config.logging.wandb)  # before any env, worker or simulator starts
     on_policy = get_algo(config.algo).on_policy
+    if config.overlap:  # (before any worker, relay or simulator starts; the Trainer checks the experience)
+        check_overlap(config, on_policy)
     if config.env.id.startswith("bridge:"):  # an external simulator through shared memory
         from relayrl.bridge.agent_env import make_bridge_envs
 

@@ -35,6 +35,10 @@ class AlgoConfig(Section):
     """Base of an algorithm's section (``ppo:``, ``sac:``); ``check`` refuses combinations of options that would
     silently do nothing, before a run starts."""
 
+    lag_correction: ClassVar[str | None] = None
+    """How the algorithm corrects for rollouts collected by the policy one version behind the learner
+    (``overlap: true``, training/overlap.py); None: it has none, and ``overlap`` is refused."""
+
     def check(self, name: str) -> None:
         """Raise a ConfigError naming the options and the fix (default: every combination is fine)."""
 
@@ -222,6 +226,11 @@ class EnvConfig(Section):
     when a timed step shows the workers would save more than they cost, else sync."""
     workers: int | None = Field(None, ge=1)
     """Worker processes for subproc/async (null: one per core, at most num_envs)."""
+    groups: int = Field(1, ge=1)
+    """Env groups stepped in turn (on-policy algorithms): with 2, the policy acts for one half of the envs
+    while the other half's workers step (Sample Factory's double-buffered sampling), so inference and env
+    steps overlap. Each group is a vector env of num_envs/groups envs and its share of the workers
+    (manager subproc or native; auto picks between those two)."""
     step_timeout: float | None = Field(60.0, gt=0)
     """Seconds before a hung env worker is killed and respawned (subproc/async; null: never)."""
     max_restarts: int = Field(3, ge=0)
@@ -455,6 +464,11 @@ class RunConfig(Section):
     """Where the learner's networks and each update's batch live (auto: CUDA when torch finds a CUDA
     device and the algorithm learns on it, else the CPU). Rollout workers act on the CPU with the
     published weights, which are always CPU tensors. DQN, SAC, PPO, APPO, A2C and PQN learn on CUDA."""
+    overlap: bool = False
+    """Collect the next rollout while the learner learns from this one (on-policy algorithms with a lag
+    correction, PPO and APPO, on the learner's own envs): neither side waits for the other, and every
+    rollout is collected by the policy one version behind the learner (PPO's ratio and clip, APPO's
+    V-trace correct for it). Worth it where learning takes a good share of the time, e.g. a CNN on a GPU."""
     backend: Literal["auto", "inline", "mp", "ray"] = "auto"
     """Where rollout workers run: inline (this process), mp (local processes), ray (a Ray cluster);
     auto: inline for one worker, mp for more."""

@@ -10,6 +10,8 @@ and at truncations come from the worker's critic (their observations are not in 
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 import torch
 from pydantic import Field
@@ -21,6 +23,7 @@ from relayrl.types import COLUMN, Batch
 
 
 class APPOConfig(PPOConfig):
+    lag_correction: ClassVar[str | None] = "V-trace"
     epochs: int = Field(2, ge=1)
     """Passes over each chunk (few: later chunks bring fresher data)."""
     vtrace_rho_clip: float = Field(1.0, gt=0.0)

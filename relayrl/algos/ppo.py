@@ -44,6 +44,7 @@ from relayrl.types import COLUMN, Batch, Mode, PolicyOutput
 
 
 class PPOConfig(AlgoConfig):
+    lag_correction: ClassVar[str | None] = "the probability ratio to the policy that acted, clipped"
     aliases: ClassVar[dict[str, str]] = {
         "learning_rate": "actor_lr,critic_lr", "lr": "actor_lr,critic_lr", "n_epochs": "epochs",
         "n_steps": "num_steps", "ent_coef": "entropy_coef", "clip_range": "clip", "clip_range_vf": "value_clip",

@@ -43,27 +43,31 @@ class RolloutStore:
 
     def add(self, t: int, obs: np.ndarray, action: np.ndarray, logp: np.ndarray, value: np.ndarray,
             reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
-            hidden: np.ndarray | None = None, action_mask: np.ndarray | None = None) -> None:
+            hidden: np.ndarray | None = None, action_mask: np.ndarray | None = None,
+            cols: slice | None = None) -> None:
+        """Step ``t`` of every env, or of the envs ``cols`` only (a group of a double-buffered collector)."""
         d = self.data
+        at = t if cols is None else (t, cols)
         if action_mask is not None:
             if "action_mask" not in d:
                 d["action_mask"] = np.ones((self.num_steps, self.num_envs, action_mask.shape[-1]), dtype=bool)
-            d["action_mask"][t] = action_mask
+            d["action_mask"][at] = action_mask
         elif "action_mask" in d:
-            d["action_mask"][t] = True
-        d["obs"][t] = obs
-        d["action"][t] = action
-        d["logp"][t] = logp
-        d["value"][t] = value
-        d["reward"][t] = reward
-        d["terminated"][t] = terminated
-        d["truncated"][t] = truncated
+            d["action_mask"][at] = True
+        d["obs"][at] = obs
+        d["action"][at] = action
+        d["logp"][at] = logp
+        d["value"][at] = value
+        d["reward"][at] = reward
+        d["terminated"][at] = terminated
+        d["truncated"][at] = truncated
         if hidden is not None:
-            d["hidden"][t] = hidden
-        self._bootstrapped[t] = False
+            d["hidden"][at] = hidden
+        self._bootstrapped[at] = False
 
     def bootstrap(self, t: int, env_mask: np.ndarray, final_values: np.ndarray) -> None:
-        """Record V(final observation) for the envs in ``env_mask`` whose episode was truncated at t."""
+        """Record V(final observation) for the envs in ``env_mask`` (a mask over the envs, or their indices) whose
+        episode was truncated at t."""
         self.data["next_value"][t, env_mask] = final_values
         self._bootstrapped[t, env_mask] = True
 

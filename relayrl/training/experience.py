@@ -25,6 +25,8 @@ Trainer publishes new weights to them.
 
 from __future__ import annotations
 
+import copy
+import os
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -43,7 +45,9 @@ from relayrl.options import RunConfig
 from relayrl.policy.mirror import EnvMirrorIndices
 from relayrl.training.agent_collectors import AgentEvaluator, agent_collector
 from relayrl.training.collector import OffPolicyCollector, OnPolicyCollector
+from relayrl.training.double_buffer import DoubleBufferedCollector
 from relayrl.training.evaluator import Evaluation, Evaluator
+from relayrl.training.overlap import OverlappedCollector
 
 __all__ = ["Experience", "EnvPair", "GymExperience", "AgentExperience", "SourceExperience", "env_setup"]
 
@@ -56,6 +60,7 @@ class Experience(ABC):
     columns: int  # env columns of one on-policy rollout (the algorithm sizes per-env state by it)
     agents: bool = False  # rows are agents that come and go (no fixed env columns)
     shares_policy: bool = True  # the source's collectors act with the learner's policy object itself
+    overlaps: bool = False  # its source collects the next rollout while the learner learns (``overlap``)
 
     @abstractmethod
     def source(self, policy: Policy, cfg: Any, on_policy: bool) -> SampleSource:
@@ -94,8 +99,12 @@ def env_setup(config: RunConfig, on_policy: bool) -> dict[str, Any]:
     if manager == "async" and on_policy:
         raise ConfigError(f"{config.algo} needs every env at every step: use env.manager sync or subproc, "
                           "not async")
+    if env.groups > 1:
+        check_groups(config, on_policy, manager)
     if manager == "auto" and picks_native(env.id, env.kwargs, env.wrapping()):
         manager = "native"
+    elif manager == "auto" and env.groups > 1:  # (groups need envs that step while the policy acts)
+        manager = "subproc"
     elif manager == "auto":
         manager, workers = choose_manager(env.id, env.num_envs, {**env.kwargs, **env.wrapping()}, env.workers)
     args: dict[str, Any] = dict(env_kwargs=env.kwargs, max_episode_steps=env.max_episode_steps,
@@ -103,6 +112,41 @@ def env_setup(config: RunConfig, on_policy: bool) -> dict[str, Any]:
     if manager in ("subproc", "async"):
         args.update(workers=workers, step_timeout=env.step_timeout)
     return args
+
+
+def check_groups(config: RunConfig, on_policy: bool, manager: str) -> None:
+    """Refuse ``env.groups`` > 1 where it cannot overlap anything, naming the fix."""
+    env = config.env
+    if not on_policy:
+        raise ConfigError(f"env.groups={env.groups} double-buffers on-policy collection; {config.algo} collects "
+                          "transitions for replay: set env.groups=1")
+    if env.num_envs % env.groups:
+        raise ConfigError(f"env.num_envs={env.num_envs} does not split into env.groups={env.groups} equal groups: "
+                          "make num_envs a multiple of groups")
+    if manager in ("sync", "async"):
+        raise ConfigError(f"env.groups={env.groups} needs envs that step while the policy acts, in worker processes "
+                          f"or a native vector env, not manager {manager}: use env.manager subproc, native or auto")
+
+
+def training_envs(config: RunConfig, env_args: dict[str, Any]) -> list[VectorEnv]:
+    """The run's training envs: one vector env, or ``env.groups`` of them, env k of group g seeded as env
+    ``g * num_envs/groups + k`` (training/double_buffer.py), the workers shared out."""
+    env = config.env
+    if env.groups == 1:
+        return [make_vec(env.id, env.num_envs, **env_args)]
+    size = env.num_envs // env.groups
+    args = dict(env_args)
+    if "workers" in args:
+        args["workers"] = max(1, (args["workers"] or os.cpu_count() or 1) // env.groups)
+    venvs: list[VectorEnv] = []
+    try:
+        for _ in range(env.groups):
+            venvs.append(make_vec(env.id, size, **args))
+    except BaseException:
+        for venv in venvs:
+            venv.close()
+        raise
+    return venvs
 
 
 def read_env_mirror(config: RunConfig) -> EnvMirrorIndices | None:
@@ -120,29 +164,46 @@ class GymExperience(Experience):
 
     def __init__(self, config: RunConfig, on_policy: bool):
         self.env_args = env_args = env_setup(config, on_policy)
-        self.venv = make_vec(config.env.id, config.env.num_envs, **env_args)
+        self.venvs = training_envs(config, env_args)
+        self.venv = self.venvs[0]
         try:
             self.eval_venv = make_eval_envs(config, env_args)
         except BaseException:
-            self.venv.close()
+            self._close_training_envs()
             raise
         self.observation_space = self.venv.single_observation_space
         self.action_space = self.venv.single_action_space
         self.columns = config.env.num_envs
         self.env_id = config.env.id
         self.config = config
+        self.overlaps = config.overlap and on_policy
+        self.shares_policy = not self.overlaps  # (overlap: the collecting thread acts with a copy of its own)
+        self._overlapped: OverlappedCollector | None = None
 
     def source(self, policy: Policy, cfg: Any, on_policy: bool) -> SampleSource:
         if on_policy:
-            return OnPolicyCollector(self.venv, policy, cfg.num_steps)
+            collector = self._on_policy_collector(copy.deepcopy(policy) if self.overlaps else policy, cfg.num_steps)
+            if self.overlaps:
+                self._overlapped = OverlappedCollector(collector)
+                return self._overlapped
+            return collector
         return OffPolicyCollector(self.venv, policy, cfg.n_step_for(agents=False), cfg.gamma,
                                    cfg.steps_per_iteration)
 
     def evaluator(self, episodes: int, seed: int) -> Evaluation:
         return Evaluator(self.eval_venv, episodes, seed=seed)
 
+    def _on_policy_collector(self, policy: Policy, num_steps: int) -> OnPolicyCollector | DoubleBufferedCollector:
+        if len(self.venvs) > 1:
+            return DoubleBufferedCollector(self.venvs, policy, num_steps)
+        return OnPolicyCollector(self.venv, policy, num_steps)
+
     def stats(self) -> dict[str, float]:
-        return dict(self.venv.stats)
+        totals: dict[str, float] = {}
+        for venv in self.venvs:
+            for key, value in venv.stats.items():
+                totals[key] = totals.get(key, 0) + value
+        return totals
 
     def stop_value(self) -> float | None:
         return native_stop_value(self.env_id) if self.env_args["manager"] == "native" else spec_stop_value(self.env_id)
@@ -152,9 +213,15 @@ class GymExperience(Experience):
 
     def close(self) -> None:
         try:
-            self.venv.close()
+            if self._overlapped is not None:  # (its thread steps the envs)
+                self._overlapped.close()
+            self._close_training_envs()
         finally:
             self.eval_venv.close()
+
+    def _close_training_envs(self) -> None:
+        for venv in self.venvs:
+            venv.close()
 
 
 class EnvPair(Experience):

@@ -33,7 +33,7 @@ from relayrl.algos import get_algo
 from relayrl.config import save_config
 from relayrl.core import SampleSource
 from relayrl.envs.space_data import space_to_data
-from relayrl.errors import CheckpointError, EnvError, NonFiniteError
+from relayrl.errors import CheckpointError, ConfigError, EnvError, NonFiniteError
 from relayrl.io.checkpoint import (copy_checkpoint, explain_load_error, load_checkpoint, load_newest,
                                    save_checkpoint, write_json_copy)
 from relayrl.io.metrics import MetricsLogger, check_tracking
@@ -46,6 +46,7 @@ from relayrl.training.learner import HookContext, Learner
 from relayrl.training.offline import OfflineRounds
 from relayrl.training.offpolicy import ReplayRounds, replay_layout
 from relayrl.training.onpolicy import OnPolicyRounds
+from relayrl.training.overlap import check_overlap
 from relayrl.training.progress import ProgressDisplay
 from relayrl.training.rounds import Rounds, UpdatesDue, Work
 from relayrl.training.stops import LIMITS, STOPPED, StopRequest
@@ -159,6 +160,11 @@ class Trainer:
         experience = self.experience
         self.on_policy, self.resume = entry.on_policy, resume
         cfg = config.algo_config
+        if config.overlap:
+            check_overlap(config, entry.on_policy)
+            if not experience.overlaps:
+                raise ConfigError(f"overlap collects on the learner's own Gymnasium envs; {type(experience).__name__} "
+                                  "brings its experience otherwise (agent envs, a sample source): drop overlap")
         self.stop_value = config.stop_value if config.stop_value is not None else experience.stop_value()
         if resume and run_dir is None:
             raise CheckpointError("resume needs the run directory to continue")

@@ -1,0 +1,129 @@
+"""Double-buffered collection (``env.groups``, training/double_buffer.py): the rollout of two groups stepped in
+turn is the rollout of one vector env of all their envs; a group's step is under way while the policy acts for
+the other; the options it cannot work with are refused."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from relayrl.core import Policy
+from relayrl.envs import make_vec
+from relayrl.errors import ConfigError
+from relayrl.training.collector import OnPolicyCollector
+from relayrl.training.double_buffer import DoubleBufferedCollector
+from relayrl.types import PolicyOutput
+
+
+class PushTowardsTheLean(Policy):
+    """A policy whose every output is a function of the observation alone (so the grouping cannot change it)."""
+
+    action_shape = ()
+    action_dtype = np.int64
+    obs_dtype = np.dtype(np.float32)
+
+    def __init__(self, on_act=None):
+        self.update_norm = False
+        self.on_act = on_act
+
+    def act(self, obs, mode):
+        if self.on_act is not None:
+            self.on_act(len(obs))
+        action = (obs[:, 2] > 0).astype(np.int64)
+        return PolicyOutput(action=action, env_action=action, logp=-np.abs(obs[:, 0]).astype(np.float32),
+                            value=obs.sum(1).astype(np.float32), obs=obs.copy())
+
+    def value(self, obs, rows=None):
+        return (2 * obs.sum(1)).astype(np.float32)
+
+    def get_weights(self):
+        return {}
+
+    def set_weights(self, weights, version=None):
+        pass
+
+
+@pytest.mark.parametrize("manager", ["sync", "subproc"])
+def test_two_groups_collect_the_rollout_of_one_vector_env_of_all_their_envs(manager):
+    horizon, steps, seed = 9, 20, 5  # truncations (bootstrapped from the final observation) inside the rollout
+    whole = make_vec("CartPole-v1", 4, max_episode_steps=horizon, manager="sync")
+    extra = {"workers": 1} if manager == "subproc" else {}
+    halves = [make_vec("CartPole-v1", 2, max_episode_steps=horizon, manager=manager, **extra) for _ in range(2)]
+    try:
+        one = OnPolicyCollector(whole, PushTowardsTheLean(), steps)
+        two = DoubleBufferedCollector(halves, PushTowardsTheLean(), steps)
+        one.reset(seed)
+        two.reset(seed)
+        for _ in range(2):  # the second rollout goes on from where the first left the envs
+            a, b = one.collect(), two.collect()
+            assert a.keys() == b.keys()
+            for key in a:
+                np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+            assert a["truncated"].any()
+        lengths = one.pop_episodes()[1]
+        assert lengths and sorted(lengths) == sorted(two.pop_episodes()[1])
+    finally:
+        whole.close()
+        for venv in halves:
+            venv.close()
+
+
+def test_the_policy_acts_for_one_group_while_the_other_steps():
+    halves = [make_vec("CartPole-v1", 2, manager="subproc", workers=1) for _ in range(2)]
+    pending_when_acting = []
+
+    def on_act(n):
+        pending_when_acting.append([bool(venv._pending) for venv in halves])
+
+    try:
+        collector = DoubleBufferedCollector(halves, PushTowardsTheLean(on_act), 6)
+        collector.reset(0)
+        collector.collect()
+        # the first act of a rollout comes before any step; from then on, the other group is always stepping
+        assert pending_when_acting[0] == [False, False]
+        later = pending_when_acting[1:]
+        assert later and all(sum(flags) == 1 for flags in later), pending_when_acting
+    finally:
+        for venv in halves:
+            venv.close()
+
+
+def test_a_recurrent_policy_is_refused():
+    policy = PushTowardsTheLean()
+    policy.recurrent = True
+    with pytest.raises(ConfigError, match="env.groups=1"):
+        DoubleBufferedCollector([], policy, 4)
+
+
+@pytest.mark.parametrize("sets, problem", [
+    (["env.groups=3"], "multiple of groups"),
+    (["env.groups=2", "env.manager=sync"], "not manager sync"),
+    (["env.groups=2", "ppo.recurrent=lstm"], "feed-forward policy"),
+])
+def test_groups_that_cannot_work_are_refused(tmp_path, sets, problem):
+    run_dir = tmp_path / "run"
+    args = [a for s in sets for a in ("--set", s)]
+    proc = subprocess.run([sys.executable, "-m", "relayrl", "train", "ppo", "--env", "CartPole-v1", *args,
+                           "--run-dir", str(run_dir), "--total-steps", "1000"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and problem in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert not run_dir.exists()
+
+
+def test_groups_for_replay_collection_are_refused(tmp_path):
+    from relayrl.api import train
+
+    with pytest.raises(ConfigError, match="set env.groups=1"):
+        train("dqn", "CartPole-v1", {"env": {"groups": 2}}, run_dir=tmp_path / "run", total_steps=1000)
+    assert not (tmp_path / "run").exists()
+
+
+def test_ppo_learns_cartpole_on_two_groups_of_subproc_envs(tmp_path):
+    from relayrl.api import train
+
+    run = train("ppo", "CartPole-v1", {"env": {"groups": 2, "manager": "subproc"}}, run_dir=tmp_path / "run",
+                total_steps=30_000, seed=1)
+    assert run.summary["best_eval_return"] >= 150, run.summary  # random play ~20; 500 reached at 20k steps
