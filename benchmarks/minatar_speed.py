@@ -1,6 +1,6 @@
 """MinAtar PPO throughput (issue 29): relayrl's PPO against SB3's, env steps per second of training, same settings.
 
-    python benchmarks/minatar_speed.py [--games Breakout] [--rounds 3] [--steps 32768] [--manager auto]
+    python benchmarks/minatar_speed.py [--games Breakout] [--rounds 3] [--steps 16384] [--manager auto]
 
 Both sides train PPO on relayrl's ``MinAtar/<Game>-v1`` (MinAtar's boolean [10, 10, C] planes) on the CPU, with no
 evaluation, with benchmarks/minatar_bench.py's settings: 8 envs, 128 steps per env, 4 epochs of minibatches of 256,
@@ -14,8 +14,10 @@ default threads.
 The rate is env steps over the wall time of training alone (relayrl: the run's own ``wall_time_s``, from the
 trainer's start, envs and model built; SB3: around ``model.learn``). Each run is a fresh process; the runs
 alternate relayrl, SB3, relayrl, SB3, ... (``--rounds`` of each per game), so a change in the machine's load hits
-both sides. Prints one JSON line per run, then a markdown table: the medians, each side's range, and the ratio
-relayrl / SB3 of the medians.
+both sides. Prints one JSON line per run (with the machine's 1-minute load average as it started), then a
+markdown table: the medians, each side's range, and the ratio relayrl / SB3 of the medians. ``--sb3-threads 1``
+gives SB3 relayrl's learner thread count on MinAtar (relayrl's ``threads: null`` is one thread for small images),
+``--set threads=2`` gives relayrl SB3's; ``--set KEY=VALUE`` passes any relayrl option.
 """
 
 from __future__ import annotations
@@ -96,7 +98,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--games", nargs="+", default=["Breakout"], help="MinAtar games (MinAtar/<Game>-v1)")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each side per game, alternating")
-    parser.add_argument("--steps", type=int, default=32_768, help="env steps of each run")
+    parser.add_argument("--steps", type=int, default=16_384, help="env steps of each run")
     parser.add_argument("--manager", default="auto", choices=["auto", "sync", "subproc", "async"],
                         help="relayrl's env.manager")
     parser.add_argument("--set", dest="sets", action="append", default=[],
@@ -114,12 +116,13 @@ def main() -> None:
     for game in args.games:
         for i in range(args.rounds):
             for side in SIDES:
+                load = os.getloadavg()[0]  # (the machine's 1-minute load as the run starts: how shared it was)
                 r = launch(__file__, side, i, "--game", game, "--steps", str(args.steps), "--manager", args.manager,
                            "--sb3-threads", str(args.sb3_threads), *(f"--set={kv}" for kv in args.sets))
                 rate = r["steps"] / r["seconds"]
                 rates.setdefault((game, side), []).append(rate)
                 print(json.dumps({"game": game, "side": side, "round": i, **r, "seconds": round(r["seconds"], 2),
-                                  "env_steps_per_s": round(rate, 1)}), flush=True)
+                                  "env_steps_per_s": round(rate, 1), "load_before": round(load, 2)}), flush=True)
     print(f"\n{os.cpu_count()} cores, {args.steps} env steps per run, {args.rounds} runs per side, "
           f"relayrl env.manager={args.manager}{''.join(' ' + kv for kv in args.sets)}\n")
     print("| game | relayrl PPO env steps/s (median, range) | SB3 PPO env steps/s (median, range) | relayrl / SB3 |")
