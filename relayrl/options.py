@@ -482,8 +482,9 @@ class RunConfig(Section):
     threads: int | None = Field(None, ge=-1)
     """torch threads for the learner (0: torch's default, one per core; -1: the fastest of 1, 2, 4, ... up
     to the cores, by timing a few updates of the algorithm's network size at start, roadrunner's
-    backprop_workers). null: one per core (up to 4) for image observations (a CNN's convolutions gain
-    from more threads), 1 otherwise (one is fastest for small MLPs). config.yaml records the count used."""
+    backprop_workers). null: one per core (up to 4) for images the Nature CNN reads (its convolutions gain
+    from more threads), 1 otherwise (one is fastest for small MLPs and, under load, for the small CNN on
+    MinAtar-sized images). config.yaml records the count used."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where the learner's networks and each update's batch live (auto: CUDA when torch finds a CUDA
     device and the algorithm learns on it, else the CPU). Rollout workers act on the CPU with the

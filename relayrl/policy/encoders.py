@@ -105,8 +105,21 @@ def is_image(space: gym.Space) -> bool:
 
 def holds_image(space: gym.Space) -> bool:
     """The observations are a picture, or a packed Dict one of whose fields is."""
-    leaves = [field.space for field in space.fields] if isinstance(space, PackedDict) else [space]
-    return any(is_image(leaf) for leaf in leaves)
+    return any(is_image(leaf) for leaf in _leaves(space))
+
+
+def holds_nature_image(space: gym.Space) -> bool:
+    """``holds_image`` with an image of at least ``NATURE_MIN`` pixels on each side (the Nature CNN's, not the small
+    CNN's, such as MinAtar's 10x10 planes)."""
+    return any(is_image(leaf) and _smaller_side(image_layout(tuple(leaf.shape))) >= NATURE_MIN for leaf in _leaves(space))
+
+
+def _smaller_side(layout: ImageLayout) -> int:
+    return min(layout.height, layout.width)
+
+
+def _leaves(space: gym.Space) -> list[gym.Space]:
+    return [field.space for field in space.fields] if isinstance(space, PackedDict) else [space]
 
 
 def choose(space: gym.Space, key: str = "ppo.encoder") -> str:

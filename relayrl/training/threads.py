@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from relayrl.options import RunConfig
-from relayrl.policy.encoders import holds_image
+from relayrl.policy.encoders import holds_nature_image
 from relayrl.policy.networks import mlp
 
 
@@ -67,9 +67,13 @@ IMAGE_THREADS = 4  # at most, for a CNN learner: one per core up to this
 
 
 def default_threads(space: gym.Space) -> int:
-    """``threads: null``: one per core (up to ``IMAGE_THREADS``) when the observations hold an image, which a
-    CNN reads (measured on 2 cores: DQN on MinAtar ~15% faster, PPO on Pong 1.5x), else 1."""
-    return min(os.cpu_count() or 1, IMAGE_THREADS) if holds_image(space) else 1
+    """``threads: null``: one per core (up to ``IMAGE_THREADS``) when the observations hold an image the Nature CNN
+    reads (measured on 2 cores: PPO on Pong 1.5x), else 1: for vectors (small MLPs) and for small images such as
+    MinAtar's 10x10 planes (the small CNN). Their ops are too small for a second thread to pay reliably: PPO on
+    MinAtar Breakout ran 1.35x faster with 2 threads on an idle 2-core machine but 8-45x slower with other
+    processes on its cores (each op waits for a descheduled thread; benchmarks/minatar_speed.py), and a
+    learner's envs or other jobs often are."""
+    return min(os.cpu_count() or 1, IMAGE_THREADS) if holds_nature_image(space) else 1
 
 
 def resolve_threads(config: RunConfig, algo: Any) -> RunConfig:

@@ -52,3 +52,14 @@ def test_threads_null_gives_a_cnn_learner_a_thread_per_core_and_an_mlp_one():
     assert default_threads(PackedDict(gym.spaces.Dict({"camera": image, "speed": vector}))) == cores
     assert default_threads(PackedDict(gym.spaces.Dict({"a": vector, "b": gym.spaces.Discrete(3)}))) == 1
     assert build_config("ppo").threads is None  # resolved by the trainer, which records the count
+
+
+def test_threads_null_gives_a_small_cnn_learner_one_thread(tmp_path):
+    """MinAtar-sized images (the small CNN) train on one thread: a second one made PPO on MinAtar 8-45x slower with
+    other processes on a 2-core machine's cores; a Nature-CNN image keeps one per core."""
+    minatar = gym.spaces.Box(0, 1, (10, 10, 4), bool)
+    pong = gym.spaces.Box(0, 255, (84, 84, 3), np.uint8)
+    assert default_threads(minatar) == 1
+    assert default_threads(PackedDict(gym.spaces.Dict({"grid": minatar, "speed": gym.spaces.Box(-1, 1, (2,))}))) == 1
+    assert default_threads(PackedDict(gym.spaces.Dict({"grid": minatar, "camera": pong}))) == min(
+        os.cpu_count() or 1, IMAGE_THREADS)
