@@ -66,6 +66,45 @@ def test_episodes_end_and_restart_on_the_same_step_with_no_dummy_step(options, s
     assert ends == [steps, 2 * steps, 3 * steps]
 
 
+def test_the_same_step_stream_is_ales_next_step_stream_without_the_dummy_steps():
+    """ALE's own NEXT_STEP stream (after each end, a step that ignores its action and returns the reset
+    observation), with those steps dropped, is what the native manager returns, env by env: same seed, each
+    env's action a function of its own step count, episodes cut at 120 frames (30 steps)."""
+    from ale_py.vector_env import AtariVectorEnv
+
+    n, steps = 3, 100
+    raw = AtariVectorEnv("pong", n, num_threads=1, max_num_frames_per_episode=120, repeat_action_probability=0.25,
+                         reward_clipping=False, use_fire_reset=False)
+    obs, _ = raw.reset(seed=7)
+    expected: list[list[tuple]] = [[] for _ in range(n)]
+    dummy = np.zeros(n, bool)
+    for _ in range(steps + 10):
+        nxt, reward, term, trunc, _ = raw.step(np.array([len(e) % 6 for e in expected]))
+        for k in range(n):
+            if not dummy[k]:
+                expected[k].append((obs[k].copy(), float(reward[k]), bool(term[k]), bool(trunc[k]), nxt[k].copy()))
+        dummy, obs = term | trunc, nxt
+    raw.close()
+    with make_vec(PONG, n, manager="native", threads=1, env_kwargs={"max_num_frames_per_episode": 120}) as venv:
+        obs = venv.reset(seed=7)
+        got: list[list[tuple]] = [[] for _ in range(n)]
+        for t in range(steps):
+            r = venv.step(np.full(n, t % 6))
+            for k in range(n):
+                last = r.final_obs[k] if r.terminated[k] or r.truncated[k] else r.obs[k]
+                got[k].append((obs[k].copy(), float(r.reward[k]), bool(r.terminated[k]), bool(r.truncated[k]),
+                               last.copy()))
+            obs = r.obs
+    ends = 0
+    for k in range(n):
+        for a, b in zip(got[k], expected[k][:steps], strict=True):
+            np.testing.assert_array_equal(a[0], b[0])
+            assert a[1:4] == b[1:4]
+            np.testing.assert_array_equal(a[4], b[4])
+            ends += a[3]
+    assert ends == 3 * n
+
+
 def test_the_same_seed_gives_the_same_trajectories():
     def trajectory(seed):
         rng = np.random.default_rng(0)
