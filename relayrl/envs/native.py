@@ -8,10 +8,10 @@ Three sources of native implementations:
 - ale-py's own C++ vector env (``AtariVectorEnv``, ale-py >= 0.11, the ``atari`` extra) for ``ALE/`` ids, with
   relayrl's Atari preprocessing and frame stack (envs/ale_vector.py). It autoresets on the same step itself.
 
-Gymnasium's and EnvPool's autoreset NEXT_STEP: the step after an episode ends ignores that env's action and returns the reset
-observation with reward 0. relayrl's managers autoreset on the SAME step (``StepResult.final_obs``), so
-this manager resets the finished envs itself, right after the step that ended them, and no collector
-ever sees a dummy step:
+Gymnasium's and EnvPool's autoreset NEXT_STEP: the step after an episode ends ignores that env's action and
+returns the reset observation with reward 0. relayrl's managers autoreset on the SAME step
+(``StepResult.final_obs``), so this manager resets the finished envs itself, right after the step that ended
+them, and no collector ever sees a dummy step:
 
 - CartPoleVectorEnv has no partial reset (its ``reset`` resets every env, and it ignores
   ``options["reset_mask"]``), so its adapter writes the new episode's state into the env's arrays
