@@ -53,6 +53,7 @@ _REGISTERED = {"game", "frameskip", *TAKEN_KWARGS}  # registration kwargs it rea
 _PREPROCESSING = dict(frameskip=4, maxpool=True, img_height=84, img_width=84, grayscale=True, noop_max=30,
                       use_fire_reset=False, reward_clipping=False, episodic_life=False)
 DEFAULT_STACK = 4  # registry.ATARI_STACK
+NO_FRAME_LIMIT = 2**31 - 1
 _USE_SYNC = "use manager sync or subproc"
 
 
@@ -100,8 +101,8 @@ class AleVectorAdapter(NativeBackend):
             frames = options.get("max_num_frames_per_episode")
             options["max_num_frames_per_episode"] = (max_episode_steps if frames is None
                                                      else min(frames, max_episode_steps))
-        if options.get("max_num_frames_per_episode") is None:
-            options["max_num_frames_per_episode"] = 0  # ALE's "no limit"
+        if options.get("max_num_frames_per_episode") is None:  # no limit (ALE's vector env truncates at once on 0)
+            options["max_num_frames_per_episode"] = NO_FRAME_LIMIT
         self.stack = DEFAULT_STACK if frame_stack is None else frame_stack
         self.num_envs = num_envs
         self.threads = threads or min(num_envs, os.cpu_count() or 1)

@@ -66,6 +66,11 @@ def test_episodes_end_and_restart_on_the_same_step_with_no_dummy_step(options, s
     assert ends == [steps, 2 * steps, 3 * steps]
 
 
+def test_no_frame_limit_means_no_truncation():
+    with make_vec(PONG, 2, manager="native", env_kwargs={"max_num_frames_per_episode": None}, seed=0) as venv:
+        assert not any(venv.step(np.zeros(2, np.int64)).truncated.any() for _ in range(50))
+
+
 def test_the_same_step_stream_is_ales_next_step_stream_without_the_dummy_steps():
     """ALE's own NEXT_STEP stream (after each end, a step that ignores its action and returns the reset
     observation), with those steps dropped, is what the native manager returns, env by env: same seed, each
