@@ -103,7 +103,7 @@ class AleVectorAdapter(NativeBackend):
                                                      else min(frames, max_episode_steps))
         if options.get("max_num_frames_per_episode") is None:  # no limit (ALE's vector env truncates at once on 0)
             options["max_num_frames_per_episode"] = NO_FRAME_LIMIT
-        self.stack = DEFAULT_STACK if frame_stack is None else frame_stack
+        self.stack = DEFAULT_STACK if frame_stack is None else max(1, frame_stack)  # (0 and 1: no stack, as make)
         self.num_envs = num_envs
         self.threads = threads or min(num_envs, os.cpu_count() or 1)
         try:
@@ -117,12 +117,13 @@ class AleVectorAdapter(NativeBackend):
         self.single_observation_space = gym.spaces.Box(0, 255, self._shape[1:], np.uint8)
         self.single_action_space = self.env.single_action_space
         self._busy = False  # a step sent, not received yet
+        self._ids = np.arange(num_envs)
 
     def reset(self, seed: int | None) -> np.ndarray:
         if self._busy:  # (a step nobody collected: take it, so the reset is the only call in flight)
             self.recv()
-        obs, _ = self.env.reset(seed=None if seed is None else int(seed))
-        return obs.reshape(self._shape)
+        obs, info = self.env.reset(seed=None if seed is None else int(seed))
+        return self._in_env_order(info, obs.reshape(self._shape))[0]
 
     def send(self, actions: np.ndarray) -> None:
         if self._busy:
@@ -138,7 +139,17 @@ class AleVectorAdapter(NativeBackend):
         obs = obs.reshape(self._shape)
         final = info.get("final_obs")  # (present when an env finished on this step)
         final_obs = obs if final is None else final.reshape(self._shape)
+        obs, reward, terminated, truncated, final_obs = self._in_env_order(
+            info, obs, reward, terminated, truncated, final_obs)
         return obs, reward.astype(np.float32), terminated, truncated, final_obs
+
+    def _in_env_order(self, info: dict, *arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The rows in env order (a synchronous AtariVectorEnv answers in it; be sure, as for EnvPool)."""
+        ids = info["env_id"]
+        if np.array_equal(ids, self._ids):
+            return arrays
+        order = np.argsort(ids)
+        return tuple(a[order] for a in arrays)
 
     def step(self, actions: np.ndarray) -> StepArrays:
         self.send(actions)
