@@ -29,17 +29,16 @@ per-env kwargs, wrappers (``frame_stack``, except ALE's own stack), render modes
 adapter, and the ALE options of envs/ale_vector.py's docstring.
 
 ``env.manager: auto`` picks it for CartPole, EnvPool-only ids, and ``ALE/`` ids at any number of envs: on the
-project's 2-core machine (shared with other jobs; ALE/Pong-v5 with relayrl's preprocessing, random actions,
-env steps/s, the best of 3 runs of 2.5 s each; docs/benchmarks.md) ALE's vector env stepped faster than the
-manager ``auto`` would otherwise pick (sync at 1 env, subproc from 2) at every count, and than both from 2:
+project's 2-core machine (ALE/Pong-v5 with relayrl's preprocessing, random actions, env steps/s, the best of 3
+runs of 2.5 s each, load average about 2 from other jobs; docs/benchmarks.md) ALE's vector env stepped faster
+than sync and subproc at every count:
 
     envs         1      2      4      8     16
-    native   2,431  6,015  7,004  4,025  4,424
-    sync     2,552  2,840  2,952  2,872  2,843
-    subproc  1,106  2,550  4,987  2,664  1,574
+    native   3,284  5,954  6,784  7,161  7,790
+    sync     2,904  2,843  2,822  2,935  3,006
+    subproc  2,760  4,299  4,951  5,294  5,481
 
-(at 1 env native and sync are within the machine's noise: two earlier single runs gave native 2,066 and 2,528
-against sync 1,760 and 1,363).
+(under a load average of 4 to 6 the order held from 2 envs up and native tied with sync at 1: 2,431 to 2,552).
 """
 
 from __future__ import annotations
