@@ -7,10 +7,13 @@ Rows, each in a fresh process, in this order (a row whose package is missing is 
 - *env only, relayrl subproc*: relayrl's subproc manager (one worker process per core, at most the envs) stepping
   ``ALE/Pong-v5`` with relayrl's Atari preprocessing (frame skip 4 max-pooled, 84x84 grayscale, 30 no-op starts,
   a 4-frame stack, sticky actions 0.25 as v5 has them) and random actions, for ``--seconds``;
+- *env only, relayrl native (ALE)*: relayrl's native manager (``make_vec(ENV_ID, n, manager="native")``: ALE's
+  vector env behind relayrl's same-step autoreset, envs/ale_vector.py), random actions, for ``--seconds``;
 - *env only, ALE vector env*: ale-py's own C++ ``AtariVectorEnv`` (>= 0.11) with the same preprocessing, random
   actions, for ``--seconds``: the fastest stepping measured here, the ceiling;
-- *relayrl PPO* and *SB3 PPO*: ``--steps`` env steps of PPO on ALE/Pong-v5 with ``--envs`` envs in worker
-  processes, CleanRL's Atari settings (128 steps per env, 4 epochs, minibatches of 256, lr 2.5e-4, clip 0.1,
+- *relayrl PPO* and *SB3 PPO*: ``--steps`` env steps of PPO on ALE/Pong-v5 with ``--envs`` envs (relayrl's
+  ``env.manager: auto``, which picks the native manager for ALE ids; SB3's in worker processes), CleanRL's Atari
+  settings (128 steps per env, 4 epochs, minibatches of 256, lr 2.5e-4, clip 0.1,
   entropy 0.01, the Nature CNN shared by actor and critic), the learner on ``--device``, no evaluation; the rate
   is env steps over the wall time of training alone.
 
@@ -54,6 +57,21 @@ def env_subproc(args: argparse.Namespace) -> dict:
         return {"steps": steps, "seconds": time.perf_counter() - start}
 
 
+def env_native(args: argparse.Namespace) -> dict:
+    import numpy as np
+
+    from relayrl.envs import make_vec
+
+    with make_vec(ENV_ID, args.n, manager="native", seed=0) as venv:
+        rng = np.random.default_rng(0)
+        n_actions = venv.single_action_space.n
+        steps, start = 0, time.perf_counter()
+        while time.perf_counter() - start < args.seconds:
+            venv.step(rng.integers(0, n_actions, args.n))
+            steps += args.n
+        return {"steps": steps, "seconds": time.perf_counter() - start}
+
+
 def env_ale(args: argparse.Namespace) -> dict:
     import numpy as np
     from ale_py.vector_env import AtariVectorEnv
@@ -77,7 +95,7 @@ def ppo_relayrl(args: argparse.Namespace) -> dict:
     from relayrl.config import build_config
     from relayrl.training.trainer import run_trainer
 
-    sets = {**PPO_SETS, "env.num_envs": args.n, "env.manager": "subproc", "device": args.device}
+    sets = {**PPO_SETS, "env.num_envs": args.n, "env.manager": "auto", "device": args.device}
     config = build_config("ppo", None, [f"{k}={json.dumps(v)}" for k, v in sets.items()],
                           {"env.id": ENV_ID, "seed": 0, "total_steps": args.steps})
     with tempfile.TemporaryDirectory() as tmp:
@@ -107,6 +125,7 @@ def ppo_sb3(args: argparse.Namespace) -> dict:
 
 
 ROWS = {"env_subproc": (env_subproc, "env only, relayrl subproc", None),
+        "env_native": (env_native, "env only, relayrl native (ALE)", "ale_py.vector_env"),
         "env_ale": (env_ale, "env only, ALE vector env", "ale_py.vector_env"),
         "ppo_relayrl": (ppo_relayrl, "relayrl PPO", None),
         "ppo_sb3": (ppo_sb3, "SB3 PPO", "stable_baselines3")}
@@ -137,7 +156,7 @@ def main() -> None:
         print("RESULT " + json.dumps(ROWS[args.child][0](args)), flush=True)
         return
     common = ["--seconds", str(args.seconds), "--steps", str(args.steps), "--device", args.device]
-    plan = [(row, n) for row in ("env_subproc", "env_ale") for n in args.ceiling_envs]
+    plan = [(row, n) for row in ("env_subproc", "env_native", "env_ale") for n in args.ceiling_envs]
     plan += [("ppo_relayrl", args.envs), ("ppo_sb3", args.envs)]
     results = []
     for row, n in plan:

@@ -12,7 +12,7 @@ Usage::
 Managers: ``sync`` (in process; envs/vector.py), ``subproc`` (worker processes, shared memory),
 ``async`` (subproc whose ``recv`` returns the envs that are ready; ``send`` then takes actions for
 those env ids; both envs/subproc.py), ``native`` (the env's own vectorised implementation:
-Gymnasium's ``vector_entry_point`` or EnvPool; envs/native.py). This module sits above all of them.
+Gymnasium's ``vector_entry_point``, ALE's vector env or EnvPool; envs/native.py). This module sits above all of them.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def make_vec(env_id_or_factory: str | EnvFactory, num_envs: int, *, manager: str
         workers: processes for ``subproc`` / ``async`` (default: one per core, at most num_envs).
         seed: when given, envs are reset with seeds ``seed + k``.
         options: manager options: ``max_restarts``; for subproc/async ``step_timeout``,
-            ``reset_timeout``; for async ``wait_num``.
+            ``reset_timeout``; for async ``wait_num``; for native ``threads`` (ALE's stepping threads).
     """
     if manager not in MANAGERS:
         raise EnvError(f"unknown env manager {manager!r}: use one of {', '.join(MANAGERS)}")
@@ -101,11 +101,12 @@ def _make_native(env_id: Any, num_envs: int, seed: int | None, env_kwargs: Any, 
     why = native_refusal(env_id, env_kwargs=env_kwargs, wrapping=wrapping, render_mode=render_mode)
     if why is not None:
         raise EnvError(why)
-    unknown = set(options) - {"max_restarts"}
+    unknown = set(options) - {"max_restarts", "threads"}
     if unknown or workers is not None:
         raise EnvError(f"options {sorted(unknown | ({'workers'} if workers is not None else set()))} do not apply to "
                        "the native manager (one vector env in this process)")
-    venv = NativeVectorEnv(env_id, num_envs, env_kwargs=env_kwargs, max_episode_steps=max_episode_steps, **options)
+    venv = NativeVectorEnv(env_id, num_envs, env_kwargs=env_kwargs, max_episode_steps=max_episode_steps,
+                           wrapping=wrapping, **options)
     if seed is not None:
         venv.reset(seed=seed)
     return venv

@@ -1,15 +1,17 @@
 """NativeVectorEnv: envs that ship their own vectorised implementation, under relayrl's same-step contract.
 
-Two sources of native implementations:
+Three sources of native implementations:
 
 - Gymnasium's ``vector_entry_point`` (``CartPole-v0``/``-v1``: ``CartPoleVectorEnv``, one numpy array op
   per step for all envs);
-- EnvPool (the ``envpool`` extra): its C++ envs, for the ids it lists (``Pong-v5``, ``Acrobot-v1``, ...).
+- EnvPool (the ``envpool`` extra): its C++ envs, for the ids it lists (``Pong-v5``, ``Acrobot-v1``, ...);
+- ale-py's own C++ vector env (``AtariVectorEnv``, ale-py >= 0.11, the ``atari`` extra) for ``ALE/`` ids, with
+  relayrl's Atari preprocessing and frame stack (envs/ale_vector.py). It autoresets on the same step itself.
 
-Both autoreset NEXT_STEP: the step after an episode ends ignores that env's action and returns the reset
-observation with reward 0. relayrl's managers autoreset on the SAME step (``StepResult.final_obs``), so
-this manager resets the finished envs itself, right after the step that ended them, and no collector
-ever sees a dummy step:
+Gymnasium's and EnvPool's autoreset NEXT_STEP: the step after an episode ends ignores that env's action and
+returns the reset observation with reward 0. relayrl's managers autoreset on the SAME step
+(``StepResult.final_obs``), so this manager resets the finished envs itself, right after the step that ended
+them, and no collector ever sees a dummy step:
 
 - CartPoleVectorEnv has no partial reset (its ``reset`` resets every env, and it ignores
   ``options["reset_mask"]``), so its adapter writes the new episode's state into the env's arrays
@@ -23,14 +25,26 @@ ever sees a dummy step:
   Gymnasium's.
 
 What it cannot do, refused with an EnvError (and ``env.manager: auto`` does not pick it then):
-per-env kwargs, wrappers (``frame_stack``), render modes, env factories, ids with no adapter.
+per-env kwargs, wrappers (``frame_stack``, except ALE's own stack), render modes, env factories, ids with no
+adapter, and the ALE options of envs/ale_vector.py's docstring.
+
+``env.manager: auto`` picks it for CartPole, EnvPool-only ids, and ``ALE/`` ids at any number of envs: on the
+project's 2-core machine (ALE/Pong-v5 with relayrl's preprocessing, random actions, env steps/s, the best of 3
+runs of 2.5 s each, load average about 2 from other jobs; docs/benchmarks.md) ALE's vector env stepped faster
+than sync and subproc at every count:
+
+    envs         1      2      4      8     16
+    native   3,284  5,954  6,784  7,161  7,790
+    sync     2,904  2,843  2,822  2,935  3,006
+    subproc  2,760  4,299  4,951  5,294  5,481
+
+(under a load average of 4 to 6 the order held from 2 envs up and native tied with sync at 1: 2,431 to 2,552).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import warnings
-from abc import ABC, abstractmethod
 from types import MappingProxyType
 from typing import Any, Mapping
 
@@ -38,7 +52,9 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.utils import seeding
 
+from relayrl.envs.ale_vector import AleVectorAdapter, ale_refusal, ale_vector_available, is_ale_id
 from relayrl.envs.imageobs import wrappers_in_use
+from relayrl.envs.native_backend import NativeBackend
 from relayrl.envs.registry import spec_stop_value
 from relayrl.envs.vector import VectorEnv
 from relayrl.errors import EnvError
@@ -81,11 +97,14 @@ def _gym_vector_class(env_id: str) -> type | None:
 
 
 def native_source(env_id: str, prefer_gymnasium_single: bool = False) -> str | None:
-    """"gymnasium" (an adapted ``vector_entry_point``), "envpool", or None: where ``env_id``'s native
-    implementation comes from. With ``prefer_gymnasium_single`` (what ``auto`` asks), EnvPool counts only
-    for ids Gymnasium does not register, so ``auto`` never swaps Gymnasium's env for EnvPool's port."""
+    """"gymnasium" (an adapted ``vector_entry_point``), "ale" (ALE's vector env, for ``ALE/`` ids), "envpool",
+    or None: where ``env_id``'s native implementation comes from. With ``prefer_gymnasium_single`` (what
+    ``auto`` asks), EnvPool counts only for ids Gymnasium does not register, so ``auto`` never swaps
+    Gymnasium's env for EnvPool's port."""
     if not isinstance(env_id, str):
         return None
+    if is_ale_id(env_id) and ale_vector_available():  # (ALE registers AtariVectorEnv as their vector entry point)
+        return "ale"
     cls = _gym_vector_class(env_id)
     if cls is not None and cls in _GYM_ADAPTERS:
         return "gymnasium"
@@ -99,13 +118,21 @@ def native_refusal(env_id: Any, *, env_kwargs: Any = None, wrapping: dict[str, A
     """Why the native manager cannot build ``env_id`` with these options, or None when it can."""
     if not isinstance(env_id, str):
         return "an env factory has no native vector implementation: use manager sync or subproc"
-    if native_source(env_id, prefer_gymnasium_single=auto) is None:
+    source = native_source(env_id, prefer_gymnasium_single=auto)
+    if source is None:
         extra = "" if importlib.util.find_spec("envpool") else " (EnvPool ids need relayrl's envpool extra)"
+        if is_ale_id(env_id):
+            extra = " (ALE/ ids need ale-py 0.11 or newer, relayrl's atari extra)"
         return (f"{env_id!r} has no native vector implementation relayrl can use{extra}: use manager sync, "
                 "subproc or auto")
     if isinstance(env_kwargs, list):
         return "the native manager builds every env alike: per-env env_kwargs need manager sync or subproc"
-    wrappers = wrappers_in_use(wrapping, ("frame_stack", "resize", "grayscale"))
+    if source == "ale":
+        why = ale_refusal(env_kwargs, wrapping)
+        if why is not None:
+            return why
+    wrappers = wrappers_in_use(wrapping, ("resize", "grayscale") if source == "ale" else
+                               ("frame_stack", "resize", "grayscale"))
     if wrappers:
         return (f"the native manager takes no wrappers ({', '.join(wrappers)}): use manager sync or subproc, "
                 "or the env's own option")
@@ -140,25 +167,6 @@ def native_stop_value(env_id: str) -> float | None:
 
 
 # ---------------------------------------------------------------- adapters
-
-
-class NativeBackend(ABC):
-    """One family of native vector envs, autoresetting on the same step."""
-
-    num_envs: int
-    single_observation_space: gym.Space
-    single_action_space: gym.Space
-
-    @abstractmethod
-    def reset(self, seed: int | None) -> np.ndarray:
-        """Reset every env (env k seeded ``seed + k``); the first observations."""
-
-    @abstractmethod
-    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(obs, reward, terminated, truncated, final_obs): finished envs already reset in ``obs``."""
-
-    def close(self) -> None:
-        pass
 
 
 class CartPoleAdapter(NativeBackend):
@@ -318,40 +326,51 @@ class NativeVectorEnv(VectorEnv):
     Args:
         max_restarts: accepted for symmetry with the other managers; unused: the envs share one object,
             so an error in it ends the run.
-        source: "gymnasium" or "envpool" (default: ``native_source(env_id)``, Gymnasium's first).
+        source: "gymnasium", "ale" or "envpool" (default: ``native_source(env_id)``).
+        wrapping: ``make``'s preprocessing options; only ALE's ``frame_stack`` applies (``native_refusal``
+            refuses the others).
+        threads: the threads of a source that steps in its own (ALE's; default: one per core, at most
+            ``num_envs``); the other sources step in this thread and ignore it.
+
+    ``send`` starts a step and ``recv`` collects it; with ALE the step runs in ALE's threads in between.
     """
 
     def __init__(self, env_id: str, num_envs: int, *, env_kwargs: dict[str, Any] | None = None,
-                 max_episode_steps: int | None = None, max_restarts: int = 3, source: str | None = None):
+                 max_episode_steps: int | None = None, max_restarts: int = 3, source: str | None = None,
+                 wrapping: dict[str, Any] | None = None, threads: int | None = None):
         if num_envs < 1:
             raise EnvError(f"num_envs must be at least 1, got {num_envs}")
         source = source or native_source(env_id)
         if source == "envpool" and env_id not in envpool_ids():
             raise EnvError(f"EnvPool does not provide {env_id!r}" if envpool_ids() else
                            "EnvPool is not installed: python -m pip install -c constraints.txt -e '.[envpool]'")
-        if source == "gymnasium":
-            cls = _GYM_ADAPTERS[_gym_vector_class(env_id)]
+        kwargs = dict(env_kwargs or {})
+        if source == "ale":
+            self.backend: NativeBackend = AleVectorAdapter(env_id, num_envs, max_episode_steps, kwargs,
+                                                           (wrapping or {}).get("frame_stack"), threads)
+        elif source == "gymnasium":
+            self.backend = _GYM_ADAPTERS[_gym_vector_class(env_id)](env_id, num_envs, max_episode_steps, kwargs)
         else:
-            cls = EnvPoolAdapter
-        self.backend = cls(env_id, num_envs, max_episode_steps, dict(env_kwargs or {}))
+            self.backend = EnvPoolAdapter(env_id, num_envs, max_episode_steps, kwargs)
         self.source = source
         self.num_envs = num_envs
         self._setup_spaces(self.backend.single_observation_space, self.backend.single_action_space)
         self._env_ids = np.arange(num_envs)
-        self._actions: np.ndarray | None = None
+        self._pending = False  # a send that recv has not collected
 
     def reset(self, seed: int | None = None) -> np.ndarray:
-        self._actions = None
+        self._pending = False
         return np.ascontiguousarray(self.backend.reset(seed))
 
     def send(self, actions: np.ndarray) -> None:
-        self._actions = self._check_actions(actions, self.num_envs)
+        self.backend.send(self._check_actions(actions, self.num_envs))
+        self._pending = True
 
     def recv(self) -> StepResult:
-        if self._actions is None:
+        if not self._pending:
             raise EnvError("recv() called without a pending send(actions)")
-        actions, self._actions = self._actions, None
-        obs, reward, terminated, truncated, final_obs = self.backend.step(actions)
+        self._pending = False
+        obs, reward, terminated, truncated, final_obs = self.backend.recv()
         # row-major, as every other manager returns them: CartPoleVectorEnv's observations are a transposed
         # (column-major) view, and a matrix product reads those through another kernel, whose float32 sums
         # may differ in the last bit, so a run on native would not be a run on sync

@@ -290,6 +290,11 @@ def stack_frames(env: gym.Env, k: int) -> gym.Env:
     return TransformObservation(stacked, merge, merged)
 
 
+def registered_spec(env_id: str) -> gym.envs.registration.EnvSpec:
+    """The registration of ``env_id`` (its package imported first), or the EnvError ``make`` gives."""
+    return gym.spec(_check_id(env_id))
+
+
 def spec_stop_value(env_id: str) -> float | None:
     """The env's registered ``reward_threshold``, or None."""
     return gym.spec(_check_id(env_id)).reward_threshold

@@ -21,17 +21,19 @@ from relayrl.training.collector import OffPolicyCollector, OnPolicyCollector
 
 class RolloutWorker:
     def __init__(self, worker_id: int, config: RunConfig, seed: int,
-                 acting: Callable[[Policy], Policy] | None = None):
+                 acting: Callable[[Policy], Policy] | None = None, env_threads: int | None = None):
         """``acting``: what acts instead of the policy, made from it (a scripted policy: policy/scripted.py);
-        the policy still takes the weights and says how actions are stored."""
+        the policy still takes the weights and says how actions are stored. ``env_threads``: the stepping
+        threads of a native manager that has them (ALE's vector env; default one per core): 1 in the mp
+        backend's worker processes, where the processes are the parallelism."""
         entry = get_algo(config.algo)
         cfg = config.algo_config
         self.worker_id, self.on_policy, self.total_steps = worker_id, entry.on_policy, config.total_steps
         env = config.env
+        manager = in_process_manager(env.manager, env.id, env.kwargs, env.wrapping())
+        threads = {"threads": env_threads} if manager == "native" and env_threads else {}
         self.venv = make_vec(env.id, env.num_envs, env_kwargs=env.kwargs, max_episode_steps=env.max_episode_steps,
-                             wrapping=env.wrapping(),
-                             manager=in_process_manager(env.manager, env.id, env.kwargs, env.wrapping()),
-                             max_restarts=env.max_restarts)
+                             wrapping=env.wrapping(), manager=manager, max_restarts=env.max_restarts, **threads)
         try:
             self.policy = entry.build_policy(cfg, self.venv.single_observation_space, self.venv.single_action_space)
             self.policy.observe_only()  # statistics belong to the learner; workers use the copy it publishes

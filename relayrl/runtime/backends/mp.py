@@ -85,7 +85,7 @@ def _worker_main(worker_id: int, beat_index: int, config_data: dict, seed: int, 
     worker = None
     try:
         config = config_model(config_data["algo"]).model_validate(config_data)
-        worker = RolloutWorker(worker_id, config, seed)
+        worker = RolloutWorker(worker_id, config, seed, env_threads=1)  # (one process per core, as torch's 1 thread)
         version, kept = -1, None
         while True:
             if kept is not None:  # a command that came while the last chunk waited for room
