@@ -17,6 +17,11 @@ Rows, each in a fresh process, in this order (a row whose package is missing is 
   entropy 0.01, the Nature CNN shared by actor and critic), the learner on ``--device``, no evaluation; the rate
   is env steps over the wall time of training alone.
 
+The relayrl PPO rows are ``--variants`` of those settings (``VARIANTS``): ``plain`` as they are, at ``--envs``;
+``overlap`` (learning overlapped with collection), ``groups`` (and two double-buffered env groups), ``fast`` (overlap, two double-buffered env groups, the update
+compiled: CUDA graphs on CUDA) and ``fast_bf16`` (and bf16 autocast) at ``--fast-envs``. Their JSON lines add the
+steady rate (from the end of the third iteration on: past the first compile) and the collect and learn seconds.
+
 Prints one JSON line per row and a markdown table: env steps/s, and for the PPO rows the ratio to SB3's and to
 the ceiling. On a 16-core GPU machine the defaults take about 4 minutes; on this 2-core machine use
 ``--envs 8 --ceiling-envs 8 --seconds 10 --steps 8192``.
@@ -91,18 +96,37 @@ def env_ale(args: argparse.Namespace) -> dict:
         env.close()
 
 
+# relayrl PPO rows: the same CleanRL settings, with issue 29's options on top ("plain" runs at --envs, the others at
+# --fast-envs); compile "auto" is CUDA graphs on CUDA and off on the CPU
+VARIANTS = {
+    "plain": ("relayrl PPO", {}),
+    "overlap": ("relayrl PPO, overlap", {"overlap": True}),
+    "groups": ("relayrl PPO, overlap + 2 env groups", {"overlap": True, "env.groups": 2}),
+    "fast": ("relayrl PPO, overlap + 2 env groups + compile auto",
+             {"overlap": True, "env.groups": 2, "ppo.compile": "auto"}),
+    "fast_bf16": ("relayrl PPO, overlap + 2 env groups + compile auto + bf16",
+                  {"overlap": True, "env.groups": 2, "ppo.compile": "auto", "ppo.amp": "bf16"}),
+}
+
+
 def ppo_relayrl(args: argparse.Namespace) -> dict:
     from relayrl.config import build_config
     from relayrl.training.trainer import run_trainer
 
-    sets = {**PPO_SETS, "env.num_envs": args.n, "env.manager": "auto", "device": args.device}
+    sets = {**PPO_SETS, "env.num_envs": args.n, "env.manager": "auto", "device": args.device,
+            **VARIANTS[args.variant][1]}
     config = build_config("ppo", None, [f"{k}={json.dumps(v)}" for k, v in sets.items()],
                           {"env.id": ENV_ID, "seed": 0, "total_steps": args.steps})
     with tempfile.TemporaryDirectory() as tmp:
         run_trainer(config, run_dir=tmp, tensorboard=False, quiet=True)
         events = [json.loads(line) for line in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
-    last = [e for e in events if e["event"] == "train"][-1]
-    return {"steps": last["env_steps"], "seconds": last["wall_time_s"]}
+    train = [e for e in events if e["event"] == "train"]
+    last = train[-1]
+    # the steady rate: from the end of the third iteration on (the first compile, the first overlap round behind)
+    first = train[min(2, len(train) - 2)] if len(train) > 1 else {"env_steps": 0, "wall_time_s": 0.0}
+    steady = (last["env_steps"] - first["env_steps"]) / max(last["wall_time_s"] - first["wall_time_s"], 1e-9)
+    return {"steps": last["env_steps"], "seconds": last["wall_time_s"], "steady": steady,
+            "collect_s": last.get("time/collect_s"), "learn_s": last.get("time/learn_s")}
 
 
 def ppo_sb3(args: argparse.Namespace) -> dict:
@@ -148,7 +172,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="each env-only row's stepping time")
     parser.add_argument("--steps", type=int, default=65_536, help="env steps of each PPO run")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=["plain", "fast"],
+                        help="relayrl PPO rows (plain: CleanRL's settings at --envs; the others at --fast-envs)")
+    parser.add_argument("--fast-envs", type=int, default=64, help="envs of the relayrl PPO rows other than plain")
     parser.add_argument("--child", choices=sorted(ROWS), help=argparse.SUPPRESS)
+    parser.add_argument("--variant", choices=sorted(VARIANTS), default="plain", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -156,28 +184,39 @@ def main() -> None:
         print("RESULT " + json.dumps(ROWS[args.child][0](args)), flush=True)
         return
     common = ["--seconds", str(args.seconds), "--steps", str(args.steps), "--device", args.device]
-    plan = [(row, n) for row in ("env_subproc", "env_native", "env_ale") for n in args.ceiling_envs]
-    plan += [("ppo_relayrl", args.envs), ("ppo_sb3", args.envs)]
+    plan = [(row, n, None) for row in ("env_subproc", "env_native", "env_ale") for n in args.ceiling_envs]
+    plan += [("ppo_relayrl", args.envs if v == "plain" else args.fast_envs, v) for v in args.variants]
+    plan += [("ppo_sb3", args.envs, None)]
     results = []
-    for row, n in plan:
+    for row, n, variant in plan:
         fn, label, module = ROWS[row]
         if not _available(module):
             print(f"skipped: {label} ({module} is not installed)", flush=True)
             continue
-        r = launch(__file__, row, 0, "--n", str(n), *common)
-        result = {"row": row, "label": label, "envs": n, "steps": r["steps"], "seconds": round(r["seconds"], 2),
-                  "env_steps_per_s": round(r["steps"] / r["seconds"], 1)}
+        extra = [] if variant is None else ["--variant", variant]
+        try:
+            r = launch(__file__, row, 0, "--n", str(n), *common, *extra)
+        except SystemExit as failed:  # (one row's failure, said, does not cost the others)
+            print(f"failed: {VARIANTS[variant][0] if variant else label}: {failed}", flush=True)
+            continue
+        result = {"row": row, "label": VARIANTS[variant][0] if variant else label, "envs": n, "steps": r["steps"],
+                  "seconds": round(r["seconds"], 2), "env_steps_per_s": round(r["steps"] / r["seconds"], 1)}
+        if "steady" in r:
+            result.update(steady_env_steps_per_s=round(r["steady"], 1), collect_s=r["collect_s"],
+                          learn_s=r["learn_s"])
         results.append(result)
         print(json.dumps(result), flush=True)
     ceiling = max((r["env_steps_per_s"] for r in results if r["row"].startswith("env_")), default=None)
     sb3 = next((r["env_steps_per_s"] for r in results if r["row"] == "ppo_sb3"), None)
     print(f"\n{os.cpu_count()} cores, device {args.device}\n")
-    print("| run | envs | env steps/s | / SB3 PPO | / ceiling |\n|---|---:|---:|---:|---:|")
+    print("| run | envs | env steps/s | steady (after 3 iterations) | / SB3 PPO | / ceiling |\n"
+          "|---|---:|---:|---:|---:|---:|")
     for r in results:
         rate = r["env_steps_per_s"]
+        steady = f"{r['steady_env_steps_per_s']:,.0f}" if "steady_env_steps_per_s" in r else ""
         vs_sb3 = f"{rate / sb3:.2f}" if sb3 and r["row"].startswith("ppo_") else ""
         vs_ceiling = f"{rate / ceiling:.2f}" if ceiling else ""
-        print(f"| {r['label']} | {r['envs']} | {rate:,.0f} | {vs_sb3} | {vs_ceiling} |")
+        print(f"| {r['label']} | {r['envs']} | {rate:,.0f} | {steady} | {vs_sb3} | {vs_ceiling} |")
 
 
 if __name__ == "__main__":
