@@ -606,22 +606,34 @@ class PPO(Algorithm):
         reflect = self.reflection() if cfg.mirror > 0 else None  # with this update's statistics
         clip_arg = self.loss_step.scalar(clip)
 
+        # The loss terms stay on the device until the iteration ends: reading them after every minibatch would make
+        # the host wait for each forward pass before it could queue the next update (on a GPU, most of the time). A
+        # KL stop needs each minibatch's KL, so it reads them every minibatch.
         sums = {"loss/policy": 0.0, "loss/value": 0.0, "loss/entropy": 0.0, "approx_kl": 0.0, "clip_frac": 0.0}
+        rows: list[torch.Tensor] = []
+        names: list[str] = []
         updates, kl_stop, interrupted = 0, False, False
         for _ in range(cfg.epochs):
             for mb in epoch():
                 if self.stopping():  # Ctrl-C: the rest of the iteration would take as long as it was going to
                     interrupted = True
                     break
-                stats = self.update(mb, clip_arg, reflect)
+                names, row = self.update(mb, clip_arg, reflect)
                 updates += 1
+                if cfg.kl is None:
+                    rows.append(row)
+                    continue
+                stats = self.read_terms(names, row[None])
                 for key, value in stats.items():
                     sums[key] = sums.get(key, 0.0) + value
-                if cfg.kl is not None and stats["approx_kl"] > cfg.kl:
+                if stats["approx_kl"] > cfg.kl:
                     kl_stop = True
                     break
             if kl_stop or interrupted:
                 break
+        if rows:
+            for key, value in self.read_terms(names, torch.stack(rows)).items():
+                sums[key] = sums.get(key, 0.0) + value
 
         metrics = {key: value / max(updates, 1) for key, value in sums.items()}
         y, v = ret.reshape(-1), rollout["value"].reshape(-1)
@@ -701,16 +713,13 @@ class PPO(Algorithm):
         return loss, {"loss/policy": policy_loss, "loss/value": value_loss, "loss/entropy": entropy_mean,
                       "approx_kl": approx_kl, "clip_frac": clip_frac, **mirror_terms}
 
-    def update(self, mb: dict[str, torch.Tensor], clip: float | torch.Tensor, reflect: Any = None) -> dict[str, float]:
-        """One gradient step on the minibatch; returns its loss terms (read in one transfer from the device)."""
+    def update(self, mb: dict[str, torch.Tensor], clip: float | torch.Tensor, reflect: Any = None
+               ) -> tuple[list[str], torch.Tensor]:
+        """One gradient step on the minibatch; returns the names of its loss terms and, on the device, the row
+        [total loss, *terms] (``read_terms`` reads rows of them in one transfer)."""
         cfg, model = self.cfg, self.policy.model
         loss, terms = self.loss_step(mb, clip, reflect)
-        total, *values = torch.stack([loss.detach(), *terms.values()]).cpu().tolist()
-        stats = dict(zip(terms, values))
-        if not np.isfinite(total):
-            raise NonFiniteError(
-                f"PPO loss became {total} (policy {stats['loss/policy']}, value {stats['loss/value']}): lower the "
-                "learning rates, enable obs_norm / normalize_reward, or lower reward_scale")
+        row = torch.stack([term.detach() for term in (loss, *terms.values())])
         self.actor_optim.zero_grad(set_to_none=True)
         self.critic_optim.zero_grad(set_to_none=True)
         loss.backward()
@@ -719,7 +728,22 @@ class PPO(Algorithm):
             nn.utils.clip_grad_norm_(model.critic_parameters(), cfg.grad_clip)
         self.actor_optim.step()
         self.critic_optim.step()
-        return stats
+        return list(terms), row
+
+    @staticmethod
+    def read_terms(names: list[str], rows: torch.Tensor) -> dict[str, float]:
+        """The sums over ``rows`` (minibatches x [total, *terms], on the device) of each term, read in one transfer;
+        a NonFiniteError at the first minibatch whose loss was not finite (the run ends there, its checkpoints as
+        they were: the updates after it are never saved)."""
+        table = rows.cpu().numpy().astype(np.float64)
+        bad = np.flatnonzero(~np.isfinite(table[:, 0]))
+        if len(bad):
+            total, *values = table[bad[0]]
+            stats = dict(zip(names, values))
+            raise NonFiniteError(
+                f"PPO loss became {total} (policy {stats['loss/policy']}, value {stats['loss/value']}): lower the "
+                "learning rates, enable obs_norm / normalize_reward, or lower reward_scale")
+        return dict(zip(names, table[:, 1:].sum(0).tolist()))
 
     def mirror_terms(self, mb: dict[str, torch.Tensor], out: torch.Tensor, value: torch.Tensor,
                      reflect: Any) -> dict[str, torch.Tensor]:
