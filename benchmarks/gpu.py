@@ -19,7 +19,8 @@ Rows, each in a fresh process, in this order (a row whose package is missing is 
 
 The relayrl PPO rows are ``--variants`` of those settings (``VARIANTS``): ``plain`` as they are, at ``--envs``;
 ``overlap`` (learning overlapped with collection), ``groups`` (and two double-buffered env groups), ``fast`` (overlap, two double-buffered env groups, the update
-compiled: CUDA graphs on CUDA) and ``fast_bf16`` (and bf16 autocast) at ``--fast-envs``. Their JSON lines add the
+compiled: CUDA graphs on CUDA), ``compiled`` (fast without the groups), ``fast_bf16`` (and bf16 autocast) and
+``fast_5ms`` (fast at Python's own 5 ms GIL switch interval, not the overlap's 0.5 ms) at ``--fast-envs``. Their JSON lines add the
 steady rate (from the end of the third iteration on: past the first compile) and the collect and learn seconds.
 
 Prints one JSON line per row and a markdown table: env steps/s, and for the PPO rows the ratio to SB3's and to
@@ -102,17 +103,25 @@ VARIANTS = {
     "plain": ("relayrl PPO", {}),
     "overlap": ("relayrl PPO, overlap", {"overlap": True}),
     "groups": ("relayrl PPO, overlap + 2 env groups", {"overlap": True, "env.groups": 2}),
+    "compiled": ("relayrl PPO, overlap + compile auto", {"overlap": True, "ppo.compile": "auto"}),
     "fast": ("relayrl PPO, overlap + 2 env groups + compile auto",
              {"overlap": True, "env.groups": 2, "ppo.compile": "auto"}),
     "fast_bf16": ("relayrl PPO, overlap + 2 env groups + compile auto + bf16",
                   {"overlap": True, "env.groups": 2, "ppo.compile": "auto", "ppo.amp": "bf16"}),
 }
+# the same as "fast" with Python's own GIL switch interval (5 ms) instead of the overlap's 0.5 ms (training/overlap.py)
+SWITCH_5MS = {"fast_5ms": ("relayrl PPO, fast at Python's 5 ms GIL switch interval", VARIANTS["fast"][1])}
+VARIANTS.update(SWITCH_5MS)
 
 
 def ppo_relayrl(args: argparse.Namespace) -> dict:
     from relayrl.config import build_config
     from relayrl.training.trainer import run_trainer
 
+    from relayrl.training.overlap import OverlappedCollector
+
+    if args.variant in SWITCH_5MS:
+        OverlappedCollector.SWITCH_INTERVAL_S = None
     sets = {**PPO_SETS, "env.num_envs": args.n, "env.manager": "auto", "device": args.device,
             **VARIANTS[args.variant][1]}
     config = build_config("ppo", None, [f"{k}={json.dumps(v)}" for k, v in sets.items()],
