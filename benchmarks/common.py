@@ -172,3 +172,24 @@ class Comparison:
                 print(self.table.row(seed, which, result), flush=True)
         self.table.summary(results, args)
         return results
+
+
+def sb3_same_cnn() -> type:
+    """An SB3 features extractor that is relayrl's SmallCNN (MinAtar's encoder), so both libraries learn the same
+    network (imports SB3 and torch when called)."""
+    import gymnasium as gym
+    import torch
+    from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+
+    from relayrl.policy.encoders import SmallCNN
+
+    class SameCNN(BaseFeaturesExtractor):
+        def __init__(self, observation_space: gym.Space):
+            cnn = SmallCNN(observation_space)
+            super().__init__(observation_space, cnn.features)
+            self.cnn = cnn
+
+        def forward(self, obs: torch.Tensor) -> torch.Tensor:
+            return self.cnn(obs)
+
+    return SameCNN

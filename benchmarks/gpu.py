@@ -47,52 +47,41 @@ PPO_SETS = {"ppo.num_steps": 128, "ppo.epochs": 4, "ppo.batch_size": 256, "ppo.a
             "eval.freq": 0, "eval.episodes": 1, "eval.num_envs": 1}
 
 
-def env_subproc(args: argparse.Namespace) -> dict:
+def random_steps(step, n: int, n_actions: int, seconds: float) -> dict:
+    """Step ``step(actions)`` with random actions for ``seconds`` (after one warm-up step); the env steps taken."""
     import numpy as np
 
+    rng = np.random.default_rng(0)
+    step(rng.integers(0, n_actions, n))  # (workers and threads warm)
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        step(rng.integers(0, n_actions, n))
+        steps += n
+    return {"steps": steps, "seconds": time.perf_counter() - start}
+
+
+def env_subproc(args: argparse.Namespace) -> dict:
     from relayrl.envs import make_vec
 
     with make_vec(ENV_ID, args.n, manager="subproc", workers=min(args.n, os.cpu_count() or 1), seed=0) as venv:
-        rng = np.random.default_rng(0)
-        n_actions = venv.single_action_space.n
-        venv.step(rng.integers(0, n_actions, args.n))  # (workers warm)
-        steps, start = 0, time.perf_counter()
-        while time.perf_counter() - start < args.seconds:
-            venv.step(rng.integers(0, n_actions, args.n))
-            steps += args.n
-        return {"steps": steps, "seconds": time.perf_counter() - start}
+        return random_steps(venv.step, args.n, venv.single_action_space.n, args.seconds)
 
 
 def env_native(args: argparse.Namespace) -> dict:
-    import numpy as np
-
     from relayrl.envs import make_vec
 
     with make_vec(ENV_ID, args.n, manager="native", seed=0) as venv:
-        rng = np.random.default_rng(0)
-        n_actions = venv.single_action_space.n
-        steps, start = 0, time.perf_counter()
-        while time.perf_counter() - start < args.seconds:
-            venv.step(rng.integers(0, n_actions, args.n))
-            steps += args.n
-        return {"steps": steps, "seconds": time.perf_counter() - start}
+        return random_steps(venv.step, args.n, venv.single_action_space.n, args.seconds)
 
 
 def env_ale(args: argparse.Namespace) -> dict:
-    import numpy as np
     from ale_py.vector_env import AtariVectorEnv
 
     env = AtariVectorEnv("pong", args.n, repeat_action_probability=0.25, frameskip=4, img_height=84, img_width=84,
                          grayscale=True, stack_num=4, noop_max=30, use_fire_reset=False, reward_clipping=False)
     try:
         env.reset(seed=0)
-        rng = np.random.default_rng(0)
-        n_actions = env.single_action_space.n
-        steps, start = 0, time.perf_counter()
-        while time.perf_counter() - start < args.seconds:
-            env.step(rng.integers(0, n_actions, args.n))
-            steps += args.n
-        return {"steps": steps, "seconds": time.perf_counter() - start}
+        return random_steps(env.step, args.n, env.single_action_space.n, args.seconds)
     finally:
         env.close()
 

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from common import Comparison
+from common import Comparison, sb3_same_cnn
 
 # Shared settings (relayrl key -> SB3 argument in the functions below).
 PPO = {"env.num_envs": 8, "ppo.num_steps": 128, "ppo.epochs": 4, "ppo.batch_size": 256, "ppo.actor_lr": 2.5e-4,
@@ -62,25 +62,15 @@ def run_relayrl(seed: int, args: argparse.Namespace) -> dict:
 
 def sb3_curve(algo: str, seed: int, args: argparse.Namespace) -> dict:
     """SB3's ``algo`` ("ppo" or "dqn") with the settings above, on the same env and CNN as relayrl: its curve."""
-    import gymnasium as gym
     import torch
     from stable_baselines3 import DQN as SB3DQN
     from stable_baselines3 import PPO as SB3PPO
     from stable_baselines3.common.callbacks import EvalCallback
     from stable_baselines3.common.env_util import make_vec_env
-    from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 
     from relayrl.envs.registry import make
-    from relayrl.policy.encoders import SmallCNN
 
-    class SameCNN(BaseFeaturesExtractor):
-        def __init__(self, observation_space: gym.Space):
-            cnn = SmallCNN(observation_space)
-            super().__init__(observation_space, cnn.features)
-            self.cnn = cnn
-
-        def forward(self, obs: torch.Tensor) -> torch.Tensor:
-            return self.cnn(obs)
+    SameCNN = sb3_same_cnn()
 
     env_id, steps, eval_every, episodes = f"MinAtar/{args.game}-v1", args.steps, args.eval_every, args.eval_episodes
     curve: list[tuple[int, float, float]] = []

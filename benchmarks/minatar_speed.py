@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import launch  # noqa: E402
+from common import launch, sb3_same_cnn  # noqa: E402
 from minatar_bench import PPO  # noqa: E402
 
 SIDES = ("relayrl", "sb3")
@@ -58,23 +58,13 @@ def run_relayrl(args: argparse.Namespace) -> dict:
 
 
 def run_sb3(args: argparse.Namespace) -> dict:
-    import gymnasium as gym
     import torch
     from stable_baselines3 import PPO as SB3PPO
     from stable_baselines3.common.env_util import make_vec_env
-    from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 
     from relayrl.envs.registry import make
-    from relayrl.policy.encoders import SmallCNN
 
-    class SameCNN(BaseFeaturesExtractor):
-        def __init__(self, observation_space: gym.Space):
-            cnn = SmallCNN(observation_space)
-            super().__init__(observation_space, cnn.features)
-            self.cnn = cnn
-
-        def forward(self, obs: torch.Tensor) -> torch.Tensor:
-            return self.cnn(obs)
+    SameCNN = sb3_same_cnn()
 
     if args.sb3_threads:
         torch.set_num_threads(args.sb3_threads)

@@ -9,6 +9,7 @@ from relayrl.config import build_config
 from relayrl.envs import make_vec
 from relayrl.envs.native import NativeVectorEnv, picks_native
 from relayrl.errors import EnvError
+from relayrl.testing.streams import assert_same_streams, next_step_stream, same_step_stream
 from relayrl.training.experience import env_setup
 
 pytest.importorskip("ale_py.vector_env")
@@ -81,33 +82,12 @@ def test_the_same_step_stream_is_ales_next_step_stream_without_the_dummy_steps()
     raw = AtariVectorEnv("pong", n, num_threads=1, max_num_frames_per_episode=120, repeat_action_probability=0.25,
                          reward_clipping=False, use_fire_reset=False)
     obs, _ = raw.reset(seed=7)
-    expected: list[list[tuple]] = [[] for _ in range(n)]
-    dummy = np.zeros(n, bool)
-    for _ in range(steps + 10):
-        nxt, reward, term, trunc, _ = raw.step(np.array([len(e) % 6 for e in expected]))
-        for k in range(n):
-            if not dummy[k]:
-                expected[k].append((obs[k].copy(), float(reward[k]), bool(term[k]), bool(trunc[k]), nxt[k].copy()))
-        dummy, obs = term | trunc, nxt
+    expected = next_step_stream(raw, obs, steps + 10, lambda obs, counts: counts % 6)
     raw.close()
     with make_vec(PONG, n, manager="native", threads=1, env_kwargs={"max_num_frames_per_episode": 120}) as venv:
-        obs = venv.reset(seed=7)
-        got: list[list[tuple]] = [[] for _ in range(n)]
-        for t in range(steps):
-            r = venv.step(np.full(n, t % 6))
-            for k in range(n):
-                last = r.final_obs[k] if r.terminated[k] or r.truncated[k] else r.obs[k]
-                got[k].append((obs[k].copy(), float(r.reward[k]), bool(r.terminated[k]), bool(r.truncated[k]),
-                               last.copy()))
-            obs = r.obs
-    ends = 0
-    for k in range(n):
-        for a, b in zip(got[k], expected[k][:steps], strict=True):
-            np.testing.assert_array_equal(a[0], b[0])
-            assert a[1:4] == b[1:4]
-            np.testing.assert_array_equal(a[4], b[4])
-            ends += a[3]
-    assert ends == 3 * n
+        got = same_step_stream(venv, venv.reset(seed=7), steps, lambda obs, counts: counts % 6)
+    _, truncations = assert_same_streams(got, expected)
+    assert truncations == 3 * n
 
 
 def test_the_same_seed_gives_the_same_trajectories():

@@ -9,6 +9,7 @@ from relayrl.envs import make_vec
 from relayrl.envs.native import CartPoleAdapter, NativeVectorEnv, envpool_ids, native_stop_value, picks_native
 from relayrl.envs.vector import ActionError
 from relayrl.errors import EnvError
+from relayrl.testing.streams import assert_same_streams, next_step_stream, same_step_stream
 from relayrl.training.experience import env_setup
 
 needs_envpool = pytest.mark.skipif(not envpool_ids(), reason="the envpool extra is not installed")
@@ -155,33 +156,11 @@ def test_envpool_same_step_autoreset_equals_its_next_step_stream_without_the_dum
 
     raw = envpool.make_gymnasium("CartPole-v1", num_envs=n, seed=7, max_episode_steps=25)
     obs, _ = raw.reset()
-    expected: list[list[tuple]] = [[] for _ in range(n)]
-    dummy = np.zeros(n, bool)
-    for _ in range(steps + 40):
-        nxt, reward, term, trunc, _ = raw.step(policy(obs))
-        for k in range(n):
-            if not dummy[k]:
-                expected[k].append((obs[k].copy(), float(reward[k]), bool(term[k]), bool(trunc[k]), nxt[k].copy()))
-        dummy, obs = term | trunc, nxt
+    expected = next_step_stream(raw, obs, steps + 40, lambda obs, counts: policy(obs))
     raw.close()
     with NativeVectorEnv("CartPole-v1", n, max_episode_steps=25, source="envpool") as venv:
-        obs = venv.reset(seed=7)
-        got: list[list[tuple]] = [[] for _ in range(n)]
-        for _ in range(steps):
-            r = venv.step(policy(obs))
-            for k in range(n):
-                last = r.final_obs[k] if r.terminated[k] or r.truncated[k] else r.obs[k]
-                got[k].append((obs[k].copy(), float(r.reward[k]), bool(r.terminated[k]), bool(r.truncated[k]),
-                               last.copy()))
-            obs = r.obs
-    ends = 0
-    for k in range(n):
-        for a, b in zip(got[k], expected[k][:steps], strict=True):
-            np.testing.assert_array_equal(a[0], b[0])
-            assert a[1:4] == b[1:4]
-            np.testing.assert_array_equal(a[4], b[4])
-            ends += a[2] or a[3]
-    assert ends >= 8
+        got = same_step_stream(venv, venv.reset(seed=7), steps, lambda obs, counts: policy(obs))
+    assert sum(assert_same_streams(got, expected)) >= 8
 
 
 @needs_envpool
