@@ -72,6 +72,7 @@ def test_weights_cross_to_each_node_once_per_version(cluster, tmp_path, monkeypa
     assert all(len(p["worker_pids"]) == 2 for p in info)  # each copy served two workers
 
 
+@pytest.mark.extended  # (the killed-proxy test below kills a worker first and checks its restart too)
 def test_a_killed_worker_process_is_restarted_by_its_node_proxy(cluster, tmp_path):
     config = build_config("ppo", None, PPO, {"total_steps": 100_000, "seed": 2})
     killed = []

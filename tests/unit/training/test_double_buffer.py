@@ -98,19 +98,25 @@ def test_a_recurrent_policy_is_refused():
         DoubleBufferedCollector([], policy, 4)
 
 
-@pytest.mark.parametrize("sets, problem", [
-    (["env.groups=3"], "multiple of groups"),
-    (["env.groups=2", "env.manager=sync"], "not manager sync"),
-    (["env.groups=2", "ppo.recurrent=lstm"], "feed-forward policy"),
-])
-def test_groups_that_cannot_work_are_refused(tmp_path, sets, problem):
+def test_groups_that_cannot_work_are_refused_from_the_cli_before_anything_starts(tmp_path):
     run_dir = tmp_path / "run"
-    args = [a for s in sets for a in ("--set", s)]
-    proc = subprocess.run([sys.executable, "-m", "relayrl", "train", "ppo", "--env", "CartPole-v1", *args,
-                           "--run-dir", str(run_dir), "--total-steps", "1000"], capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 2 and problem in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "relayrl", "train", "ppo", "--env", "CartPole-v1", "--set",
+                           "env.groups=3", "--run-dir", str(run_dir), "--total-steps", "1000"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and "multiple of groups" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("options, problem", [
+    ({"env": {"groups": 2, "manager": "sync"}}, "not manager sync"),
+    ({"env": {"groups": 2}, "ppo": {"recurrent": "lstm"}}, "feed-forward policy"),
+])
+def test_groups_that_cannot_overlap_anything_are_refused(tmp_path, options, problem):
+    from relayrl.api import train
+
+    with pytest.raises(ConfigError, match=problem):
+        train("ppo", "CartPole-v1", options, run_dir=tmp_path / "run", total_steps=1000)
+    assert not (tmp_path / "run").exists()
 
 
 def test_groups_for_replay_collection_are_refused(tmp_path):

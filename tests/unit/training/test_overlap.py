@@ -151,21 +151,23 @@ def test_an_error_in_the_collecting_thread_is_raised_by_pull():
         venv.close()
 
 
-@pytest.mark.parametrize("sets, problem", [
-    (["--algo", "dqn"], "learns from replay"),
-    (["--algo", "a2c"], "no correction"),
-    (["--workers", "2"], "rollout workers"),
-])
-def test_overlap_is_refused_where_it_cannot_work(tmp_path, sets, problem):
-    algo = sets[1] if sets[0] == "--algo" else "ppo"
-    extra = [] if sets[0] == "--algo" else sets
+def test_overlap_on_rollout_workers_is_refused_from_the_cli_before_anything_starts(tmp_path):
     run_dir = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "relayrl", "train", algo, "--env", "CartPole-v1", "--set",
-                           "overlap=true", "--run-dir", str(run_dir), "--total-steps", "1000", *extra],
+    proc = subprocess.run([sys.executable, "-m", "relayrl", "train", "ppo", "--env", "CartPole-v1", "--set",
+                           "overlap=true", "--run-dir", str(run_dir), "--total-steps", "1000", "--workers", "2"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
-    assert problem in proc.stderr and "drop overlap" in proc.stderr and "Traceback" not in proc.stderr
+    assert "rollout workers" in proc.stderr and "drop overlap" in proc.stderr and "Traceback" not in proc.stderr
     assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("algo, problem", [("dqn", "learns from replay"), ("a2c", "no correction")])
+def test_overlap_for_an_algorithm_that_cannot_lag_is_refused(tmp_path, algo, problem):
+    from relayrl.api import train
+
+    with pytest.raises(ConfigError, match=f"{problem}.*drop overlap"):
+        train(algo, "CartPole-v1", {"overlap": True}, run_dir=tmp_path / "run", total_steps=1000)
+    assert not (tmp_path / "run").exists()
 
 
 def test_overlap_with_agent_envs_is_refused_before_the_run_starts(tmp_path):
