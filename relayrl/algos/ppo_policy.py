@@ -4,13 +4,14 @@ learns it is relayrl/algos/ppo.py, which re-exports these names; APPO, A2C and P
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
 
+from relayrl.algos.ppo_config import PPOConfig
 from relayrl.core import Policy
 from relayrl.data.dtypes import stored_dtype, to_stored, to_tensor
 from relayrl.envs.hybrid import HybridLayout, hybrid_layout
@@ -24,11 +25,6 @@ from relayrl.policy.graph import ARGMAX, GraphOutput, ObservationInput, PolicyGr
 from relayrl.policy.normalizer import RunningMeanStd
 from relayrl.policy.privileged import ActorKeys, check_keys, fill_hidden
 from relayrl.types import Mode, PolicyOutput
-
-if TYPE_CHECKING:
-    from relayrl.algos.ppo import PPOConfig
-
-# ---------------------------------------------------------------- policy
 
 
 class PPOPolicy(Policy):
@@ -366,6 +362,3 @@ def hybrid_outputs(layout: HybridLayout) -> tuple[GraphOutput, ...]:
     """The exported graph's action outputs for a hybrid action (``HybridPPOGraph``)."""
     return (GraphOutput("continuous_action", "float32", (layout.continuous,)),
             GraphOutput("discrete_action", "int64", (len(layout.branches),)))
-
-
-# ---------------------------------------------------------------- algorithm
