@@ -53,10 +53,11 @@ class REDQConfig(SACConfig):
 
     def check(self, name: str) -> None:
         super().check(name)
-        for option in ("compile", "amp"):  # (SAC's options, which REDQ's own update does not take yet)
-            if getattr(self, option) != "off":
-                raise ConfigError(f"{name}.{option}={getattr(self, option)}: REDQ's update is not compiled nor run in "
-                                  f"bf16 (sac, dqn, ppo and appo are): set {name}.{option}=off")
+        # (SAC's options, which REDQ's own update does not take yet)
+        for option, value in (("compile", self.compile), ("amp", self.amp)):
+            if value != "off":
+                raise ConfigError(f"{name}.{option}={value}: REDQ's update is not compiled nor run in bf16 (sac, dqn, "
+                                  f"ppo and appo are): set {name}.{option}=off")
         if self.num_min > self.num_critics:
             raise ConfigError(f"{name}.num_min={self.num_min} draws more critics than {name}.num_critics="
                               f"{self.num_critics} holds: set {name}.num_min to at most {self.num_critics}")

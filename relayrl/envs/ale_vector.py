@@ -41,7 +41,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from relayrl.envs.native_backend import NativeBackend, StepArrays
+from relayrl.envs.native_backend import NativeBackend, StepArrays, in_env_order
 from relayrl.envs.registry import registered_spec
 from relayrl.errors import EnvError
 
@@ -117,13 +117,12 @@ class AleVectorAdapter(NativeBackend):
         self.single_observation_space = gym.spaces.Box(0, 255, self._shape[1:], np.uint8)
         self.single_action_space = self.env.single_action_space
         self._busy = False  # a step sent, not received yet
-        self._ids = np.arange(num_envs)
 
     def reset(self, seed: int | None) -> np.ndarray:
         if self._busy:  # (a step nobody collected: take it, so the reset is the only call in flight)
             self.recv()
         obs, info = self.env.reset(seed=None if seed is None else int(seed))
-        return self._in_env_order(info, obs.reshape(self._shape))[0]
+        return in_env_order(info["env_id"], obs.reshape(self._shape))[0]
 
     def send(self, actions: np.ndarray) -> None:
         if self._busy:
@@ -139,17 +138,9 @@ class AleVectorAdapter(NativeBackend):
         obs = obs.reshape(self._shape)
         final = info.get("final_obs")  # (present when an env finished on this step)
         final_obs = obs if final is None else final.reshape(self._shape)
-        obs, reward, terminated, truncated, final_obs = self._in_env_order(
-            info, obs, reward, terminated, truncated, final_obs)
+        obs, reward, terminated, truncated, final_obs = in_env_order(
+            info["env_id"], obs, reward, terminated, truncated, final_obs)
         return obs, reward.astype(np.float32), terminated, truncated, final_obs
-
-    def _in_env_order(self, info: dict, *arrays: np.ndarray) -> tuple[np.ndarray, ...]:
-        """The rows in env order (a synchronous AtariVectorEnv answers in it; be sure, as for EnvPool)."""
-        ids = info["env_id"]
-        if np.array_equal(ids, self._ids):
-            return arrays
-        order = np.argsort(ids)
-        return tuple(a[order] for a in arrays)
 
     def step(self, actions: np.ndarray) -> StepArrays:
         self.send(actions)

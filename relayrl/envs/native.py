@@ -54,7 +54,7 @@ from gymnasium.utils import seeding
 
 from relayrl.envs.ale_vector import AleVectorAdapter, ale_refusal, ale_vector_available, is_ale_id
 from relayrl.envs.imageobs import wrappers_in_use
-from relayrl.envs.native_backend import NativeBackend
+from relayrl.envs.native_backend import NativeBackend, in_env_order
 from relayrl.envs.registry import spec_stop_value
 from relayrl.envs.vector import VectorEnv
 from relayrl.errors import EnvError
@@ -269,7 +269,6 @@ class EnvPoolAdapter(NativeBackend):
             warnings.filterwarnings("ignore", message=".*precision lowered", category=UserWarning)
             self.single_observation_space = self.env.observation_space
             self.single_action_space = self.env.action_space
-        self._ids = np.arange(num_envs, dtype=np.int32)
 
     def _build(self, seed: int) -> Any:
         import envpool
@@ -289,18 +288,11 @@ class EnvPoolAdapter(NativeBackend):
             self.env.close()
             self.env = self._build(seed)
         obs, info = self.env.reset()
-        return self._ordered(obs, info)
-
-    def _ordered(self, obs: Any, info: dict) -> Any:
-        ids = info["env_id"]
-        return obs if np.array_equal(ids, self._ids[:len(ids)]) else obs[np.argsort(ids)]
+        return in_env_order(info["env_id"], obs)[0]
 
     def step(self, actions):
         obs, reward, terminated, truncated, info = self.env.step(actions)
-        ids = info["env_id"]
-        if not np.array_equal(ids, self._ids):  # synchronous pools answer in env order; be sure
-            order = np.argsort(ids)
-            obs, reward, terminated, truncated = obs[order], reward[order], terminated[order], truncated[order]
+        obs, reward, terminated, truncated = in_env_order(info["env_id"], obs, reward, terminated, truncated)
         terminated, truncated = terminated.astype(bool), truncated.astype(bool)
         done = terminated | truncated
         if not np.count_nonzero(done):

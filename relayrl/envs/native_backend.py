@@ -11,9 +11,18 @@ from abc import ABC, abstractmethod
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["NativeBackend", "StepArrays"]
+__all__ = ["NativeBackend", "StepArrays", "in_env_order"]
 
 StepArrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def in_env_order(ids: np.ndarray, *arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``arrays``' rows in env order, given the env id of each row (a synchronous C++ pool, EnvPool's or ALE's,
+    answers in it already: then the arrays themselves)."""
+    if np.array_equal(ids, np.arange(len(ids))):
+        return arrays
+    order = np.argsort(ids)
+    return tuple(a[order] for a in arrays)
 
 
 class NativeBackend(ABC):

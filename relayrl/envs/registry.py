@@ -297,4 +297,4 @@ def registered_spec(env_id: str) -> gym.envs.registration.EnvSpec:
 
 def spec_stop_value(env_id: str) -> float | None:
     """The env's registered ``reward_threshold``, or None."""
-    return gym.spec(_check_id(env_id)).reward_threshold
+    return registered_spec(env_id).reward_threshold
