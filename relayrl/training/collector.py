@@ -4,6 +4,8 @@ episodes that finish."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from relayrl.core import Policy, SampleSource
@@ -12,7 +14,7 @@ from relayrl.data.nstep import NStepAccumulator
 from relayrl.data.rollout import RolloutStore
 from relayrl.envs.vector import VectorEnv
 from relayrl.training.episodes import Episode, record_episodes
-from relayrl.types import Batch
+from relayrl.types import Batch, PolicyOutput, StepResult
 
 
 class EpisodeStats:
@@ -43,6 +45,21 @@ class EpisodeStats:
         returns, lengths = self.returns, self.lengths
         self.returns, self.lengths = [], []
         return returns, lengths
+
+
+def store_step(store: RolloutStore, t: int, out: PolicyOutput, result: StepResult, mask: np.ndarray | None,
+               value: Callable[[np.ndarray, np.ndarray, np.ndarray | None], np.ndarray],
+               hidden: np.ndarray | None = None, cols: slice | None = None) -> None:
+    """Step ``t`` of a rollout (of the envs ``cols`` only, when given): what the policy did under ``mask``, what the
+    envs returned, and for the envs truncated at t V(final observation), ``value(final_obs, truncated, final_mask)``
+    (``truncated``: the mask over the envs stepped)."""
+    store.add(t, out.obs, out.action, out.logp, out.value, result.reward, result.terminated, result.truncated,
+              hidden, mask, cols=cols)
+    truncated = result.truncated & ~result.terminated
+    if np.count_nonzero(truncated):
+        final_mask = None if result.final_action_mask is None else result.final_action_mask[truncated]
+        at = truncated if cols is None else cols.start + np.flatnonzero(truncated)
+        store.bootstrap(t, at, value(result.final_obs[truncated], truncated, final_mask))
 
 
 class OnPolicyCollector(SampleSource):
@@ -88,12 +105,7 @@ class OnPolicyCollector(SampleSource):
             hidden = policy.hidden("collect", venv.num_envs).cpu().numpy() if self.recurrent else None
             out = policy.act_masked(self._obs, "collect", self._mask)
             result = venv.step(out.env_action)
-            store.add(t, out.obs, out.action, out.logp, out.value,
-                      result.reward, result.terminated, result.truncated, hidden, self._mask)
-            truncated = result.truncated & ~result.terminated
-            if np.count_nonzero(truncated):
-                final_mask = None if result.final_action_mask is None else result.final_action_mask[truncated]
-                store.bootstrap(t, truncated, self._value(result.final_obs[truncated], truncated, final_mask))
+            store_step(store, t, out, result, self._mask, self._value, hidden)
             self._obs = self._track(result)
         return store.finish(self._value(self._obs, None, self._mask))
 

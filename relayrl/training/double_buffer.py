@@ -29,7 +29,7 @@ from relayrl.core import Policy, SampleSource
 from relayrl.data.rollout import RolloutStore
 from relayrl.envs.vector import VectorEnv
 from relayrl.errors import ConfigError
-from relayrl.training.collector import EpisodeStats
+from relayrl.training.collector import EpisodeStats, store_step
 from relayrl.types import Batch, PolicyOutput
 
 __all__ = ["DoubleBufferedCollector"]
@@ -79,16 +79,13 @@ class DoubleBufferedCollector(SampleSource):
 
     def _receive(self, g: _Group, t: int) -> None:
         """Wait for group ``g``'s step and store it as step ``t`` of its columns."""
-        out, result = g.out, g.venv.recv()
-        self.store.add(t, out.obs, out.action, out.logp, out.value, result.reward, result.terminated,
-                       result.truncated, None, g.mask, cols=g.cols)
-        truncated = result.truncated & ~result.terminated
-        if np.count_nonzero(truncated):
-            final_mask = None if result.final_action_mask is None else result.final_action_mask[truncated]
-            self.store.bootstrap(t, g.cols.start + np.flatnonzero(truncated),
-                                 self.policy.value_masked(result.final_obs[truncated], final_mask))
+        result = g.venv.recv()
+        store_step(self.store, t, g.out, result, g.mask, self._final_value, cols=g.cols)
         g.episodes.track(result)
         g.obs, g.mask = result.obs, result.action_mask
+
+    def _final_value(self, obs: np.ndarray, rows: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+        return self.policy.value_masked(obs, mask)  # (feed-forward: the rows carry no state)
 
     def collect(self) -> Batch:
         for g in self.groups:
