@@ -57,8 +57,9 @@ def train(algo: str, env: EnvLike | None = None, config: dict[str, Any] | str | 
             every backend and env manager (each process imports it by name); one defined in a script
             or inside a function is used in this process only (``env.manager`` sync, one worker).
             None: the config's ``env.id``.
-        config: options as a dict (the YAML layout: ``{"ppo": {"epochs": 5}, "env": {"num_envs": 4}}``),
-            a YAML file, or a ``RunConfig``; the keyword arguments override it.
+        config: options as a dict (the YAML layout: ``{"ppo": {"epochs": 5}, "env": {"num_envs": 4}}``, or
+            dotted keys as ``--set`` spells them: ``{"ppo.epochs": 5}``), a YAML file, or a ``RunConfig``; the
+            keyword arguments override it.
         run_dir: a new or empty folder (default ``runs/<env>_<algo>_<timestamp>``, new each call); a folder
             holding another run is refused (a ``CheckpointError``) unless ``resume`` continues that run.
         train_iter, time_limit_s: also stop after this many updates (gradient steps), or once the run's wall

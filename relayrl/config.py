@@ -130,7 +130,10 @@ def build_config(
     if file_algo != algo:
         raise ConfigError(f"the config file is for algo {file_algo!r} but you asked to train {algo!r}: "
                           f"use `relayrl train {file_algo}` or `relayrl config {algo}` for a matching file")
-    tree = deep_merge(tree, file_data)
+    dotted = {key: file_data.pop(key) for key in [key for key in file_data if "." in key]}  # ("dqn.n_step": 1, as
+    tree = deep_merge(tree, file_data)  # --set spells it, beside the nested layout {"dqn": {"n_step": 1}})
+    for key, value in dotted.items():
+        set_path(tree, key.split("."), value)
     for item in sets:
         path, value = parse_set(item)
         set_path(tree, path, value)

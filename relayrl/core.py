@@ -364,5 +364,10 @@ class SampleSource(ABC):
         """New weights for collectors that hold their own copy of the policy (rollout workers, the relay's
         remote workers); collectors that act with the learner's policy object need nothing."""
 
+    def set_progress(self, env_steps: int, total_steps: int) -> None:
+        """Where the run is, for collectors that act with their own copy of the policy in this process (DQN's
+        epsilon, SAC's random warm-up: ``overlap``'s collecting thread); the off-policy loop calls it before every
+        pull. Rollout workers read it with the weights; collectors acting with the learner's policy need nothing."""
+
     def close(self) -> None:
         """Stop collecting and release what the source holds."""

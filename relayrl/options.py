@@ -490,10 +490,10 @@ class RunConfig(Section):
     device and the algorithm learns on it, else the CPU). Rollout workers act on the CPU with the
     published weights, which are always CPU tensors. DQN, SAC, PPO, APPO, A2C and PQN learn on CUDA."""
     overlap: bool = False
-    """Collect the next rollout while the learner learns from this one (on-policy algorithms with a lag
-    correction, PPO and APPO, on the learner's own envs): neither side waits for the other, and every
-    rollout is collected by the policy one version behind the learner (PPO's ratio and clip, APPO's
-    V-trace correct for it). Worth it where learning takes a good share of the time, e.g. a CNN on a GPU."""
+    """Collect the next rollout while the learner learns from this one (PPO and APPO, whose ratio and
+    V-trace correct for the lag, and the replay algorithms, on the learner's own envs): neither side
+    waits for the other, and everything after the first pull is collected by the policy one version
+    behind the learner. Worth it where learning takes a good share of the time, e.g. a CNN on a GPU."""
     backend: Literal["auto", "inline", "mp", "ray"] = "auto"
     """Where rollout workers run: inline (this process), mp (local processes), ray (a Ray cluster);
     auto: inline for one worker, mp for more."""

@@ -60,7 +60,7 @@ class Experience(ABC):
     columns: int  # env columns of one on-policy rollout (the algorithm sizes per-env state by it)
     agents: bool = False  # rows are agents that come and go (no fixed env columns)
     shares_policy: bool = True  # the source's collectors act with the learner's policy object itself
-    overlaps: bool = False  # its source collects the next rollout while the learner learns (``overlap``)
+    overlaps: bool = False  # its source collects the next pull while the learner learns (``overlap``)
 
     @abstractmethod
     def source(self, policy: Policy, cfg: Any, on_policy: bool) -> SampleSource:
@@ -176,19 +176,19 @@ class GymExperience(Experience):
         self.columns = config.env.num_envs
         self.env_id = config.env.id
         self.config = config
-        self.overlaps = config.overlap and on_policy
+        self.overlaps = config.overlap
         self.shares_policy = not self.overlaps  # (overlap: the collecting thread acts with a copy of its own)
         self._overlapped: OverlappedCollector | None = None
 
     def source(self, policy: Policy, cfg: Any, on_policy: bool) -> SampleSource:
-        if on_policy:
-            collector = self._on_policy_collector(copy.deepcopy(policy) if self.overlaps else policy, cfg.num_steps)
-            if self.overlaps:
-                self._overlapped = OverlappedCollector(collector)
-                return self._overlapped
-            return collector
-        return OffPolicyCollector(self.venv, policy, cfg.n_step_for(agents=False), cfg.gamma,
-                                   cfg.steps_per_iteration)
+        acting = copy.deepcopy(policy) if self.overlaps else policy  # (overlap: the thread's copy)
+        collector: OnPolicyCollector | DoubleBufferedCollector | OffPolicyCollector = (
+            self._on_policy_collector(acting, cfg.num_steps) if on_policy else
+            OffPolicyCollector(self.venv, acting, cfg.n_step_for(agents=False), cfg.gamma, cfg.steps_per_iteration))
+        if self.overlaps:
+            self._overlapped = OverlappedCollector(collector)
+            return self._overlapped
+        return collector
 
     def evaluator(self, episodes: int, seed: int) -> Evaluation:
         return Evaluator(self.eval_venv, episodes, seed=seed)

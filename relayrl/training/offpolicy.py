@@ -200,6 +200,7 @@ class ReplayRounds(Rounds[UpdatesDue]):
 
     def gather(self, env_steps: int, updates: int) -> tuple[UpdatesDue, int]:
         self.algo.set_progress(env_steps, self.total_steps)
+        self.samples.set_progress(env_steps, self.total_steps)
         if self.limiter is not None:
             return self._limited(env_steps)
         batch, steps = self.samples.pull()

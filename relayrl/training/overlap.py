@@ -22,6 +22,12 @@ collection's inference is batched there); env workers step in their processes me
 statistics (PPO's ``obs_norm``) belong to the learner: the behaviour copy counts what it saw
 (``observe_only``) and each rollout hands its moments over with it.
 
+Off-policy algorithms (DQN, SAC, TD3, ...) overlap the same way: the thread collects the next
+``steps_per_iteration`` vector steps of transitions while the learner runs this round's updates. They need no
+correction (replay learns from transitions of any behaviour policy); each transition carries the version that
+collected it (``max_staleness`` counts from it), and the copy follows the run's progress (DQN's epsilon, SAC's
+random warm-up: ``set_progress``, called by the loop before every pull).
+
 An error in the collection (a user's env raising, a dead worker) is raised by the ``pull`` that waits for
 that rollout, as it would be without overlap.
 """
@@ -40,7 +46,7 @@ from relayrl.core import Policy, SampleSource
 from relayrl.errors import ConfigError
 from relayrl.options import RunConfig
 from relayrl.policy.normalizer import RunningMeanStd
-from relayrl.training.collector import OnPolicyCollector
+from relayrl.training.collector import OffPolicyCollector, OnPolicyCollector
 from relayrl.training.double_buffer import DoubleBufferedCollector
 from relayrl.types import Batch
 
@@ -48,9 +54,10 @@ __all__ = ["OverlappedCollector", "check_overlap", "owned_weights"]
 
 
 class _Collected(NamedTuple):
-    """One rollout and what came with it, handed from the collecting thread to ``pull``."""
+    """One rollout (or chunk of transitions) and what came with it, handed from the collecting thread to ``pull``."""
 
     rollout: Batch
+    steps: int  # env steps it took
     version: int  # of the policy that collected it
     moments: dict[str, np.ndarray] | None  # of the observations it saw (obs_norm)
     episodes: tuple[list[float], list[int]]  # returns and lengths of the episodes that ended in it
@@ -71,7 +78,8 @@ def owned_weights(weights: Any) -> Any:
 
 
 class OverlappedCollector(SampleSource):
-    """An ``OnPolicyCollector`` acting with its own policy copy, one rollout ahead in a thread (module docstring).
+    """A collector acting with its own policy copy, one pull ahead in a thread (module docstring): rollouts from an
+    ``OnPolicyCollector`` or ``DoubleBufferedCollector``, transitions from an ``OffPolicyCollector``.
 
     ``collector.policy`` must be a copy of the learner's policy, not the policy itself; it is put in
     ``observe_only`` mode here.
@@ -83,8 +91,9 @@ class OverlappedCollector(SampleSource):
     # running Python at 5 ms, 0.58 s at 0.5 ms, 0.32 s alone (this 2-core machine). Set while the thread lives.
     SWITCH_INTERVAL_S: float | None = 0.0005
 
-    def __init__(self, collector: OnPolicyCollector | DoubleBufferedCollector):
+    def __init__(self, collector: OnPolicyCollector | DoubleBufferedCollector | OffPolicyCollector):
         self.collector = collector
+        self.transitions = isinstance(collector, OffPolicyCollector)  # (rows stamped with the collecting version)
         self.policy: Policy = collector.policy
         self.policy.observe_only()
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="relayrl-collect")
@@ -96,6 +105,7 @@ class OverlappedCollector(SampleSource):
                         else contextlib.nullcontext())
         self._ahead: Future | None = None  # the rollout under way
         self._weights: tuple[Any, int] | None = None  # published, not yet taken by a rollout
+        self._progress: tuple[int, int] | None = None  # (env_steps, total_steps), not yet taken by a rollout
         self._seen: RunningMeanStd | None = None  # moments of the observations of the rollouts pulled
         self.collected_version = -1  # the policy version the last rollout pulled was collected with
         self._returns: list[float] = []  # episodes that ended in the rollouts pulled
@@ -108,17 +118,26 @@ class OverlappedCollector(SampleSource):
     def publish(self, weights: dict[str, Any], version: int) -> None:
         self._weights = (owned_weights(weights), version)
 
-    def _collect(self, weights: tuple[Any, int] | None) -> _Collected:
+    def set_progress(self, env_steps: int, total_steps: int) -> None:
+        self._progress = (env_steps, total_steps)
+
+    def _collect(self, weights: tuple[Any, int] | None, progress: tuple[int, int] | None) -> _Collected:
         with self._stream:
             if weights is not None:
                 self.policy.set_weights(*weights)
-            rollout = self.collector.collect()  # (its arrays are on the host: the stream's work is done)
-        return _Collected(rollout, self.policy.version, self.policy.pop_observation_moments(),
+            if progress is not None:
+                self.policy.set_progress(*progress)
+            rollout, steps = self.collector.pull()  # (its arrays are on the host: the stream's work is done)
+        version = self.policy.version
+        if self.transitions and rollout:
+            rollout["version"] = np.full(len(next(iter(rollout.values()))), version, np.int64)
+        return _Collected(rollout, steps, version, self.policy.pop_observation_moments(),
                           self.collector.pop_episodes())
 
     def _start(self) -> Future:
         weights, self._weights = self._weights, None
-        return self._executor.submit(self._collect, weights)
+        progress, self._progress = self._progress, None
+        return self._executor.submit(self._collect, weights, progress)
 
     def pull(self) -> tuple[Batch, int]:
         current = self._ahead if self._ahead is not None else self._start()
@@ -132,7 +151,7 @@ class OverlappedCollector(SampleSource):
             self._seen.merge_state(got.moments)
         self._returns += got.episodes[0]
         self._lengths += got.episodes[1]
-        return got.rollout, got.rollout["reward"].size
+        return got.rollout, got.steps
 
     def pop_observation_moments(self) -> dict[str, np.ndarray] | None:
         seen, self._seen = self._seen, None
@@ -158,15 +177,15 @@ class OverlappedCollector(SampleSource):
         sys.setswitchinterval(self._interval)
 
 
-def check_overlap(config: RunConfig, on_policy: bool) -> None:
+def check_overlap(config: RunConfig, on_policy: bool, offline: bool = False) -> None:
     """Refuse ``overlap: true`` where it cannot work, naming the fix (before any env or worker starts)."""
     algo = config.algo
-    if not on_policy:
-        raise ConfigError(f"overlap is for on-policy algorithms (ppo, appo): {algo} learns from replay; run it with "
-                          "--workers N for collection that goes on while it learns, and drop overlap")
-    if config.algo_config.lag_correction is None:
+    if offline:
+        raise ConfigError(f"overlap overlaps collection with learning; {algo} learns from a dataset and collects "
+                          "nothing: drop overlap")
+    if on_policy and config.algo_config.lag_correction is None:
         raise ConfigError(f"{algo} has no correction for rollouts collected one policy version behind the learner: "
-                          "overlap is for ppo and appo; drop overlap")
+                          "overlap is for ppo and appo and for the algorithms that learn from replay; drop overlap")
     if config.net.server is not None or config.workers > 1 or config.backend in ("mp", "ray"):
         raise ConfigError("overlap collects on the learner's own envs in a thread beside it; rollout workers "
                           "(--workers, --backend mp/ray, --server) already collect while the learner learns: drop "

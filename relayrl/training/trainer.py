@@ -161,7 +161,7 @@ class Trainer:
         self.on_policy, self.resume = entry.on_policy, resume
         cfg = config.algo_config
         if config.overlap:
-            check_overlap(config, entry.on_policy)
+            check_overlap(config, entry.on_policy, entry.offline)
             if not experience.overlaps:
                 raise ConfigError(f"overlap collects on the learner's own Gymnasium envs; {type(experience).__name__} "
                                   "brings its experience otherwise (agent envs, a sample source): drop overlap")

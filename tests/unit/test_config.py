@@ -19,6 +19,15 @@ def test_defaults_then_file_then_set_then_flags():
     assert config.ppo.batch_size == default_config("ppo").ppo.batch_size
 
 
+def test_a_dict_takes_dotted_keys_as_set_spells_them():
+    """``train("dqn", env, {"dqn.n_step": 1})``: once answered "unknown config key 'dqn.n_step': did you mean
+    'dqn.n_step'?"."""
+    config = build_config("dqn", {"dqn.n_step": 1, "dqn": {"gamma": 0.9}, "env.num_envs": 3})
+    assert (config.dqn.n_step, config.dqn.gamma, config.env.num_envs) == (1, 0.9, 3)
+    with pytest.raises(ConfigError, match="dqn.n_stpe"):  # a typo is still named
+        build_config("dqn", {"dqn.n_stpe": 1})
+
+
 def test_set_parses_yaml_scalars_and_scientific_floats():
     assert parse_set("ppo.actor_lr=1e-3") == (["ppo", "actor_lr"], 0.001)
     assert parse_set("ppo.kl=null") == (["ppo", "kl"], None)

@@ -24,13 +24,14 @@ from relayrl.training.overlap import OverlappedCollector, owned_weights
 
 
 def _setup(*sets: str, algo: str = "ppo"):
-    config = build_config(algo, None, ["overlap=true", f"{algo}.num_steps=16", "env.num_envs=2", "env.manager=sync",
-                                       *sets], {"env.id": "CartPole-v1", "total_steps": 10_000})
-    experience = GymExperience(config, on_policy=True)
+    entry = get_algo(algo)
+    length = f"{algo}.num_steps=16" if entry.on_policy else f"{algo}.steps_per_iteration=4"
+    config = build_config(algo, None, ["overlap=true", length, "env.num_envs=2", "env.manager=sync", *sets],
+                          {"env.id": "CartPole-v1", "total_steps": 10_000})
+    experience = GymExperience(config, on_policy=entry.on_policy)
     cfg = config.algo_config
-    algo_obj = get_algo(algo).build_algorithm(cfg, experience.observation_space, experience.action_space,
-                                              experience.columns)
-    source = experience.source(algo_obj.policy, cfg, True)
+    algo_obj = entry.build_algorithm(cfg, experience.observation_space, experience.action_space, experience.columns)
+    source = experience.source(algo_obj.policy, cfg, entry.on_policy)
     return experience, algo_obj, source
 
 
@@ -161,7 +162,39 @@ def test_overlap_on_rollout_workers_is_refused_from_the_cli_before_anything_star
     assert not run_dir.exists()
 
 
-@pytest.mark.parametrize("algo, problem", [("dqn", "learns from replay"), ("a2c", "no correction")])
+def test_off_policy_transitions_carry_the_version_that_collected_them_one_pull_behind():
+    """DQN: the thread collects the next steps_per_iteration steps while the learner updates; every row says which
+    published version acted (``max_staleness`` counts from it), and the copy's epsilon follows the run's progress."""
+    experience, algo_obj, source = _setup("dqn.n_step=1", algo="dqn")
+    try:
+        assert isinstance(source, OverlappedCollector) and source.policy is not algo_obj.policy
+        source.reset(0)
+        first, steps = source.pull()  # pull 0 collected with the initial weights; pull 1 under way with them too
+        assert steps == 4 * 2 and len(first["obs"]) == 8 and set(first["version"].tolist()) == {0}
+        source.publish(algo_obj.policy.get_weights(), 7)
+        source.set_progress(10_000, 10_000)  # the end of the run: epsilon at its floor
+        second, _ = source.pull()  # pull 1 (started before the publish); pull 2 starts with version 7
+        assert set(second["version"].tolist()) == {0}
+        third, _ = source.pull()
+        assert set(third["version"].tolist()) == {7} and source.collected_version == 7
+        assert source.policy.epsilon == pytest.approx(algo_obj.cfg.epsilon_end) and algo_obj.cfg.epsilon_end < 0.5
+    finally:
+        experience.close()
+
+
+@pytest.mark.parametrize("algo", ["dqn", "sac"])
+def test_off_policy_algorithms_train_with_overlap(tmp_path, algo):
+    """The whole loop: transitions from the thread into replay, updates, weights published back to the copy."""
+    from relayrl.api import train
+
+    env = "CartPole-v1" if algo == "dqn" else "Pendulum-v1"
+    train(algo, env, {"overlap": True, f"{algo}.start_training": 200}, run_dir=tmp_path / "run", total_steps=1200,
+          seed=0)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["env_steps"] >= 1200 and summary["updates"] > 500
+
+
+@pytest.mark.parametrize("algo, problem", [("a2c", "no correction"), ("bc", "collects nothing")])
 def test_overlap_for_an_algorithm_that_cannot_lag_is_refused(tmp_path, algo, problem):
     from relayrl.api import train
 
