@@ -169,11 +169,15 @@ def test_a_recurrent_policy_is_refused():
         DoubleBufferedReplayCollector([], policy, 1, 0.99)
 
 
-def test_whole_episodes_are_recorded_from_one_vector_env_not_from_groups():
+@pytest.mark.parametrize("collector", [
+    lambda venvs, policy: DoubleBufferedCollector(venvs, policy, 6),
+    lambda venvs, policy: DoubleBufferedReplayCollector(venvs, policy, 1, 0.99),
+], ids=["rollouts", "transitions"])
+def test_whole_episodes_are_recorded_from_one_vector_env_not_from_groups(collector):
     halves = [make_vec("CartPole-v1", 2) for _ in range(2)]
     try:
         with pytest.raises(ConfigError, match=r"collect_episodes.*env.groups=1"):
-            DoubleBufferedReplayCollector(halves, PushTowardsTheLean(), 1, 0.99).collect_episodes(4)
+            collector(halves, PushTowardsTheLean()).collect_episodes(4)
     finally:
         for venv in halves:
             venv.close()
