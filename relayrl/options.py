@@ -251,10 +251,10 @@ class EnvConfig(Section):
     workers: int | None = Field(None, ge=1)
     """Worker processes for subproc/async (null: one per core, at most num_envs)."""
     groups: int = Field(1, ge=1)
-    """Env groups stepped in turn (on-policy algorithms): with 2, the policy acts for one half of the envs
-    while the other half's workers step (Sample Factory's double-buffered sampling), so inference and env
-    steps overlap. Each group is a vector env of num_envs/groups envs and its share of the workers
-    (manager subproc or native; auto picks between those two)."""
+    """Env groups stepped in turn (on- and off-policy collection in this process): with 2, the policy acts for
+    one half of the envs while the other half's workers step (Sample Factory's double-buffered sampling), so
+    inference and env steps overlap. Each group is a vector env of num_envs/groups envs and its share of the
+    workers (manager subproc or native; auto picks between those two)."""
     step_timeout: float | None = Field(60.0, gt=0)
     """Seconds before a hung env worker is killed and respawned (subproc/async; null: never)."""
     max_restarts: int = Field(3, ge=0)

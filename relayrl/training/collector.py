@@ -62,6 +62,26 @@ def store_step(store: RolloutStore, t: int, out: PolicyOutput, result: StepResul
         store.bootstrap(t, at, value(result.final_obs[truncated], truncated, final_mask))
 
 
+def push_step(nstep: NStepAccumulator, obs: np.ndarray, out: PolicyOutput, result: StepResult,
+              chunks: list[Batch]) -> None:
+    """One vector step into ``nstep``: the policy's ``out`` at ``obs``, what the envs returned; the (n-step)
+    transitions it completes, if any, are appended to ``chunks``. Where an episode ended, the transition goes to
+    its final observation and final action mask (DQN's target max runs over the actions allowed there)."""
+    done = result.terminated | result.truncated
+    next_obs = np.where(done.reshape(-1, *[1] * (result.obs.ndim - 1)), result.final_obs, result.obs)
+    next_mask = None if result.action_mask is None else \
+        np.where(done[:, None], result.final_action_mask, result.action_mask)
+    chunk = nstep.push(obs, out.action, result.reward, next_obs, result.terminated, result.truncated, next_mask)
+    if chunk:
+        chunks.append(chunk)
+
+
+def transitions(chunks: list[Batch]) -> Batch:
+    """``push_step``'s chunks in their order, as replay stores them (workers send what replay stores)."""
+    batch = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]} if chunks else {}
+    return store_transitions(batch)
+
+
 class OnPolicyCollector(SampleSource):
     """``collect()`` steps every env ``num_steps`` times with ``policy.act(obs, "collect")``.
 
@@ -169,22 +189,14 @@ class OffPolicyCollector(SampleSource):
         return episodes
 
     def collect(self, steps: int) -> tuple[Batch, int]:
-        chunks = []
+        chunks: list[Batch] = []
         for _ in range(steps):
             out = self.policy.act_masked(self._obs, "collect", self._mask)
             result = self.venv.step(out.env_action)
-            done = result.terminated | result.truncated
-            next_obs = np.where(done.reshape(-1, *[1] * (result.obs.ndim - 1)), result.final_obs, result.obs)
-            next_mask = None if result.action_mask is None else \
-                np.where(done[:, None], result.final_action_mask, result.action_mask)  # (DQN's target max)
-            chunk = self.nstep.push(self._obs, out.action, result.reward, next_obs, result.terminated,
-                                    result.truncated, next_mask)
-            if chunk:
-                chunks.append(chunk)
+            push_step(self.nstep, self._obs, out, result, chunks)
             self.episodes.track(result)
             self._obs, self._mask = result.obs, result.action_mask
-        batch = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]} if chunks else {}
-        return store_transitions(batch), steps * self.venv.num_envs  # (workers send what replay stores)
+        return transitions(chunks), steps * self.venv.num_envs
 
     def pull(self) -> tuple[Batch, int]:
         return self.collect(self.steps_per_pull)

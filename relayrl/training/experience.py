@@ -45,7 +45,7 @@ from relayrl.options import RunConfig
 from relayrl.policy.mirror import EnvMirrorIndices
 from relayrl.training.agent_collectors import AgentEvaluator, agent_collector
 from relayrl.training.collector import OffPolicyCollector, OnPolicyCollector
-from relayrl.training.double_buffer import DoubleBufferedCollector
+from relayrl.training.double_buffer import DoubleBufferedCollector, DoubleBufferedReplayCollector
 from relayrl.training.evaluator import Evaluation, Evaluator
 from relayrl.training.overlap import OverlappedCollector
 
@@ -100,7 +100,7 @@ def env_setup(config: RunConfig, on_policy: bool) -> dict[str, Any]:
         raise ConfigError(f"{config.algo} needs every env at every step: use env.manager sync or subproc, "
                           "not async")
     if env.groups > 1:
-        check_groups(config, on_policy, manager)
+        check_groups(config, manager)
     if manager == "auto" and picks_native(env.id, env.kwargs, env.wrapping()):
         manager = "native"
     elif manager == "auto" and env.groups > 1:  # (groups need envs that step while the policy acts)
@@ -114,12 +114,9 @@ def env_setup(config: RunConfig, on_policy: bool) -> dict[str, Any]:
     return args
 
 
-def check_groups(config: RunConfig, on_policy: bool, manager: str) -> None:
+def check_groups(config: RunConfig, manager: str) -> None:
     """Refuse ``env.groups`` > 1 where it cannot overlap anything, naming the fix."""
     env = config.env
-    if not on_policy:
-        raise ConfigError(f"env.groups={env.groups} double-buffers on-policy collection; {config.algo} collects "
-                          "transitions for replay: set env.groups=1")
     if env.num_envs % env.groups:
         raise ConfigError(f"env.num_envs={env.num_envs} does not split into env.groups={env.groups} equal groups: "
                           "make num_envs a multiple of groups")
@@ -182,9 +179,7 @@ class GymExperience(Experience):
 
     def source(self, policy: Policy, cfg: Any, on_policy: bool) -> SampleSource:
         acting = copy.deepcopy(policy) if self.overlaps else policy  # (overlap: the thread's copy)
-        collector: OnPolicyCollector | DoubleBufferedCollector | OffPolicyCollector = (
-            self._on_policy_collector(acting, cfg.num_steps) if on_policy else
-            OffPolicyCollector(self.venv, acting, cfg.n_step_for(agents=False), cfg.gamma, cfg.steps_per_iteration))
+        collector = self._on_policy_collector(acting, cfg.num_steps) if on_policy else self._replay_collector(acting, cfg)
         if self.overlaps:
             self._overlapped = OverlappedCollector(collector)
             return self._overlapped
@@ -197,6 +192,12 @@ class GymExperience(Experience):
         if len(self.venvs) > 1:
             return DoubleBufferedCollector(self.venvs, policy, num_steps)
         return OnPolicyCollector(self.venv, policy, num_steps)
+
+    def _replay_collector(self, policy: Policy, cfg: Any) -> OffPolicyCollector | DoubleBufferedReplayCollector:
+        n_step = cfg.n_step_for(agents=False)
+        if len(self.venvs) > 1:
+            return DoubleBufferedReplayCollector(self.venvs, policy, n_step, cfg.gamma, cfg.steps_per_iteration)
+        return OffPolicyCollector(self.venv, policy, n_step, cfg.gamma, cfg.steps_per_iteration)
 
     def stats(self) -> dict[str, float]:
         totals: dict[str, float] = {}

@@ -47,10 +47,14 @@ from relayrl.errors import ConfigError
 from relayrl.options import RunConfig
 from relayrl.policy.normalizer import RunningMeanStd
 from relayrl.training.collector import OffPolicyCollector, OnPolicyCollector
-from relayrl.training.double_buffer import DoubleBufferedCollector
+from relayrl.training.double_buffer import DoubleBufferedCollector, DoubleBufferedReplayCollector
 from relayrl.types import Batch
 
 __all__ = ["OverlappedCollector", "check_overlap", "owned_weights"]
+
+
+Collector = OnPolicyCollector | DoubleBufferedCollector | OffPolicyCollector | DoubleBufferedReplayCollector
+TRANSITIONS = (OffPolicyCollector, DoubleBufferedReplayCollector)  # the collectors of replay's transitions
 
 
 class _Collected(NamedTuple):
@@ -79,7 +83,8 @@ def owned_weights(weights: Any) -> Any:
 
 class OverlappedCollector(SampleSource):
     """A collector acting with its own policy copy, one pull ahead in a thread (module docstring): rollouts from an
-    ``OnPolicyCollector`` or ``DoubleBufferedCollector``, transitions from an ``OffPolicyCollector``.
+    ``OnPolicyCollector`` or ``DoubleBufferedCollector``, transitions from an ``OffPolicyCollector`` or
+    ``DoubleBufferedReplayCollector``.
 
     ``collector.policy`` must be a copy of the learner's policy, not the policy itself; it is put in
     ``observe_only`` mode here.
@@ -91,9 +96,9 @@ class OverlappedCollector(SampleSource):
     # running Python at 5 ms, 0.58 s at 0.5 ms, 0.32 s alone (this 2-core machine). Set while the thread lives.
     SWITCH_INTERVAL_S: float | None = 0.0005
 
-    def __init__(self, collector: OnPolicyCollector | DoubleBufferedCollector | OffPolicyCollector):
+    def __init__(self, collector: Collector):
         self.collector = collector
-        self.transitions = isinstance(collector, OffPolicyCollector)  # (rows stamped with the collecting version)
+        self.transitions = isinstance(collector, TRANSITIONS)  # (rows stamped with the collecting version)
         self.policy: Policy = collector.policy
         self.policy.observe_only()
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="relayrl-collect")

@@ -1,9 +1,10 @@
-"""Double-buffered collection (``env.groups``, training/double_buffer.py): the rollout of two groups stepped in
-turn is the rollout of one vector env of all their envs; a group's step is under way while the policy acts for
-the other; the options it cannot work with are refused."""
+"""Double-buffered collection (``env.groups``, training/double_buffer.py): the rollout (on-policy) or the
+transitions (off-policy) of two groups stepped in turn are those of one vector env of all their envs; a group's
+step is under way while the policy acts for the other; the options it cannot work with are refused."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -13,8 +14,9 @@ import pytest
 from relayrl.core import Policy
 from relayrl.envs import make_vec
 from relayrl.errors import ConfigError
-from relayrl.training.collector import OnPolicyCollector
-from relayrl.training.double_buffer import DoubleBufferedCollector
+from relayrl.testing import masked  # noqa: F401  (registers relayrl-test/MaskedChoice-v0)
+from relayrl.training.collector import OffPolicyCollector, OnPolicyCollector
+from relayrl.training.double_buffer import DoubleBufferedCollector, DoubleBufferedReplayCollector
 from relayrl.types import PolicyOutput
 
 
@@ -71,7 +73,74 @@ def test_two_groups_collect_the_rollout_of_one_vector_env_of_all_their_envs(mana
             venv.close()
 
 
-def test_the_policy_acts_for_one_group_while_the_other_steps():
+class LowestAllowed(Policy):
+    """Takes the lowest option the mask allows (MaskedChoice pays for it): a function of the mask alone."""
+
+    action_shape = ()
+    action_dtype = np.int64
+    obs_dtype = np.dtype(np.float32)
+    masks_actions = True
+
+    def __init__(self):
+        self.update_norm = False
+
+    def act(self, obs, mode, action_mask=None):
+        action = np.argmax(action_mask, axis=1).astype(np.int64)
+        return PolicyOutput(action=action, env_action=action, logp=np.zeros(len(obs), np.float32),
+                            value=np.zeros(len(obs), np.float32), obs=obs.copy())
+
+    def value(self, obs, rows=None):
+        return np.zeros(len(obs), np.float32)
+
+    def get_weights(self):
+        return {}
+
+    def set_weights(self, weights, version=None):
+        pass
+
+
+@pytest.mark.parametrize("env_id, policy, manager, n_step", [
+    ("CartPole-v1", PushTowardsTheLean, "sync", 1),
+    ("CartPole-v1", PushTowardsTheLean, "sync", 3),
+    ("CartPole-v1", PushTowardsTheLean, "subproc", 3),
+    ("relayrl-test/MaskedChoice-v0", LowestAllowed, "sync", 3),  # next_action_mask: the final one at episode ends
+])
+def test_two_groups_collect_the_transitions_of_one_vector_env_of_all_their_envs(env_id, policy, manager, n_step):
+    """Every pull's transitions equal one OffPolicyCollector's, row for row: by step, then by env (group 0's envs,
+    then group 1's), the order one vector env of all the envs gives; n-step windows run across pulls and are cut
+    at episode ends, truncated ones going to the final observation."""
+    horizon, steps, seed = 9, 7, 5  # episodes end inside a pull and between pulls
+    whole = make_vec(env_id, 4, max_episode_steps=horizon, manager="sync")
+    extra = {"workers": 1} if manager == "subproc" else {}
+    halves = [make_vec(env_id, 2, max_episode_steps=horizon, manager=manager, **extra) for _ in range(2)]
+    try:
+        one = OffPolicyCollector(whole, policy(), n_step, 0.9, steps_per_pull=steps)
+        two = DoubleBufferedReplayCollector(halves, policy(), n_step, 0.9, steps_per_pull=steps)
+        one.reset(seed)
+        two.reset(seed)
+        cut = 0
+        for _ in range(4):
+            (a, steps_a), (b, steps_b) = one.pull(), two.pull()
+            assert steps_a == steps_b == steps * 4
+            assert a.keys() == b.keys()
+            for key in a:
+                np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+            cut += int(np.count_nonzero(~a["terminated"] & (a["discount"] > 0.9 ** n_step + 1e-6)))  # truncated
+        assert cut or n_step == 1
+        assert (env_id == "CartPole-v1") == ("next_action_mask" not in a)
+        lengths = one.pop_episodes()[1]
+        assert horizon in lengths and sorted(lengths) == sorted(two.pop_episodes()[1])
+    finally:
+        whole.close()
+        for venv in halves:
+            venv.close()
+
+
+@pytest.mark.parametrize("collector", [
+    lambda venvs, policy: DoubleBufferedCollector(venvs, policy, 6),
+    lambda venvs, policy: DoubleBufferedReplayCollector(venvs, policy, 3, 0.99, steps_per_pull=6),
+], ids=["rollouts", "transitions"])
+def test_the_policy_acts_for_one_group_while_the_other_steps(collector):
     halves = [make_vec("CartPole-v1", 2, manager="subproc", workers=1) for _ in range(2)]
     pending_when_acting = []
 
@@ -79,9 +148,9 @@ def test_the_policy_acts_for_one_group_while_the_other_steps():
         pending_when_acting.append([bool(venv._pending) for venv in halves])
 
     try:
-        collector = DoubleBufferedCollector(halves, PushTowardsTheLean(on_act), 6)
+        collector = collector(halves, PushTowardsTheLean(on_act))
         collector.reset(0)
-        collector.collect()
+        collector.pull()
         # the first act of a rollout comes before any step; from then on, the other group is always stepping
         assert pending_when_acting[0] == [False, False]
         later = pending_when_acting[1:]
@@ -96,6 +165,22 @@ def test_a_recurrent_policy_is_refused():
     policy.recurrent = True
     with pytest.raises(ConfigError, match="env.groups=1"):
         DoubleBufferedCollector([], policy, 4)
+    with pytest.raises(ConfigError, match="env.groups=1"):
+        DoubleBufferedReplayCollector([], policy, 1, 0.99)
+
+
+@pytest.mark.parametrize("collector", [
+    lambda venvs, policy: DoubleBufferedCollector(venvs, policy, 6),
+    lambda venvs, policy: DoubleBufferedReplayCollector(venvs, policy, 1, 0.99),
+], ids=["rollouts", "transitions"])
+def test_whole_episodes_are_recorded_from_one_vector_env_not_from_groups(collector):
+    halves = [make_vec("CartPole-v1", 2) for _ in range(2)]
+    try:
+        with pytest.raises(ConfigError, match=r"collect_episodes.*env.groups=1"):
+            collector(halves, PushTowardsTheLean()).collect_episodes(4)
+    finally:
+        for venv in halves:
+            venv.close()
 
 
 def test_groups_that_cannot_work_are_refused_from_the_cli_before_anything_starts(tmp_path):
@@ -107,24 +192,30 @@ def test_groups_that_cannot_work_are_refused_from_the_cli_before_anything_starts
     assert not run_dir.exists()
 
 
-@pytest.mark.parametrize("options, problem", [
-    ({"env": {"groups": 2, "manager": "sync"}}, "not manager sync"),
-    ({"env": {"groups": 2}, "ppo": {"recurrent": "lstm"}}, "feed-forward policy"),
+@pytest.mark.parametrize("algo, options, problem", [
+    ("ppo", {"env": {"groups": 2, "manager": "sync"}}, "not manager sync"),
+    ("ppo", {"env": {"groups": 2}, "ppo": {"recurrent": "lstm"}}, "feed-forward policy"),
+    ("dqn", {"env": {"groups": 2, "manager": "async"}}, "not manager async"),
+    ("dqn", {"env": {"groups": 3}}, "multiple of groups"),
 ])
-def test_groups_that_cannot_overlap_anything_are_refused(tmp_path, options, problem):
+def test_groups_that_cannot_overlap_anything_are_refused(tmp_path, algo, options, problem):
     from relayrl.api import train
 
     with pytest.raises(ConfigError, match=problem):
-        train("ppo", "CartPole-v1", options, run_dir=tmp_path / "run", total_steps=1000)
+        train(algo, "CartPole-v1", options, run_dir=tmp_path / "run", total_steps=1000)
     assert not (tmp_path / "run").exists()
 
 
-def test_groups_for_replay_collection_are_refused(tmp_path):
-    from relayrl.api import train
-
-    with pytest.raises(ConfigError, match="set env.groups=1"):
-        train("dqn", "CartPole-v1", {"env": {"groups": 2}}, run_dir=tmp_path / "run", total_steps=1000)
-    assert not (tmp_path / "run").exists()
+def test_dqn_trains_on_two_groups_from_the_cli(tmp_path):
+    """Replay collection double-buffers too: the run collects its budget on two groups and finishes."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "relayrl", "train", "dqn", "--env", "CartPole-v1", "--set",
+                           "env.groups=2", "--set", "dqn.start_training=200", "--set", "eval.episodes=2",
+                           "--run-dir", str(run_dir), "--total-steps", "1000"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["env_steps"] >= 1000, summary
 
 
 def test_ppo_learns_cartpole_on_two_groups_of_subproc_envs(tmp_path):

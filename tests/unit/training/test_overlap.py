@@ -17,7 +17,8 @@ from relayrl.algos import get_algo
 from relayrl.config import build_config
 from relayrl.envs import make_vec
 from relayrl.errors import ConfigError, EnvError
-from relayrl.training.collector import OnPolicyCollector
+from relayrl.training.collector import OffPolicyCollector, OnPolicyCollector
+from relayrl.training.double_buffer import DoubleBufferedReplayCollector
 from relayrl.training.experience import GymExperience
 from relayrl.training.onpolicy import OnPolicyRounds
 from relayrl.training.overlap import OverlappedCollector, owned_weights
@@ -162,12 +163,16 @@ def test_overlap_on_rollout_workers_is_refused_from_the_cli_before_anything_star
     assert not run_dir.exists()
 
 
-def test_off_policy_transitions_carry_the_version_that_collected_them_one_pull_behind():
+@pytest.mark.parametrize("groups", [1, 2])
+def test_off_policy_transitions_carry_the_version_that_collected_them_one_pull_behind(groups):
     """DQN: the thread collects the next steps_per_iteration steps while the learner updates; every row says which
-    published version acted (``max_staleness`` counts from it), and the copy's epsilon follows the run's progress."""
-    experience, algo_obj, source = _setup("dqn.n_step=1", algo="dqn")
+    published version acted (``max_staleness`` counts from it), and the copy's epsilon follows the run's progress.
+    With two env groups the thread's collector is the double-buffered one."""
+    extra = ["env.groups=2", "env.manager=subproc"] if groups == 2 else []
+    experience, algo_obj, source = _setup("dqn.n_step=1", *extra, algo="dqn")
     try:
         assert isinstance(source, OverlappedCollector) and source.policy is not algo_obj.policy
+        assert isinstance(source.collector, DoubleBufferedReplayCollector if groups == 2 else OffPolicyCollector)
         source.reset(0)
         first, steps = source.pull()  # pull 0 collected with the initial weights; pull 1 under way with them too
         assert steps == 4 * 2 and len(first["obs"]) == 8 and set(first["version"].tolist()) == {0}
