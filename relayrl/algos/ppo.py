@@ -180,7 +180,9 @@ class PPO(Algorithm):
         updates, kl_stop, interrupted = 0, False, False
         for _ in range(cfg.epochs):
             for mb in epoch():
-                if self.learners.any_(self.stopping()):  # Ctrl-C (on any learner: all stop here): the rest of the iteration would take as long as it was going to
+                # Ctrl-C (on any learner: every learner stops here): the rest of the iteration would take as long as it
+                # was going to
+                if self.learners.any_(self.stopping()):
                     interrupted = True
                     break
                 names, row = self.update(mb, clip_arg, reflect)
@@ -304,7 +306,8 @@ class PPO(Algorithm):
 
     def advantage_moments(self, adv: torch.Tensor) -> torch.Tensor:
         """[mean, std] (float32, the std unbiased as torch's) of the advantages of every learner's minibatch."""
-        sums = torch.stack([adv.new_tensor(len(adv), dtype=torch.float64), adv.double().sum(), adv.double().pow(2).sum()])
+        wide = adv.double()
+        sums = torch.stack([wide.new_tensor(len(adv)), wide.sum(), wide.pow(2).sum()])
         n, total, squares = self.learners.sum_(sums)
         mean = total / n
         var = (squares - n * mean * mean) / (n - 1).clamp(min=1)

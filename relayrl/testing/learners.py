@@ -141,7 +141,7 @@ def on_policy(name: str, learners: Collective, *sets: str) -> Any:
 
     torch.manual_seed(0)
     entry = get_algo(name)
-    cfg = getattr(build_config(name, None, list(sets)), name)
+    cfg = build_config(name, None, list(sets)).algo_config
     algo = entry.build_algorithm(cfg, gym.spaces.Box(-5, 5, (OBS,), np.float32), gym.spaces.Discrete(2),
                                  N // learners.size)
     algo.bind_learners(learners)
@@ -242,8 +242,7 @@ def off_policy(name: str, learners: Collective, act_space: gym.Space, *sets: str
     from relayrl.config import build_config
 
     torch.manual_seed(0)
-    cfg = getattr(build_config(name, None, [f"{name}.batch_size={ROWS}", f"{name}.hidden_sizes=[32,32]", *sets]),
-                  name)
+    cfg = build_config(name, None, [f"{name}.batch_size={ROWS}", f"{name}.hidden_sizes=[32,32]", *sets]).algo_config
     algo = get_algo(name).build_algorithm(cfg, gym.spaces.Box(-5, 5, (OBS,), np.float32), act_space, 1)
     algo.bind_learners(learners)
     return algo
