@@ -13,6 +13,7 @@ would. The mirror loss (``mirror``: policy/mirror.py) is one more term in the sa
 from __future__ import annotations
 
 import copy
+import itertools
 from typing import Any, Callable
 
 import gymnasium as gym
@@ -159,6 +160,7 @@ class PPO(Algorithm):
         adv, ret = self.targets(rollout, self.scale_rewards(rollout), steps)
         steps["advantage"], steps["return"] = self.tensor(adv), self.tensor(ret)
         epoch = self.minibatches(steps, rollout)
+        per_epoch = self.agreed_minibatches(rollout)
 
         frac = max(0.0, 1.0 - progress)
         actor_lr = cfg.actor_lr * frac if cfg.anneal_lr else cfg.actor_lr
@@ -179,7 +181,7 @@ class PPO(Algorithm):
         names: list[str] = []
         updates, kl_stop, interrupted = 0, False, False
         for _ in range(cfg.epochs):
-            for mb in epoch():
+            for mb in itertools.islice(epoch(), per_epoch):
                 # Ctrl-C (on any learner: every learner stops here): the rest of the iteration would take as long as it
                 # was going to
                 if self.learners.any_(self.stopping()):
@@ -235,6 +237,15 @@ class PPO(Algorithm):
             return step_minibatches(steps, self.cfg.batch_size // self.learners.size)  # (bind_learners: it divides)
         return sequence_minibatches(steps, self.tensor(rollout["hidden"]), rollout["terminated"] | rollout["truncated"],
                                     self.cfg.seq_len, self.cfg.batch_trajectories)
+
+    def agreed_minibatches(self, rollout: Batch) -> int | None:
+        """How many minibatches of an epoch every learner takes: the fewest any learner has (their rollouts may
+        differ in width: APPO's chunks as they arrive), so that all make the same all-reduces; None (one learner):
+        every minibatch."""
+        if self.learners.size == 1:
+            return None
+        n = rollout["value"].size
+        return -self.learners.max_(-(n // max(1, min(self.cfg.batch_size // self.learners.size, n))))
 
     # ---- one gradient step on a minibatch
     def forward(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

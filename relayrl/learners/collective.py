@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 from datetime import timedelta
-from typing import Iterable, Sequence
+from typing import Iterable
 
 import torch
 
@@ -236,7 +236,3 @@ def per_learner(total: int, learners: Collective | int, what: str) -> int:
                           f"{what} to a multiple of {size}")
     return total // size
 
-
-def flat(params: Iterable[torch.Tensor]) -> Sequence[torch.Tensor]:
-    """``params`` as a list (a generator is read once: the bucket and the clipping both need them)."""
-    return list(params)

@@ -42,7 +42,7 @@ class PooledMoments:
         d = self.mean.size
         start_sq = (self.count * self.var).reshape(-1)  # the shared start, counted once by every learner
         count = total[0] - (size - 1) * self.count
-        if count <= 0:
+        if count == self.count:  # no learner added anything (frozen statistics): they stay as they are, exactly
             return
         first = total[1:1 + d] / count
         second = (total[1 + d:] - (size - 1) * start_sq) / count

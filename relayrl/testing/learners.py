@@ -134,8 +134,9 @@ def columns(batch: dict[str, np.ndarray], learners: Collective) -> dict[str, np.
     return {key: share(value, learners, 1) for key, value in batch.items()}
 
 
-def on_policy(name: str, learners: Collective, *sets: str) -> Any:
-    """PPO or APPO for the fixed rollouts, built from seed 0 (every learner: the same initial weights), bound."""
+def on_policy(name: str, learners: Collective, *sets: str, num_envs: int | None = None) -> Any:
+    """PPO or APPO for the fixed rollouts (``num_envs`` columns; None: the learner's share of N), built from seed 0
+    (every learner: the same initial weights), bound."""
     from relayrl.algos import get_algo
     from relayrl.config import build_config
 
@@ -143,7 +144,7 @@ def on_policy(name: str, learners: Collective, *sets: str) -> Any:
     entry = get_algo(name)
     cfg = build_config(name, None, list(sets)).algo_config
     algo = entry.build_algorithm(cfg, gym.spaces.Box(-5, 5, (OBS,), np.float32), gym.spaces.Discrete(2),
-                                 N // learners.size)
+                                 N // learners.size if num_envs is None else num_envs)
     algo.bind_learners(learners)
     return algo
 
@@ -199,6 +200,17 @@ def ppo_interrupt(learners: Collective) -> Result:
     algo.stop_on(event)
     metrics = algo.learn(columns(rollout(1), learners))
     return {"updates": np.array(metrics["updates"]), "interrupted": np.array(metrics["interrupted"])}
+
+
+def appo_widths(learners: Collective) -> Result:
+    """Learners whose rollouts differ in width (APPO learns from chunks as they arrive): learner 0 gets 3 columns, the
+    others 1; each epoch, every learner takes as many minibatches as the narrowest has."""
+    width = 3 if learners.rank == 0 else 1
+    algo = on_policy("appo", learners, "appo.batch_size=16", "appo.epochs=2", num_envs=width)
+    batch = rollout(1)
+    start = 0 if learners.rank == 0 else 2 + learners.rank
+    metrics = algo.learn({key: value[:, start:start + width] for key, value in batch.items()})
+    return {**weights(algo.policy.model), "updates": np.array(metrics["updates"])}
 
 
 def observations(rank: int, round_: int) -> np.ndarray:
@@ -311,5 +323,5 @@ def peer_hangs(learners: Collective) -> Result:
 
 SCENARIOS: dict[str, Callable[[Collective], Result]] = {
     "ppo_exact": ppo_exact, "appo_exact": appo_exact, "ppo_kl": ppo_kl, "ppo_interrupt": ppo_interrupt,
-    "ppo_obs_norm": ppo_obs_norm, "dqn_exact": dqn_exact, "sac_exact": sac_exact, "peer_dies": peer_dies,
+    "ppo_obs_norm": ppo_obs_norm, "appo_widths": appo_widths, "dqn_exact": dqn_exact, "sac_exact": sac_exact, "peer_dies": peer_dies,
     "peer_hangs": peer_hangs}

@@ -17,7 +17,7 @@ import pytest
 from relayrl.learners import SOLO
 from relayrl.testing.learners import SCENARIOS, Alone, observations, run_group
 
-GROUP = ["ppo_exact", "appo_exact", "dqn_exact", "sac_exact", "ppo_kl", "ppo_interrupt", "ppo_obs_norm"]
+GROUP = ["ppo_exact", "appo_exact", "dqn_exact", "sac_exact", "ppo_kl", "ppo_interrupt", "ppo_obs_norm", "appo_widths"]
 
 
 @pytest.fixture(scope="module")
@@ -104,3 +104,12 @@ def test_observation_statistics_are_the_same_on_every_learner_and_count_every_le
         assert count[0] == len(seen)
         np.testing.assert_allclose(mean, seen.mean(0), rtol=1e-10)
         np.testing.assert_allclose(var, seen.var(0), rtol=1e-10)
+
+
+def test_learners_whose_rollouts_differ_in_width_take_as_many_minibatches(learners):
+    """Learner 0's 48 steps make 6 minibatches of 8, learner 1's 16 make 2: both take 2 per epoch (taking 6, learner 0
+    would wait in an all-reduce learner 1 never makes), and hold the same weights."""
+    first, second = results(learners, "appo_widths")
+    assert first["updates"] == second["updates"] == 2 * 2
+    for key in first:
+        np.testing.assert_array_equal(first[key], second[key], err_msg=key)
