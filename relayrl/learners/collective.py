@@ -75,6 +75,15 @@ class Collective(ABC):
         """``tensor`` averaged over the learners, in place; returns it."""
         return self.sum_(tensor).div_(self.size) if self.size > 1 else tensor
 
+    def mean_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
+        """Each metric averaged over the learners, in one all-reduce (every learner must give the same keys): what
+        learner 0 logs for the group. One learner: ``metrics`` as they are."""
+        if self.size == 1:
+            return metrics
+        keys = sorted(metrics)
+        values = self.mean_(torch.tensor([float(metrics[key]) for key in keys], dtype=torch.float64))
+        return dict(zip(keys, values.tolist()))
+
     def close(self) -> None:
         """Leave the group (a single learner has none)."""
 

@@ -213,6 +213,12 @@ def appo_widths(learners: Collective) -> Result:
     return {**weights(algo.policy.model), "updates": np.array(metrics["updates"])}
 
 
+def metrics(learners: Collective) -> Result:
+    """Learner r's metrics {"loss": r, "updates": 4 + 2r}, averaged over the group."""
+    mean = learners.mean_metrics({"updates": 4.0 + 2 * learners.rank, "loss": float(learners.rank)})
+    return {key: np.array(value) for key, value in mean.items()}
+
+
 def observations(rank: int, round_: int) -> np.ndarray:
     """What learner ``rank`` acts on in ``round_``: each learner's from another distribution."""
     rng = np.random.default_rng(10 * round_ + rank)
@@ -323,5 +329,5 @@ def peer_hangs(learners: Collective) -> Result:
 
 SCENARIOS: dict[str, Callable[[Collective], Result]] = {
     "ppo_exact": ppo_exact, "appo_exact": appo_exact, "ppo_kl": ppo_kl, "ppo_interrupt": ppo_interrupt,
-    "ppo_obs_norm": ppo_obs_norm, "appo_widths": appo_widths, "dqn_exact": dqn_exact, "sac_exact": sac_exact, "peer_dies": peer_dies,
+    "ppo_obs_norm": ppo_obs_norm, "appo_widths": appo_widths, "metrics": metrics, "dqn_exact": dqn_exact, "sac_exact": sac_exact, "peer_dies": peer_dies,
     "peer_hangs": peer_hangs}

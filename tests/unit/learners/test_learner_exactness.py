@@ -17,7 +17,8 @@ import pytest
 from relayrl.learners import SOLO
 from relayrl.testing.learners import SCENARIOS, Alone, observations, run_group
 
-GROUP = ["ppo_exact", "appo_exact", "dqn_exact", "sac_exact", "ppo_kl", "ppo_interrupt", "ppo_obs_norm", "appo_widths"]
+GROUP = ["ppo_exact", "appo_exact", "dqn_exact", "sac_exact", "ppo_kl", "ppo_interrupt", "ppo_obs_norm", "appo_widths",
+         "metrics"]
 
 
 @pytest.fixture(scope="module")
@@ -113,3 +114,8 @@ def test_learners_whose_rollouts_differ_in_width_take_as_many_minibatches(learne
     assert first["updates"] == second["updates"] == 2 * 2
     for key in first:
         np.testing.assert_array_equal(first[key], second[key], err_msg=key)
+
+
+def test_metrics_are_averaged_over_the_learners(learners):
+    first, second = results(learners, "metrics")
+    assert first == second == {"loss": 0.5, "updates": 5.0}
