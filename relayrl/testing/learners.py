@@ -40,15 +40,16 @@ def free_port() -> int:
 
 
 def run_group(scenarios: list[str], size: int = 2, deadline_s: float = 60.0, timeout_s: float = 20.0,
-              wait_for: list[int] | None = None) -> list[dict[str, Any]]:
+              wait_for: list[int] | None = None, device: str = "cpu") -> list[dict[str, Any]]:
     """Each learner's ``{scenario: result or "error: ..."}``, learner 0's first. ``timeout_s``: the group's collective
     timeout; ``deadline_s``: the whole run's, after which the processes are killed and a TimeoutError raised;
-    ``wait_for``: the learners whose results are awaited (None: all; the others' are {} and they are killed)."""
+    ``wait_for``: the learners whose results are awaited (None: all; the others' are {} and they are killed);
+    ``device``: "cuda" joins the group over NCCL, learner r on cuda:r."""
     wanted = set(range(size) if wait_for is None else wait_for)
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_learner, args=(rank, size, port, scenarios, timeout_s, queue), daemon=True)
+    procs = [ctx.Process(target=_learner, args=(rank, size, port, scenarios, timeout_s, queue, device), daemon=True)
              for rank in range(size)]
     for proc in procs:
         proc.start()
@@ -77,13 +78,14 @@ def run_group(scenarios: list[str], size: int = 2, deadline_s: float = 60.0, tim
     return [results.get(rank, {}) for rank in range(size)]
 
 
-def _learner(rank: int, size: int, port: int, scenarios: list[str], timeout_s: float, queue: Any) -> None:
+def _learner(rank: int, size: int, port: int, scenarios: list[str], timeout_s: float, queue: Any, device: str
+             ) -> None:
     torch.set_num_threads(1)
     from relayrl.learners.collective import init_collective
 
     out: dict[str, Any] = {}
     try:
-        learners = init_collective(rank, size, f"tcp://127.0.0.1:{port}", timeout_s=timeout_s)
+        learners = init_collective(rank, size, f"tcp://127.0.0.1:{port}", device, timeout_s=timeout_s)
     except Exception as error:
         queue.put((rank, {name: f"error: {error}" for name in scenarios}))
         return
@@ -327,7 +329,19 @@ def peer_hangs(learners: Collective) -> Result:
     return {"error": np.array(""), "seconds": np.array(time.monotonic() - started)}
 
 
+def nccl_average(learners: Collective) -> Result:
+    """On cuda:rank (NCCL): learner r's gradients of sum(W x + b) over 4 rows of x = r + 1, averaged; a flag only
+    learner 1 raises (gloo, in the same group)."""
+    device = torch.device("cuda", learners.local_rank)
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(3, 2).to(device)
+    layer(torch.full((4, 3), float(learners.rank + 1), device=device)).sum().backward()
+    values = learners.average_gradients(layer.parameters(), torch.tensor([float(learners.rank)], device=device))
+    return {"weight": layer.weight.grad.cpu().numpy(), "bias": layer.bias.grad.cpu().numpy(),
+            "values": values.cpu().numpy(), "any": np.array(learners.any_(learners.rank == 1))}
+
+
 SCENARIOS: dict[str, Callable[[Collective], Result]] = {
     "ppo_exact": ppo_exact, "appo_exact": appo_exact, "ppo_kl": ppo_kl, "ppo_interrupt": ppo_interrupt,
     "ppo_obs_norm": ppo_obs_norm, "appo_widths": appo_widths, "metrics": metrics, "dqn_exact": dqn_exact, "sac_exact": sac_exact, "peer_dies": peer_dies,
-    "peer_hangs": peer_hangs}
+    "peer_hangs": peer_hangs, "nccl_average": nccl_average}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from relayrl.learners import SOLO
 from relayrl.testing.learners import SCENARIOS, Alone, observations, run_group
@@ -119,3 +120,14 @@ def test_learners_whose_rollouts_differ_in_width_take_as_many_minibatches(learne
 def test_metrics_are_averaged_over_the_learners(learners):
     first, second = results(learners, "metrics")
     assert first == second == {"loss": 0.5, "updates": 5.0}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+                    reason="NCCL needs a GPU per learner: two CUDA devices")
+def test_learners_on_two_gpus_average_their_gradients_over_nccl():
+    outs = run_group(["nccl_average"], size=2, deadline_s=120, timeout_s=60, device="cuda")
+    for out in results(outs, "nccl_average"):
+        np.testing.assert_allclose(out["weight"], np.full((2, 3), 4 * 1.5))  # 4 rows of 1 and of 2: mean 6
+        np.testing.assert_allclose(out["bias"], np.full(2, 4.0))
+        np.testing.assert_allclose(out["values"], [0.5])
+        assert bool(out["any"])
