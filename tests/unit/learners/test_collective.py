@@ -129,3 +129,21 @@ def test_a_learners_share_of_a_batch_must_be_whole():
     assert per_learner(256, 4, "sac.batch_size") == 64 and per_learner(256, SOLO, "sac.batch_size") == 256
     with pytest.raises(ConfigError, match="sac.batch_size=250 cannot be shared by 4 learners"):
         per_learner(250, 4, "sac.batch_size")
+
+
+def test_the_learners_package_imports_nothing_of_the_loop_the_runtime_or_the_cli():
+    """relayrl/learners/ is the algorithms' side: the placement (runtime, launch, CLI) builds on it, not under it."""
+    import ast
+    from pathlib import Path
+
+    import relayrl.learners
+
+    forbidden = ("relayrl.training", "relayrl.runtime", "relayrl.net", "relayrl.bridge", "relayrl.cli",
+                 "relayrl.launch", "relayrl.api")
+    found = []
+    for path in Path(relayrl.learners.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            found += [f"{path.name}: {name}" for name in names if name.startswith(forbidden)]
+    assert found == []
