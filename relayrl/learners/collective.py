@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 from datetime import timedelta
-from typing import Iterable
+from typing import Callable, Iterable
 
 import torch
 
@@ -167,9 +167,9 @@ class ProcessGroup(Collective):
     def _all_reduce(self, tensor: torch.Tensor) -> None:
         self._call("all_reduce", lambda: torch.distributed.all_reduce(tensor))
 
-    def _call(self, what: str, fn: object) -> None:
+    def _call(self, what: str, fn: Callable[[], object]) -> None:
         try:
-            fn()  # type: ignore[operator]
+            fn()
         except (RuntimeError, ValueError) as error:  # (gloo: a closed connection or a timeout; torch's DistError)
             raise LearnerGroupError(
                 f"learner {self.rank} of {self.size}: {what} failed ({type(error).__name__}: {first_line(error)}); "
