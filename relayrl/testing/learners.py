@@ -40,16 +40,18 @@ def free_port() -> int:
 
 
 def run_group(scenarios: list[str], size: int = 2, deadline_s: float = 60.0, timeout_s: float = 20.0,
-              wait_for: list[int] | None = None, device: str = "cpu") -> list[dict[str, Any]]:
+              wait_for: list[int] | None = None, device: str = "cpu", torchrun: bool = False) -> list[dict[str, Any]]:
     """Each learner's ``{scenario: result or "error: ..."}``, learner 0's first. ``timeout_s``: the group's collective
     timeout; ``deadline_s``: the whole run's, after which the processes are killed and a TimeoutError raised;
     ``wait_for``: the learners whose results are awaited (None: all; the others' are {} and they are killed);
-    ``device``: "cuda" joins the group over NCCL, learner r on cuda:r."""
+    ``device``: "cuda" joins the group over NCCL, learner r on cuda:r; ``torchrun``: each learner finds the group in
+    the environment variables torchrun sets (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK) rather than in
+    ``init_collective``'s arguments."""
     wanted = set(range(size) if wait_for is None else wait_for)
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_learner, args=(rank, size, port, scenarios, timeout_s, queue, device), daemon=True)
+    procs = [ctx.Process(target=_learner, args=(rank, size, port, scenarios, timeout_s, queue, device, torchrun), daemon=True)
              for rank in range(size)]
     for proc in procs:
         proc.start()
@@ -78,14 +80,19 @@ def run_group(scenarios: list[str], size: int = 2, deadline_s: float = 60.0, tim
     return [results.get(rank, {}) for rank in range(size)]
 
 
-def _learner(rank: int, size: int, port: int, scenarios: list[str], timeout_s: float, queue: Any, device: str
-             ) -> None:
+def _learner(rank: int, size: int, port: int, scenarios: list[str], timeout_s: float, queue: Any, device: str,
+             torchrun: bool) -> None:
     torch.set_num_threads(1)
     from relayrl.learners.collective import init_collective
 
     out: dict[str, Any] = {}
     try:
-        learners = init_collective(rank, size, f"tcp://127.0.0.1:{port}", device, timeout_s=timeout_s)
+        if torchrun:
+            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(size),
+                              LOCAL_RANK=str(rank))
+            learners = init_collective(device=device, timeout_s=timeout_s)
+        else:
+            learners = init_collective(rank, size, f"tcp://127.0.0.1:{port}", device, timeout_s=timeout_s)
     except Exception as error:
         queue.put((rank, {name: f"error: {error}" for name in scenarios}))
         return
@@ -216,8 +223,9 @@ def appo_widths(learners: Collective) -> Result:
 
 
 def metrics(learners: Collective) -> Result:
-    """Learner r's metrics {"loss": r, "updates": 4 + 2r}, averaged over the group."""
-    mean = learners.mean_metrics({"updates": 4.0 + 2 * learners.rank, "loss": float(learners.rank)})
+    """Learner r's metrics {"loss": r, "updates": 4 + 2r, "rank": its rank}, averaged over the group."""
+    mean = learners.mean_metrics({"updates": 4.0 + 2 * learners.rank, "loss": float(learners.rank),
+                                  "rank": float(learners.rank)})
     return {key: np.array(value) for key, value in mean.items()}
 
 

@@ -24,8 +24,9 @@ GROUP = ["ppo_exact", "appo_exact", "dqn_exact", "sac_exact", "ppo_kl", "ppo_int
 
 @pytest.fixture(scope="module")
 def learners():
-    """Each learner's results, by scenario (an "error: ..." string where one raised)."""
-    return run_group(GROUP, size=2, deadline_s=120, timeout_s=30)
+    """Each learner's results, by scenario (an "error: ..." string where one raised); the learners find their group
+    as under torchrun, in MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE and LOCAL_RANK (the fault tests: by address)."""
+    return run_group(GROUP, size=2, deadline_s=120, timeout_s=30, torchrun=True)
 
 
 def results(learners, name):
@@ -119,7 +120,7 @@ def test_learners_whose_rollouts_differ_in_width_take_as_many_minibatches(learne
 
 def test_metrics_are_averaged_over_the_learners(learners):
     first, second = results(learners, "metrics")
-    assert first == second == {"loss": 0.5, "updates": 5.0}
+    assert first == second == {"loss": 0.5, "updates": 5.0, "rank": 0.5}
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
