@@ -53,7 +53,8 @@ import torch
 from relayrl.data.replay.base import Replay
 from relayrl.envs.masks import MASK_KEY, split_mask
 from relayrl.envs.packed import PackedDict
-from relayrl.errors import EnvError
+from relayrl.errors import ConfigError, EnvError
+from relayrl.learners.collective import SOLO, Collective
 from relayrl.policy.mirror import EnvMirrorIndices, no_env_mirror
 from relayrl.types import Batch, Mode, PolicyOutput
 
@@ -237,11 +238,37 @@ class Algorithm(ABC):
     registry's ``AlgoEntry.build_algorithm`` is the one caller, and ``register`` refuses a class whose
     constructor does not take these). Its policy class is built as ``PolicyClass(obs_space, act_space, cfg)``
     (``AlgoEntry.build_policy``: rollout workers, evaluation and ``relayrl.load`` build the policy alone).
+
+    Data-parallel learners (relayrl/learners/, docs/distributed.md "Learners"): an algorithm that sets
+    ``data_parallel = True`` can learn as one of N learner processes, each given its own share of the
+    experience (PPO: its own env columns, a minibatch of ``batch_size / N`` of them; off-policy: ``batch_size / N``
+    rows of its own replay). ``bind_learners(collective)`` gives it ``self.learners`` (a single learner holds
+    ``relayrl.learners.SOLO``, whose calls return their input: the code never asks whether it is distributed).
+    The contract:
+
+    - after ``backward`` and BEFORE gradient clipping and the optimiser step, call
+      ``self.learners.average_gradients(params, values)`` (one all-reduce; ``values``: the loss terms, whose
+      mean over the learners comes back, so metrics and non-finite checks agree): every learner then steps with
+      the gradient of the whole batch's mean loss (equal shares), clips it as one learner would, and all hold
+      the same weights;
+    - a loss must be a mean over the rows of its share (equal shares then average to the whole batch's mean);
+      statistics computed over a batch (PPO's advantage normalisation) are computed over every learner's share
+      (``self.learners.sum_``);
+    - control flow that depends on data or on the learner must be agreed, or the learners' calls stop matching
+      and the group waits until its timeout: a stop (``self.learners.any_(self.stopping())``), an early stop on
+      a statistic (taken from the averaged values), a count of steps (``self.learners.max_``);
+    - what it learns from its own data besides the gradients (running statistics) is pooled across the learners
+      (relayrl/learners/moments.py), so that every learner holds the same state.
+
+    An algorithm that does not declare it is refused for more than one learner
+    (``relayrl.learners.check_data_parallel``).
     """
 
     policy: Policy
     devices: ClassVar[tuple[str, ...]] = ("cpu",)  # device types ``to`` accepts (policy/device.py)
     device: torch.device = torch.device("cpu")
+    data_parallel: ClassVar[bool] = False  # can learn as one of several learners (the contract above)
+    learners: Collective = SOLO  # its group of learners (bind_learners); a single learner by default
     _stop_event: threading.Event | None = None  # stop_on's
     _priorities: np.ndarray | None = None  # report_priorities'
 
@@ -278,6 +305,16 @@ class Algorithm(ABC):
     def set_progress(self, env_steps: int, total_steps: int) -> None:
         """Where the run is; the default hands it to the policy's exploration schedule."""
         self.policy.set_progress(env_steps, total_steps)
+
+    def bind_learners(self, learners: Collective) -> None:
+        """Learn as one of ``learners.size`` data-parallel learners (the class docstring's contract), after ``to``
+        and once every learner holds the same state (built from the same seed, or given learner 0's:
+        ``relayrl.learners.broadcast_state``). Refuses (ConfigError) a class without ``data_parallel`` when
+        there is more than one; subclasses refuse their options that cannot be shared, then call this."""
+        if learners.size > 1 and not self.data_parallel:
+            raise ConfigError(f"{type(self).__name__} does not declare data_parallel = True, so it cannot learn as "
+                              f"one of {learners.size} learners: train it with one learner")
+        self.learners = learners
 
     def report_priorities(self, priorities: np.ndarray) -> None:
         """Called by an off-policy ``learn``: the new priority ([n] float, e.g. |TD error|) of each row of the

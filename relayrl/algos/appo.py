@@ -48,14 +48,16 @@ class APPO(PPO):
         arrived together holds an env column twice when its worker delivered two chunks (in the
         order it collected them: relayrl.types.COLUMN); taken together, both would start from the
         same running return and only the last would be kept."""
-        if COLUMN not in rollout:
+        if COLUMN not in rollout or self.ret_rms is None:
             return super().scale_rewards(rollout)
         repeats = column_repeats(rollout[COLUMN][0])
-        if not repeats.any():
+        # as many parts on every learner (each part's scaling pools the statistics: learners/moments.py)
+        parts = self.learners.max_(int(repeats.max()) + 1 if len(repeats) else 1)
+        if parts == 1:
             return super().scale_rewards(rollout)
         shape = rollout["reward"].shape
         rewards = np.empty(shape, dtype=np.float32)
-        for r in range(int(repeats.max()) + 1):
+        for r in range(parts):  # (a learner with fewer repeats scales empty parts)
             idx = np.flatnonzero(repeats == r)
             part = {k: v[:, idx] for k, v in rollout.items() if isinstance(v, np.ndarray) and v.shape[:2] == shape}
             rewards[:, idx] = super().scale_rewards(part)

@@ -41,6 +41,22 @@ def compile_mode(requested: str, device: torch.device, name: str) -> str | None:
     return requested
 
 
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # modes whose update is replayed as CUDA graphs
+
+
+def shared_mode(mode: str | None, requested: str, learners: int, name: str) -> str | None:
+    """``compile_mode``'s mode for one of ``learners`` data-parallel learners: their gradients are averaged between
+    the backward pass and the step, outside the compiled loss, and a CUDA graph replaying the update cannot take part
+    in that all-reduce. ``auto`` then compiles without CUDA graphs; asking for them is refused."""
+    if learners == 1 or mode not in CUDA_GRAPH_MODES:
+        return mode
+    if requested == "auto":
+        return "default"
+    raise ConfigError(f"{name}.compile={requested} replays the update as CUDA graphs, which cannot take part in the "
+                      f"gradient all-reduce of {learners} learners: set {name}.compile=default (torch.compile without "
+                      f"CUDA graphs), auto or off, or train with learners=1")
+
+
 def check_backend(device: torch.device, name: str, requested: str) -> None:
     """Refuse to compile where inductor cannot build kernels: no C++ compiler for the CPU's, no Triton for CUDA's
     (found when the learner is placed, before a run starts; the first update's own failure is the last word)."""
@@ -84,18 +100,25 @@ class CompiledLoss:
         self.amp = False
         self._compiled: Callable[..., Any] | None = None
         self._built = False  # whether a call has compiled it (the backend's failures are ConfigErrors before then)
+        self.learners = 1  # data-parallel learners sharing the update (share)
         if device is not None:
             self.to(device)
 
     def to(self, device: torch.device) -> None:
         """Run on ``device`` from now on; refuses options that cannot work there (ConfigError)."""
         self.device = torch.device(device)
-        self.mode = compile_mode(self.cfg.compile, self.device, self.name)
+        self.mode = shared_mode(compile_mode(self.cfg.compile, self.device, self.name), self.cfg.compile, self.learners,
+                                self.name)
         if self.mode is not None:
             check_backend(self.device, self.name, self.cfg.compile)
         check_amp(self.cfg.amp, self.device, self.name)
         self.amp = self.cfg.amp == "bf16"
         self._compiled, self._built = None, False
+
+    def share(self, learners: int) -> None:
+        """Compile for one of ``learners`` data-parallel learners (``shared_mode``); refuses CUDA graphs for several."""
+        self.learners = learners
+        self.to(self.device or CPU)
 
     def placed(self) -> CompiledLoss:
         """Itself, placed on the CPU if it never was."""
@@ -144,4 +167,8 @@ class CompiledLoss:
 
     def __deepcopy__(self, memo: dict[int, Any]) -> CompiledLoss:
         """A copy for a copied algorithm (``timing_step``'s): ``fn`` bound to the copy, not compiled yet."""
-        return CompiledLoss(copy.deepcopy(self.fn, memo), self.cfg, self.name, self.device)
+        clone = CompiledLoss(copy.deepcopy(self.fn, memo), self.cfg, self.name)
+        clone.learners = self.learners
+        if self.device is not None:
+            clone.to(self.device)
+        return clone

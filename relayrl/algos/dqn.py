@@ -29,6 +29,7 @@ from relayrl.core import Algorithm, Policy
 from relayrl.data.dtypes import stored_dtype, to_tensor
 from relayrl.envs.masks import branch_sizes
 from relayrl.errors import EnvError, NonFiniteError
+from relayrl.learners.collective import Collective, per_learner
 from relayrl.options import CompiledUpdateConfig, ReplayLoopConfig
 from relayrl.policy import distributions as D
 from relayrl.policy.device import cpu_state, cpu_tree, float_to_device, host_to_device
@@ -233,7 +234,10 @@ def branch_argmax(q: torch.Tensor, branches: tuple[int, ...], mask: torch.Tensor
 
 class DQN(Algorithm):
     """``learn(batch)`` takes a replay minibatch (obs, action, reward, next_obs, terminated, discount,
-    weight) and reports each row's |TD error| as its priority for prioritized replay (``pop_priorities``)."""
+    weight) and reports each row's |TD error| as its priority for prioritized replay (``pop_priorities``).
+    As one of N data-parallel learners, ``batch`` is its own ``batch_size / N`` rows (``bind_learners``)."""
+
+    data_parallel = True
 
     def __init__(self, cfg: DQNConfig, obs_space: gym.Space, act_space: gym.Space, num_envs: int):
         self.cfg = cfg
@@ -268,11 +272,14 @@ class DQN(Algorithm):
             float_to_device(batch["discount"], device), float_to_device(batch["terminated"], device),
             float_to_device(batch["weight"], device) if "weight" in batch else None,  # prioritized replay's
             None if next_mask is None else host_to_device(next_mask, device))
-        td, q_mean = torch.stack([loss.detach(), q.detach().mean()]).cpu().tolist()  # (one read from the device)
-        if not np.isfinite(td):
-            raise NonFiniteError(f"DQN loss became {td}: lower lr, or check the rewards for NaN")
         self.optim.zero_grad(set_to_none=True)
         loss.backward()
+        # every learner's gradient and loss averaged (one all-reduce) before clipping; the loss read once from the
+        # device, the same on every learner, so that all of them stop at a non-finite one
+        terms = self.learners.average_gradients(model.parameters(), torch.stack([loss.detach(), q.detach().mean()]))
+        td, q_mean = terms.cpu().tolist()
+        if not np.isfinite(td):
+            raise NonFiniteError(f"DQN loss became {td}: lower lr, or check the rewards for NaN")
         if cfg.grad_clip is not None:
             nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         self.optim.step()
@@ -287,6 +294,12 @@ class DQN(Algorithm):
         self.report_priorities((q.detach() - target).abs().mean(-1).cpu().numpy())  # |TD error| (branches: mean)
         self.policy.version += 1
         return {"loss/td": td, "q_mean": q_mean, "epsilon": self.policy.epsilon, "updates": 1.0}
+
+    def bind_learners(self, learners: Collective) -> None:
+        """One of ``learners.size`` learners, each learning from ``batch_size / learners`` rows of its own replay."""
+        per_learner(self.cfg.batch_size, learners, "dqn.batch_size")
+        self.loss_step.share(learners.size)
+        super().bind_learners(learners)
 
     def td_loss(self, obs: torch.Tensor, next_obs: torch.Tensor, actions: torch.Tensor, reward: torch.Tensor,
                 discount: torch.Tensor, terminated: torch.Tensor, weight: torch.Tensor | None,

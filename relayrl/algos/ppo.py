@@ -13,6 +13,7 @@ would. The mirror loss (``mirror``: policy/mirror.py) is one more term in the sa
 from __future__ import annotations
 
 import copy
+import itertools
 from typing import Any, Callable
 
 import gymnasium as gym
@@ -30,6 +31,8 @@ from relayrl.data.gae import compute_gae
 from relayrl.data.minibatches import Epoch, sequence_minibatches, step_minibatches
 from relayrl.envs.packed import PackedDict
 from relayrl.errors import ConfigError, NonFiniteError
+from relayrl.learners.collective import SOLO, Collective, per_learner
+from relayrl.learners.moments import PooledMoments
 from relayrl.policy.device import cpu_tree, host_to_device
 from relayrl.policy.mirror import (EnvMirrorIndices, MirrorSpec, NormalizedMirror, TorchMirror, mirror_terms,
                                    no_env_mirror)
@@ -41,7 +44,13 @@ from relayrl.types import COLUMN, Batch
 
 
 class PPO(Algorithm):
-    """Learns from [T, N] rollouts: ``learn(rollout, progress)`` returns metrics."""
+    """Learns from [T, N] rollouts: ``learn(rollout, progress)`` returns metrics.
+
+    As one of N data-parallel learners (``bind_learners``), each learns from its own env columns, a minibatch of
+    ``batch_size / N`` of its steps at a time; the advantages are normalised over every learner's minibatch, the
+    KL early stop and Ctrl-C's stop are agreed, and the observation and return statistics are pooled."""
+
+    data_parallel = True
 
     def __init__(self, cfg: PPOConfig, obs_space: gym.Space, act_space: gym.Space, num_envs: int):
         if cfg.recurrent is not None and type(self).targets is not PPO.targets:
@@ -52,6 +61,9 @@ class PPO(Algorithm):
         self.policy = PPOPolicy(obs_space, act_space, cfg)
         self.actor_optim, self.critic_optim = self.optimizers()
         self.ret_rms = RunningMeanStd(()) if cfg.normalize_reward else None
+        # what each learner adds to the statistics, pooled across learners (learners/moments.py; one learner: as is)
+        self.obs_pool = None if self.policy.obs_rms is None else PooledMoments(self.policy.obs_rms)
+        self.ret_pool = None if self.ret_rms is None else PooledMoments(self.ret_rms)
         self._ret = np.zeros(num_envs, dtype=np.float64)
         self.mirror: TorchMirror | None = None
         # forward + loss, compiled and in bf16 as cfg.compile and cfg.amp ask (algos/compiled.py)
@@ -75,6 +87,26 @@ class PPO(Algorithm):
         cfg, model, fused = self.cfg, self.policy.model, self.device.type in ("cpu", "cuda")
         return (torch.optim.Adam(model.actor_parameters(), lr=cfg.actor_lr, eps=cfg.adam_eps, fused=fused),
                 torch.optim.Adam(model.critic_parameters(), lr=cfg.critic_lr, eps=cfg.adam_eps, fused=fused))
+
+    def bind_learners(self, learners: Collective) -> None:
+        """One of ``learners.size`` learners; refuses what they cannot share: recurrent sequences (a learner's count
+        and lengths depend on its data), a batch_size they cannot divide, an update compiled into CUDA graphs."""
+        name = type(self.cfg).__name__.removesuffix("Config").lower()
+        if learners.size > 1:
+            if self.policy.recurrent:
+                raise ConfigError(f"{name}.recurrent={self.cfg.recurrent} cannot be shared by {learners.size} "
+                                  "learners (each learner's sequences differ in number and length, so their "
+                                  f"minibatches would not line up): set learners=1, or {name}.recurrent=null")
+            per_learner(self.cfg.batch_size, learners, f"{name}.batch_size")
+        self.loss_step.share(learners.size)
+        super().bind_learners(learners)
+        self.mark_statistics()
+
+    def mark_statistics(self) -> None:
+        """The statistics every learner holds now are the shared start of the next pool (learners/moments.py)."""
+        for pool in (self.obs_pool, self.ret_pool):
+            if pool is not None:
+                pool.mark()
 
     def bind_env(self, env_id: str, env_mirror: Callable[[], EnvMirrorIndices | None] = no_env_mirror) -> None:
         """Resolve and check what depends on the env itself (the mirror spec; ``auto`` without a built-in
@@ -108,6 +140,7 @@ class PPO(Algorithm):
             self.ret_rms.update(running)
             running[done[t]] = 0.0
         self._ret[columns] = running
+        self.ret_pool.pool(self.learners)  # every learner's returns, before any learner divides by their std
         return (rewards / self.ret_rms.std).astype(np.float32)
 
     def targets(self, rollout: Batch, rewards: np.ndarray, steps: dict[str, torch.Tensor]
@@ -121,10 +154,13 @@ class PPO(Algorithm):
         cfg = self.cfg
         if cfg.mirror > 0 and self.mirror is None:
             raise ConfigError("ppo.mirror is on but no mirror spec was loaded: call bind_env(env_id) first")
+        if self.obs_pool is not None:  # what every learner's collection added to the observation statistics
+            self.obs_pool.pool(self.learners)
         steps = self.device_steps(rollout)
         adv, ret = self.targets(rollout, self.scale_rewards(rollout), steps)
         steps["advantage"], steps["return"] = self.tensor(adv), self.tensor(ret)
         epoch = self.minibatches(steps, rollout)
+        per_epoch = self.agreed_minibatches(rollout)
 
         frac = max(0.0, 1.0 - progress)
         actor_lr = cfg.actor_lr * frac if cfg.anneal_lr else cfg.actor_lr
@@ -145,8 +181,10 @@ class PPO(Algorithm):
         names: list[str] = []
         updates, kl_stop, interrupted = 0, False, False
         for _ in range(cfg.epochs):
-            for mb in epoch():
-                if self.stopping():  # Ctrl-C: the rest of the iteration would take as long as it was going to
+            for mb in itertools.islice(epoch(), per_epoch):
+                # Ctrl-C (on any learner: every learner stops here): the rest of the iteration would take as long as it
+                # was going to
+                if self.learners.any_(self.stopping()):
                     interrupted = True
                     break
                 names, row = self.update(mb, clip_arg, reflect)
@@ -154,7 +192,7 @@ class PPO(Algorithm):
                 if cfg.kl is None:
                     rows.append(row)
                     continue
-                stats = self.read_terms(names, row[None])
+                stats = self.read_terms(names, row[None])  # (the mean over the learners: they stop together)
                 for key, value in stats.items():
                     sums[key] = sums.get(key, 0.0) + value
                 if stats["approx_kl"] > cfg.kl:
@@ -196,9 +234,18 @@ class PPO(Algorithm):
     def minibatches(self, steps: dict[str, torch.Tensor], rollout: Batch) -> Epoch:
         """One row per real step: shuffled steps, or [B, L] padded sequences (data/minibatches.py)."""
         if not self.policy.recurrent:
-            return step_minibatches(steps, self.cfg.batch_size)
+            return step_minibatches(steps, self.cfg.batch_size // self.learners.size)  # (bind_learners: it divides)
         return sequence_minibatches(steps, self.tensor(rollout["hidden"]), rollout["terminated"] | rollout["truncated"],
                                     self.cfg.seq_len, self.cfg.batch_trajectories)
+
+    def agreed_minibatches(self, rollout: Batch) -> int | None:
+        """How many minibatches of an epoch every learner takes: the fewest any learner has (their rollouts may
+        differ in width: APPO's chunks as they arrive), so that all make the same all-reduces; None (one learner):
+        every minibatch."""
+        if self.learners.size == 1:
+            return None
+        n = rollout["value"].size
+        return -self.learners.max_(-(n // max(1, min(self.cfg.batch_size // self.learners.size, n))))
 
     # ---- one gradient step on a minibatch
     def forward(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -222,7 +269,9 @@ class PPO(Algorithm):
         log_ratio = logp - mb["logp"]
         ratio = log_ratio.exp()
         adv = mb["advantage"]
-        if cfg.normalize_advantage and len(adv) > 1:
+        if "advantage_moments" in mb:  # the mean and std over every learner's minibatch (update)
+            adv = (adv - mb["advantage_moments"][0]) / (mb["advantage_moments"][1] + 1e-8)
+        elif cfg.normalize_advantage and len(adv) > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
         policy_loss = -torch.min(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv).mean()
         entropy_mean = entropy.mean()
@@ -249,17 +298,31 @@ class PPO(Algorithm):
         """One gradient step on the minibatch; returns the names of its loss terms and, on the device, the row
         [total loss, *terms] (``read_terms`` reads rows of them in one transfer)."""
         cfg, model = self.cfg, self.policy.model
+        if cfg.normalize_advantage and self.learners.size > 1:
+            mb = {**mb, "advantage_moments": self.advantage_moments(mb["advantage"])}
         loss, terms = self.loss_step(mb, clip, reflect)
         row = torch.stack([term.detach() for term in (loss, *terms.values())])
         self.actor_optim.zero_grad(set_to_none=True)
         self.critic_optim.zero_grad(set_to_none=True)
         loss.backward()
+        # every learner's gradient (and loss terms: the metrics and the KL stop see the whole minibatch's), averaged
+        # before clipping, as one learner on the whole minibatch would clip it
+        row = self.learners.average_gradients(model.parameters(), row)
         if cfg.grad_clip is not None:
             nn.utils.clip_grad_norm_(model.actor_parameters(), cfg.grad_clip)
             nn.utils.clip_grad_norm_(model.critic_parameters(), cfg.grad_clip)
         self.actor_optim.step()
         self.critic_optim.step()
         return list(terms), row
+
+    def advantage_moments(self, adv: torch.Tensor) -> torch.Tensor:
+        """[mean, std] (float32, the std unbiased as torch's) of the advantages of every learner's minibatch."""
+        wide = adv.double()
+        sums = torch.stack([wide.new_tensor(len(adv)), wide.sum(), wide.pow(2).sum()])
+        n, total, squares = self.learners.sum_(sums)
+        mean = total / n
+        var = (squares - n * mean * mean) / (n - 1).clamp(min=1)
+        return torch.stack([mean, var.clamp(min=0).sqrt()]).to(adv.dtype)
 
     @staticmethod
     def read_terms(names: list[str], rows: torch.Tensor) -> dict[str, float]:
@@ -303,6 +366,7 @@ class PPO(Algorithm):
         self.critic_optim.load_state_dict(state["critic_optim"])
         if self.ret_rms is not None and "ret_rms" in state:
             self.ret_rms.load_state_dict(state["ret_rms"])
+        self.mark_statistics()  # (every learner loads the same state)
         if len(state["ret"]) == len(self._ret):
             self._ret = np.asarray(state["ret"], dtype=np.float64).copy()
 
@@ -312,6 +376,7 @@ class PPO(Algorithm):
         recurrent layer's seq_len small products gain less from threads than an MLP's one wide product),
         its minibatch (steps, or padded sequences) and its loss terms, on a rollout of zeros."""
         clone, policy = copy.deepcopy(self), self.policy
+        clone.learners = SOLO  # (timed alone: no other learner takes part)
         shape = (self.cfg.num_steps, len(self._ret))  # [T, N] of one rollout
 
         def zeros(*rest: int, dtype: Any = np.float32) -> np.ndarray:

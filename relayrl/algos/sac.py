@@ -23,6 +23,7 @@ from relayrl.algos.registry import register
 from relayrl.core import Algorithm, Policy
 from relayrl.data.dtypes import stored_dtype, to_tensor
 from relayrl.errors import EnvError, NonFiniteError
+from relayrl.learners.collective import Collective, per_learner
 from relayrl.options import CompiledUpdateConfig, ReplayLoopConfig
 from relayrl.policy.device import cpu_state, cpu_tree, float_to_device
 from relayrl.policy.encoder import EncoderRef
@@ -324,6 +325,11 @@ def sample_weights(batch: Batch, device: torch.device) -> torch.Tensor:
 
 
 class SAC(Algorithm):
+    """``learn(batch)`` takes a replay minibatch; as one of N data-parallel learners, its own ``batch_size / N``
+    rows (``bind_learners``)."""
+
+    data_parallel = True
+
     def __init__(self, cfg: SACConfig, obs_space: gym.Space, act_space: gym.Space, num_envs: int):
         self.cfg = cfg
         self.policy = SACPolicy(obs_space, act_space, cfg)
@@ -362,13 +368,16 @@ class SAC(Algorithm):
         cfg, device = self.cfg, self.device
         loss, q, y, terms = self.loss_step(*replay_tensors(batch, self.policy, device),
                                            *bootstrap_columns(batch, device), sample_weights(batch, device))
-        stats = dict(zip(terms, torch.stack(list(terms.values())).cpu().tolist()))  # (one read from the device)
+        self.optim.zero_grad(set_to_none=True)
+        loss.backward()
+        # every learner's gradients and metrics averaged in one all-reduce (one learner: as they are), then read
+        # from the device once: every learner sees the same losses and stops together at a non-finite one
+        values = self.learners.average_gradients(self.trained_parameters(), torch.stack(list(terms.values())))
+        stats = dict(zip(terms, values.cpu().tolist()))
         if not np.isfinite(stats["loss/critic"] + stats["loss/actor"]):
             raise NonFiniteError(f"SAC loss became {stats['loss/critic'] + stats['loss/actor']} (critic "
                                  f"{stats['loss/critic']}, actor {stats['loss/actor']}): lower the learning rates or "
                                  "check the rewards")
-        self.optim.zero_grad(set_to_none=True)
-        loss.backward()
         self.optim.step()
         with torch.no_grad():
             torch._foreach_lerp_(list(self.target.parameters()), list(self.critic.parameters()), cfg.tau)
@@ -376,6 +385,16 @@ class SAC(Algorithm):
         self.policy.version += 1
         self.report_priorities((q - y).detach().abs().mean(0).cpu().numpy())  # |TD error| (twin critics: mean)
         return {**stats, "updates": 1.0}
+
+    def trained_parameters(self) -> list[torch.Tensor]:
+        """What the optimiser steps: the actor's, the critics' and (autotune) the temperature."""
+        return [p for group in self.optim.param_groups for p in group["params"]]
+
+    def bind_learners(self, learners: Collective) -> None:
+        """One of ``learners.size`` learners, each learning from ``batch_size / learners`` rows of its own replay."""
+        per_learner(self.cfg.batch_size, learners, "sac.batch_size")
+        self.loss_step.share(learners.size)
+        super().bind_learners(learners)
 
     def losses(self, obs: torch.Tensor, next_obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor,
                discount: torch.Tensor, terminated: torch.Tensor, weight: torch.Tensor
