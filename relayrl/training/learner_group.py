@@ -78,7 +78,7 @@ def check_learners(config: RunConfig) -> None:
         raise ConfigError(f"learners={n} learn and collect in turn: drop overlap, or set learners=1")
     per_learner(config.env.num_envs, n, "env.num_envs")
     cfg = config.algo_config
-    from relayrl.algos.ppo import PPOConfig
+    from relayrl.algos.ppo_config import PPOConfig
 
     if isinstance(cfg, (PPOConfig, ReplayLoopConfig)):  # (the algorithms refuse it too, once built)
         per_learner(cfg.batch_size, n, f"{config.algo}.batch_size")
@@ -419,6 +419,9 @@ class Supervisor:
             with _signals_ignored():  # (inherited through exec: a Ctrl-C while they start reaches this process alone)
                 for proc in watch.procs:
                     proc.start()
+            log.info("%d learners started (%s), meeting at %s", n,
+                     ", ".join(f"learner {rank} pid {proc.pid}" for rank, proc in enumerate(watch.procs)),
+                     plan.init_method)
             return self._watch(watch, queue, flag)
         finally:
             _end(watch.procs)

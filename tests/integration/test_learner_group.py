@@ -1,0 +1,257 @@
+"""`relayrl train --learners N`: N real learner processes (gloo on 127.0.0.1) under a supervisor, one run
+directory, the group's env steps; a learner that dies or hangs ends the run naming it (or restarts the group);
+Ctrl-C stops them all; resume with the same or another N; torchrun starting the learners itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+QUICK = ["--set", "env.manager=sync", "--set", "eval.episodes=2", "--set", "eval.num_envs=2", "--quiet",
+         "--no-tensorboard"]
+PPO = ["ppo", "--env", "CartPole-v1", "--stop-value", "100000", "--set", "env.num_envs=4", "--set", "ppo.num_steps=32", "--set",
+       "ppo.batch_size=64", "--set", "ppo.epochs=2", *QUICK]
+# a long run whose every round evaluates (the last checkpoint exists from the first round on)
+LONG = [*PPO, "--total-steps", "10000000", "--set", "eval.freq=128", "--set", "learner_timeout_s=6"]
+
+
+def _train(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "relayrl", "train", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _records(run_dir: Path, event: str = "train") -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [record for record in map(json.loads, lines) if record["event"] == event]
+
+
+def _run_files(run_dir: Path) -> set[str]:
+    return {str(path.relative_to(run_dir)) for path in run_dir.rglob("*")}
+
+
+def test_ppo_two_learners_write_one_run_of_the_groups_steps(tmp_path):
+    run_dir = tmp_path / "run"
+    result = _train(*PPO, "--learners", "2", "--total-steps", "1024", "--run-dir", str(run_dir))
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["env_steps"] == 1024 and summary["stop_reason"] == "total_steps"
+    # each round is both learners' 32 x 2 steps: 1024 steps in 8 rounds (one learner's count would take 16)
+    assert [record["iteration"] for record in _records(run_dir)] == list(range(1, 9))
+    assert [record["env_steps"] for record in _records(run_dir)] == [128 * i for i in range(1, 9)]
+    assert _run_files(run_dir) - {".lock"} == {  # one run's files, none per learner
+        "config.yaml", "experiment.txt", "metrics.jsonl", "summary.json", "checkpoints", "checkpoints/best.json",
+        "checkpoints/best.safetensors", "checkpoints/last.json", "checkpoints/last.safetensors"}
+    assert "learners: 2" in (run_dir / "config.yaml").read_text()
+    assert sum(record.get("train/episodes", 0) for record in _records(run_dir)) >= 20  # both learners' episodes
+    assert summary["env_steps_per_s"] == pytest.approx(1024 / summary["wall_time_s"], rel=0.01)
+
+
+def test_dqn_two_learners_count_both_learners_steps(tmp_path):
+    run_dir = tmp_path / "run"
+    result = _train("dqn", "--env", "CartPole-v1", "--learners", "2", "--total-steps", "640", "--run-dir",
+                    str(run_dir), "--set", "env.num_envs=4", "--set", "dqn.steps_per_iteration=8", "--set",
+                    "dqn.start_training=64", "--set", "dqn.batch_size=32", *QUICK)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["env_steps"] == 640
+    records = _records(run_dir)
+    assert [record["env_steps"] for record in records] == [32 * i for i in range(1, 21)]  # both learners' 8 x 2
+    assert summary["updates"] > 0 and records[-1]["updates"] == summary["updates"]
+
+
+def test_refused_before_anything_is_written(tmp_path):
+    run_dir = tmp_path / "run"
+    for options, named in [(["--set", "env.num_envs=3"], "env.num_envs=3"),
+                           (["--set", "env.num_envs=4", "--set", "ppo.batch_size=63"], "ppo.batch_size=63"),
+                           (["--workers", "2"], "workers"),
+                           (["--set", "overlap=true"], "overlap")]:
+        result = _train("ppo", "--env", "CartPole-v1", "--learners", "2", "--run-dir", str(run_dir), *options, *QUICK)
+        assert result.returncode == 2, (options, result.stderr[-2000:])
+        assert named in result.stderr and "Traceback" not in result.stderr
+        assert not run_dir.exists()
+    result = _train("td3", "--env", "Pendulum-v1", "--learners", "2", "--run-dir", str(run_dir), *QUICK)
+    assert result.returncode == 2 and "data_parallel" in result.stderr and not run_dir.exists()
+
+
+# ---------------------------------------------------------------- faults: real processes, real signals
+
+
+class Supervised:
+    """`relayrl train` in a session of its own, its stderr in a file (the learners' pids are read from it)."""
+
+    def __init__(self, tmp_path: Path, *args: str):
+        self.run_dir, self.err_path = tmp_path / "run", tmp_path / "stderr.txt"
+        self.err = open(self.err_path, "w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "relayrl", "train", *args, "--run-dir", str(self.run_dir)],
+                                     stdout=subprocess.DEVNULL, stderr=self.err, start_new_session=True)
+
+    def stderr(self) -> str:
+        return self.err_path.read_text()
+
+    def learner_pids(self, deadline_s: float = 90) -> dict[int, int]:
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end:
+            found = re.search(r"learners started \(([^)]*)\)", self.stderr())
+            if found:
+                return {int(rank): int(pid) for rank, pid in re.findall(r"learner (\d+) pid (\d+)", found.group(1))}
+            assert self.proc.poll() is None, self.stderr()[-3000:]
+            time.sleep(0.1)
+        raise AssertionError(f"no learners started: {self.stderr()[-3000:]}")
+
+    def wait_for_checkpoint(self, deadline_s: float = 90) -> None:
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end and not (self.run_dir / "checkpoints" / "last.json").is_file():
+            assert self.proc.poll() is None, self.stderr()[-3000:]
+            time.sleep(0.1)
+        assert (self.run_dir / "checkpoints" / "last.json").is_file(), self.stderr()[-3000:]
+        time.sleep(0.5)  # (a few rounds in)
+
+    def wait(self, deadline_s: float) -> tuple[int, float]:
+        started = time.monotonic()
+        try:
+            code = self.proc.wait(timeout=deadline_s)
+        finally:
+            self.close()
+        return code, time.monotonic() - started
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        for pid in session_processes(self.proc.pid):  # (a failed test leaves nothing running either)
+            os.kill(pid, signal.SIGKILL)
+        self.err.close()
+
+
+def session_processes(sid: int) -> list[int]:
+    """The processes of session ``sid`` still alive (zombies aside), from /proc."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":  # (state, ppid, pgrp, session)
+            pids.append(int(entry))
+    return pids
+
+
+def assert_nothing_left(sid: int) -> None:
+    end = time.monotonic() + 10  # (multiprocessing's resource tracker ends once it sees the supervisor gone)
+    while session_processes(sid) and time.monotonic() < end:
+        time.sleep(0.1)
+    assert session_processes(sid) == []
+
+
+@pytest.mark.parametrize("how", ["killed", "stopped"])
+def test_a_learner_that_dies_or_hangs_ends_the_run_naming_it(tmp_path, how):
+    run = Supervised(tmp_path, *LONG, "--learners", "2")
+    try:
+        pids = run.learner_pids()
+        run.wait_for_checkpoint()
+        os.kill(pids[1], signal.SIGKILL if how == "killed" else signal.SIGSTOP)
+        code, took = run.wait(deadline_s=90)
+    finally:
+        run.close()
+    err = run.stderr()
+    assert code == 1, err[-3000:]
+    assert took < 60, f"ended {took:.0f} s after the fault (learner_timeout_s=6)"
+    message = [line for line in err.splitlines() if line.startswith("relayrl: error:")]
+    assert len(message) == 1, err[-3000:]
+    assert f"learner 1 of 2 (pid {pids[1]})" in message[0]
+    assert ("killed by SIGKILL" if how == "killed" else "stopped making progress") in message[0]
+    assert "--resume" in message[0] and "max_learner_restarts" in message[0]
+    assert "Traceback" not in err
+    assert (run.run_dir / "checkpoints" / "last.safetensors").is_file()
+    assert_nothing_left(run.proc.pid)
+
+
+def test_max_learner_restarts_restarts_the_group_from_the_last_checkpoint(tmp_path):
+    args = [*PPO, "--total-steps", "6400", "--set", "eval.freq=128", "--set", "learner_timeout_s=6",
+            "--set", "max_learner_restarts=1", "--learners", "2"]
+    run = Supervised(tmp_path, *args)
+    try:
+        pids = run.learner_pids()
+        run.wait_for_checkpoint()
+        os.kill(pids[1], signal.SIGKILL)
+        code, _ = run.wait(deadline_s=120)
+    finally:
+        run.close()
+    err = run.stderr()
+    assert code == 0, err[-3000:]
+    assert f"learner 1 of 2 (pid {pids[1]}) was killed by SIGKILL" in err and "restarting the 2 learners" in err
+    summary = json.loads((run.run_dir / "summary.json").read_text())
+    assert summary["learner_restarts"] == 1 and summary["env_steps"] == 6400
+    last = json.loads((run.run_dir / "checkpoints" / "last.json").read_text())
+    assert last["run"]["resumes"] == 1  # the second group resumed the run
+    assert_nothing_left(run.proc.pid)
+
+
+def test_ctrl_c_stops_every_learner_and_saves(tmp_path):
+    run = Supervised(tmp_path, *LONG, "--learners", "2")
+    try:
+        run.learner_pids()
+        run.wait_for_checkpoint()
+        os.killpg(run.proc.pid, signal.SIGINT)  # (a terminal's Ctrl-C: the whole foreground group)
+        code, _ = run.wait(deadline_s=60)
+    finally:
+        run.close()
+    err = run.stderr()
+    assert code == 130, err[-3000:]
+    summary = json.loads((run.run_dir / "summary.json").read_text())
+    assert summary["stop_reason"] == "interrupted"
+    last = json.loads((run.run_dir / "checkpoints" / "last.json").read_text())
+    assert last["run"]["env_steps"] == summary["env_steps"]  # the last checkpoint is the stop's
+    assert "Traceback" not in err
+    assert_nothing_left(run.proc.pid)
+
+
+@pytest.mark.parametrize("first,then", [(2, 1), (1, 2)])
+def test_resume_with_another_number_of_learners(tmp_path, first, then):
+    run_dir = tmp_path / "run"
+    result = _train(*PPO, "--learners", str(first), "--total-steps", "512", "--run-dir", str(run_dir))
+    assert result.returncode == 0, result.stderr[-3000:]
+    result = subprocess.run([sys.executable, "-m", "relayrl", "train", "--resume", str(run_dir), "--learners",
+                             str(then), "--total-steps", "1024", "--quiet", "--no-tensorboard"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["env_steps"] == 1024
+    records = _records(run_dir)
+    assert [record["env_steps"] for record in records] == [128 * i for i in range(1, 9)]  # 4 rounds, then 4 more
+    assert "learners: " + str(then) in (run_dir / "config.yaml").read_text()
+
+
+@pytest.mark.skipif(shutil.which("true") is None, reason="needs a POSIX system")
+def test_torchrun_starts_the_learners_itself(tmp_path):
+    run_dir = tmp_path / "run"
+    env = {key: value for key, value in os.environ.items() if key not in ("RANK", "WORLD_SIZE", "MASTER_ADDR",
+                                                                          "MASTER_PORT", "LOCAL_RANK")}
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                             "--master-port", str(_free_port()), "--module", "relayrl", "train", *PPO,
+                             "--learners", "2", "--total-steps", "512", "--run-dir", str(run_dir)],
+                            capture_output=True, text=True, timeout=180, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["env_steps"] == 512
+    assert [record["env_steps"] for record in _records(run_dir)] == [128 * i for i in range(1, 5)]
+    assert not (tmp_path / "runs").exists()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
