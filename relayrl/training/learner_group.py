@@ -292,6 +292,7 @@ def learner_main(plan: Plan, rank: int, heartbeat: Any, flag: Any, queue: Any) -
     """A learner process: its GroupTrainer until the run ends; what happened goes to the supervisor's queue."""
     for sig in (signal.SIGINT, signal.SIGTERM):  # (the supervisor stops the group: the flag)
         signal.signal(sig, signal.SIG_IGN)
+    _die_with_parent()
     _log_to_stderr(rank)
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(plan.size))
     try:
@@ -316,6 +317,17 @@ def learner_main(plan: Plan, rank: int, heartbeat: Any, flag: Any, queue: Any) -
     except Exception as error:  # noqa: BLE001 (its traceback, to the supervisor's message)
         queue.put(("crash", rank, f"{type(error).__name__}: {error}\n{traceback.format_exc()}"))
         raise SystemExit(1) from None
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this learner when its supervisor dies, however it dies (PR_SET_PDEATHSIG), so a
+    killed ``relayrl train`` leaves no learner training on its own."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # (not Linux: the supervisor's own end kills them)
+        pass
 
 
 def _log_to_stderr(rank: int) -> None:

@@ -198,19 +198,23 @@ def test_max_learner_restarts_restarts_the_group_from_the_last_checkpoint(tmp_pa
     assert_nothing_left(run.proc.pid)
 
 
-def test_ctrl_c_stops_every_learner_and_saves(tmp_path):
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_stops_every_learner_and_saves(tmp_path, how):
     run = Supervised(tmp_path, *LONG, "--learners", "2")
     try:
         run.learner_pids()
         run.wait_for_checkpoint()
-        os.killpg(run.proc.pid, signal.SIGINT)  # (a terminal's Ctrl-C: the whole foreground group)
+        if how == "ctrl-c":
+            os.killpg(run.proc.pid, signal.SIGINT)  # (a terminal's Ctrl-C: the whole foreground group)
+        else:
+            run.proc.send_signal(signal.SIGTERM)  # (a scheduler's stop, to the process it started)
         code, _ = run.wait(deadline_s=60)
     finally:
         run.close()
     err = run.stderr()
-    assert code == 130, err[-3000:]
+    assert code == (130 if how == "ctrl-c" else 143), err[-3000:]
     summary = json.loads((run.run_dir / "summary.json").read_text())
-    assert summary["stop_reason"] == "interrupted"
+    assert summary["stop_reason"] == ("interrupted" if how == "ctrl-c" else "terminated")
     last = json.loads((run.run_dir / "checkpoints" / "last.json").read_text())
     assert last["run"]["env_steps"] == summary["env_steps"]  # the last checkpoint is the stop's
     assert "Traceback" not in err
@@ -255,3 +259,19 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def test_a_killed_supervisor_leaves_no_learner_behind(tmp_path):
+    run = Supervised(tmp_path, *LONG, "--learners", "2")
+    try:
+        pids = run.learner_pids()
+        run.wait_for_checkpoint()
+        run.proc.kill()  # (SIGKILL to `relayrl train` alone: no chance to end its learners itself)
+        run.proc.wait()
+        end = time.monotonic() + 10
+        while any(Path(f"/proc/{pid}").exists() and pid in session_processes(run.proc.pid) for pid in pids.values()) \
+                and time.monotonic() < end:
+            time.sleep(0.1)
+        assert not [pid for pid in pids.values() if pid in session_processes(run.proc.pid)]
+    finally:
+        run.close()
