@@ -308,6 +308,7 @@ def learner_main(plan: Plan, rank: int, heartbeat: Any, flag: Any, queue: Any) -
         queue.put(("opened", rank, None))
         summary = trainer.run()
         queue.put(("done", rank, summary))
+        learners.close()
     except LearnerGroupError as error:  # a peer failed: the supervisor names it
         queue.put(("group", rank, str(error)))
         raise SystemExit(3) from None
@@ -453,6 +454,10 @@ class Supervisor:
                 self._drain(watch, queue, wait=True)
                 if watch.summary is None:
                     raise LearnerFault("learner 0 ended without a summary", restartable=True)
+                return watch.summary
+            if any(code not in (None, 0) for code in codes) and codes[0] == 0 and watch.summary is not None:
+                log.warning("learner 0 ended the run, but %s", "; ".join(  # (e.g. a crash on the way out)
+                    f"learner {rank} exited with code {code}" for rank, code in enumerate(codes) if code))
                 return watch.summary
             if any(code not in (None, 0) for code in codes):
                 failed_at = failed_at or time.monotonic()

@@ -58,13 +58,15 @@ def test_ppo_two_learners_write_one_run_of_the_groups_steps(tmp_path):
 
 
 def test_dqn_two_learners_count_both_learners_steps(tmp_path):
+    import relayrl
+
     run_dir = tmp_path / "run"
-    result = _train("dqn", "--env", "CartPole-v1", "--learners", "2", "--total-steps", "640", "--run-dir",
-                    str(run_dir), "--set", "env.num_envs=4", "--set", "dqn.steps_per_iteration=8", "--set",
-                    "dqn.start_training=64", "--set", "dqn.batch_size=32", *QUICK)
-    assert result.returncode == 0, result.stderr[-3000:]
+    run = relayrl.train("dqn", "CartPole-v1", {"env.num_envs": 4, "env.manager": "sync", "dqn.steps_per_iteration": 8,
+                                               "dqn.start_training": 64, "dqn.batch_size": 32, "eval.episodes": 2,
+                                               "eval.num_envs": 2}, learners=2, total_steps=640, run_dir=run_dir,
+                        tensorboard=False)
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["env_steps"] == 640
+    assert summary["env_steps"] == run.summary["env_steps"] == 640
     records = _records(run_dir)
     assert [record["env_steps"] for record in records] == [32 * i for i in range(1, 21)]  # both learners' 8 x 2
     assert summary["updates"] > 0 and records[-1]["updates"] == summary["updates"]
