@@ -30,7 +30,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -288,36 +288,52 @@ class Plan:
     size: int
 
 
+def run_learner(plan: Plan, rank: int, heartbeat: Any, flag: Any, opened: Callable[[], None]) -> dict[str, Any]:
+    """Learner ``rank`` of the plan's group, wherever it was placed (a local process, a Ray actor): its GroupTrainer
+    until the run ends; its summary. ``heartbeat[rank]``: its clock, set every round; ``flag.value``: the
+    supervisor's stop (1 Ctrl-C, 2 SIGTERM); ``opened()``: called once the run directory exists."""
+    from relayrl.config import build_config
+
+    os.environ.update(RANK=str(rank), LOCAL_RANK=os.environ.get("LOCAL_RANK", str(rank)), WORLD_SIZE=str(plan.size))
+    config = build_config(plan.config["algo"], plan.config)
+    learners = init_collective(rank, plan.size, plan.init_method, _device(config), timeout_s=config.learner_timeout_s)
+    trainer = group_trainer(config, learners, heartbeat=heartbeat, run_dir=plan.run_dir, resume=plan.resume,
+                            previous=plan.previous, quiet=plan.quiet, tensorboard=plan.tensorboard,
+                            stop_event=SharedStop(flag))
+    heartbeat[rank] = time.monotonic()
+    opened()
+    summary = trainer.run()
+    learners.close()
+    return summary
+
+
+def outcome(rank: int, heartbeat: Any, flag: Any, plan: Plan, opened: Callable[[], None]) -> tuple[str, Any]:
+    """``run_learner``'s end as the supervisor reads it: ("done", summary), ("group", message: a peer failed),
+    ("error", (class, message, exit code): the run's own error), or ("crash", traceback)."""
+    try:
+        return "done", run_learner(plan, rank, heartbeat, flag, opened)
+    except LearnerGroupError as error:  # a peer failed: the supervisor names it
+        return "group", str(error)
+    except RelayRLError as error:
+        return "error", (type(error).__name__, str(error), error.exit_code or 1)
+    except Exception as error:  # noqa: BLE001 (its traceback, to the supervisor's message)
+        return "crash", f"{type(error).__name__}: {error}\n{traceback.format_exc()}"
+
+
+EXIT_CODES = {"done": 0, "group": 3, "crash": 1}
+
+
 def learner_main(plan: Plan, rank: int, heartbeat: Any, flag: Any, queue: Any) -> None:
-    """A learner process: its GroupTrainer until the run ends; what happened goes to the supervisor's queue."""
+    """A learner process: ``run_learner``; what happened goes to the supervisor's queue."""
     for sig in (signal.SIGINT, signal.SIGTERM):  # (the supervisor stops the group: the flag)
         signal.signal(sig, signal.SIG_IGN)
     _die_with_parent()
     _log_to_stderr(rank)
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(plan.size))
-    try:
-        from relayrl.config import build_config
-
-        config = build_config(plan.config["algo"], plan.config)
-        learners = init_collective(rank, plan.size, plan.init_method, _device(config),
-                                   timeout_s=config.learner_timeout_s)
-        trainer = group_trainer(config, learners, heartbeat=heartbeat, run_dir=plan.run_dir, resume=plan.resume,
-                                previous=plan.previous, quiet=plan.quiet, tensorboard=plan.tensorboard,
-                                stop_event=SharedStop(flag))
-        heartbeat[rank] = time.monotonic()
-        queue.put(("opened", rank, None))
-        summary = trainer.run()
-        queue.put(("done", rank, summary))
-        learners.close()
-    except LearnerGroupError as error:  # a peer failed: the supervisor names it
-        queue.put(("group", rank, str(error)))
-        raise SystemExit(3) from None
-    except RelayRLError as error:
-        queue.put(("error", rank, (type(error).__name__, str(error), error.exit_code or 1)))
-        raise SystemExit(error.exit_code or 1) from None
-    except Exception as error:  # noqa: BLE001 (its traceback, to the supervisor's message)
-        queue.put(("crash", rank, f"{type(error).__name__}: {error}\n{traceback.format_exc()}"))
-        raise SystemExit(1) from None
+    kind, payload = outcome(rank, heartbeat, flag, plan, lambda: queue.put(("opened", rank, None)))
+    queue.put((kind, rank, payload))
+    code = payload[2] if kind == "error" else EXIT_CODES[kind]
+    if code:
+        raise SystemExit(code)
 
 
 def _die_with_parent() -> None:
