@@ -508,6 +508,11 @@ class RunConfig(Section):
     learner_timeout_s: float = Field(120.0, gt=0)
     """Seconds a learner waits in a collective for the others (and to join the group) before the group is
     declared broken: a learner that died or hangs ends the run (or restarts the group) within about this."""
+    learner_placement: Literal["local", "ray"] = "local"
+    """Where learners > 1 run: local processes started by this one, or one Ray actor each (ray_address's
+    cluster, or a local Ray), each with one CPU and learner_gpus GPUs."""
+    learner_gpus: float = Field(0.0, ge=0)
+    """learner_placement ray: the GPUs each learner's actor asks Ray for (it learns on cuda when it gets one)."""
     max_learner_restarts: int = Field(0, ge=0)
     """Restart the whole learner group from the last checkpoint this many times when a learner dies or hangs,
     instead of ending the run (0: end it, naming the learner)."""

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from relayrl.algos import get_algo
-from relayrl.errors import CheckpointError, ConfigError, RelayRLError
+from relayrl.errors import ConfigError, RelayRLError
 from relayrl.io.rundir import new_run_dir, read_summary, write_summary
 from relayrl.learners import Collective, LearnerGroupError, broadcast_state, check_data_parallel, init_collective
 from relayrl.learners import per_learner
@@ -384,6 +384,10 @@ def run_learners(config: RunConfig, **options: Any) -> dict[str, Any]:
         check_learners(config)
         return join_group(config, **options)
     check_learners(config)
+    if config.learner_placement == "ray":
+        from relayrl.training.ray_learners import RaySupervisor
+
+        return RaySupervisor(config, options).run()
     return Supervisor(config, options).run()
 
 
@@ -507,6 +511,16 @@ class Supervisor:
             elif kind in ("group", "error", "crash"):
                 watch.reports[rank] = (kind, payload)
 
+    @staticmethod
+    def _error_fault(name: str, kind: str, payload: Any) -> LearnerFault:
+        """The run's own error in a learner (an env, a non-finite loss, bad options): as it is, never restarted."""
+        if kind == "crash":
+            return LearnerFault(f"{name} failed: {payload.strip()}", restartable=False)
+        _, message, code = payload
+        error = ConfigError(message) if code == 2 else RelayRLError(f"{name}: {message}")
+        error.exit_code = code
+        return LearnerFault(message, False, error)
+
     def _fault(self, watch: _Watch) -> LearnerFault:
         """The learner to blame for the group's end, in one message."""
         procs, n = watch.procs, len(watch.procs)
@@ -515,13 +529,8 @@ class Supervisor:
             return f"learner {rank} of {n} (pid {procs[rank].pid})"
 
         for rank, (kind, payload) in sorted(watch.reports.items()):
-            if kind == "error":  # the run's own error in a learner (an env, a non-finite loss, bad options): as it is
-                _, message, code = payload
-                error = ConfigError(message) if code == 2 else RelayRLError(f"{name(rank)}: {message}")
-                error.exit_code = code
-                return LearnerFault(message, False, error)
-            if kind == "crash":
-                return LearnerFault(f"{name(rank)} failed: {payload.strip()}", restartable=False)
+            if kind in ("error", "crash"):
+                return self._error_fault(name(rank), kind, payload)
         for rank, proc in enumerate(procs):
             code = proc.exitcode
             if code is not None and code < 0:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -15,44 +14,23 @@ import time
 from pathlib import Path
 
 import pytest
-
-QUICK = ["--set", "env.manager=sync", "--set", "eval.episodes=2", "--set", "eval.num_envs=2", "--quiet",
-         "--no-tensorboard"]
-PPO = ["ppo", "--env", "CartPole-v1", "--stop-value", "100000", "--set", "env.num_envs=4", "--set", "ppo.num_steps=32", "--set",
-       "ppo.batch_size=64", "--set", "ppo.epochs=2", *QUICK]
-# a long run whose every round evaluates (the last checkpoint exists from the first round on)
-LONG = [*PPO, "--total-steps", "10000000", "--set", "eval.freq=128", "--set", "learner_timeout_s=6"]
-
-
-def _train(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "relayrl", "train", *args], capture_output=True, text=True,
-                          timeout=timeout)
-
-
-def _records(run_dir: Path, event: str = "train") -> list[dict]:
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [record for record in map(json.loads, lines) if record["event"] == event]
-
-
-def _run_files(run_dir: Path) -> set[str]:
-    return {str(path.relative_to(run_dir)) for path in run_dir.rglob("*")}
-
+from learner_procs import LONG, PPO, QUICK, Supervised, assert_nothing_left, records, run_files, session_processes, train
 
 def test_ppo_two_learners_write_one_run_of_the_groups_steps(tmp_path):
     run_dir = tmp_path / "run"
-    result = _train(*PPO, "--learners", "2", "--total-steps", "1024", "--run-dir", str(run_dir))
+    result = train(*PPO, "--learners", "2", "--total-steps", "1024", "--run-dir", str(run_dir))
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["env_steps"] == 1024 and summary["stop_reason"] == "total_steps"
     # each round is both learners' 32 x 2 steps: 1024 steps in 8 rounds (one learner's count would take 16)
-    assert [record["iteration"] for record in _records(run_dir)] == list(range(1, 9))
-    assert [record["env_steps"] for record in _records(run_dir)] == [128 * i for i in range(1, 9)]
-    assert _run_files(run_dir) - {".lock"} == {  # one run's files, none per learner
+    assert [record["iteration"] for record in records(run_dir)] == list(range(1, 9))
+    assert [record["env_steps"] for record in records(run_dir)] == [128 * i for i in range(1, 9)]
+    assert run_files(run_dir) - {".lock"} == {  # one run's files, none per learner
         "config.yaml", "experiment.txt", "metrics.jsonl", "summary.json", "checkpoints", "checkpoints/best.json",
         "checkpoints/best.safetensors", "checkpoints/last.json", "checkpoints/last.safetensors"}
     assert "learners: 2" in (run_dir / "config.yaml").read_text()
     # both learners' episodes reach the log: their steps add up to more than one learner's 512
-    finished = sum(record.get("train/episodes", 0) * record.get("train/length_mean", 0) for record in _records(run_dir))
+    finished = sum(record.get("train/episodes", 0) * record.get("train/length_mean", 0) for record in records(run_dir))
     assert 600 < finished <= 1024
     assert summary["env_steps_per_s"] == pytest.approx(1024 / summary["wall_time_s"], rel=0.01)
 
@@ -67,9 +45,9 @@ def test_dqn_two_learners_count_both_learners_steps(tmp_path):
                         tensorboard=False)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["env_steps"] == run.summary["env_steps"] == 640
-    records = _records(run_dir)
-    assert [record["env_steps"] for record in records] == [32 * i for i in range(1, 21)]  # both learners' 8 x 2
-    assert summary["updates"] > 0 and records[-1]["updates"] == summary["updates"]
+    logged = records(run_dir)
+    assert [record["env_steps"] for record in logged] == [32 * i for i in range(1, 21)]  # both learners' 8 x 2
+    assert summary["updates"] > 0 and logged[-1]["updates"] == summary["updates"]
 
 
 def test_refused_before_anything_is_written(tmp_path):
@@ -78,84 +56,15 @@ def test_refused_before_anything_is_written(tmp_path):
                            (["--set", "env.num_envs=4", "--set", "ppo.batch_size=63"], "ppo.batch_size=63"),
                            (["--workers", "2"], "workers"),
                            (["--set", "overlap=true"], "overlap")]:
-        result = _train("ppo", "--env", "CartPole-v1", "--learners", "2", "--run-dir", str(run_dir), *options, *QUICK)
+        result = train("ppo", "--env", "CartPole-v1", "--learners", "2", "--run-dir", str(run_dir), *options, *QUICK)
         assert result.returncode == 2, (options, result.stderr[-2000:])
         assert named in result.stderr and "Traceback" not in result.stderr
         assert not run_dir.exists()
-    result = _train("td3", "--env", "Pendulum-v1", "--learners", "2", "--run-dir", str(run_dir), *QUICK)
+    result = train("td3", "--env", "Pendulum-v1", "--learners", "2", "--run-dir", str(run_dir), *QUICK)
     assert result.returncode == 2 and "data_parallel" in result.stderr and not run_dir.exists()
 
 
 # ---------------------------------------------------------------- faults: real processes, real signals
-
-
-class Supervised:
-    """`relayrl train` in a session of its own, its stderr in a file (the learners' pids are read from it)."""
-
-    def __init__(self, tmp_path: Path, *args: str):
-        self.run_dir, self.err_path = tmp_path / "run", tmp_path / "stderr.txt"
-        self.err = open(self.err_path, "w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "relayrl", "train", *args, "--run-dir", str(self.run_dir)],
-                                     stdout=subprocess.DEVNULL, stderr=self.err, start_new_session=True)
-
-    def stderr(self) -> str:
-        return self.err_path.read_text()
-
-    def learner_pids(self, deadline_s: float = 90) -> dict[int, int]:
-        end = time.monotonic() + deadline_s
-        while time.monotonic() < end:
-            found = re.search(r"learners started \(([^)]*)\)", self.stderr())
-            if found:
-                return {int(rank): int(pid) for rank, pid in re.findall(r"learner (\d+) pid (\d+)", found.group(1))}
-            assert self.proc.poll() is None, self.stderr()[-3000:]
-            time.sleep(0.1)
-        raise AssertionError(f"no learners started: {self.stderr()[-3000:]}")
-
-    def wait_for_checkpoint(self, deadline_s: float = 90) -> None:
-        end = time.monotonic() + deadline_s
-        while time.monotonic() < end and not (self.run_dir / "checkpoints" / "last.json").is_file():
-            assert self.proc.poll() is None, self.stderr()[-3000:]
-            time.sleep(0.1)
-        assert (self.run_dir / "checkpoints" / "last.json").is_file(), self.stderr()[-3000:]
-        time.sleep(0.5)  # (a few rounds in)
-
-    def wait(self, deadline_s: float) -> tuple[int, float]:
-        started = time.monotonic()
-        try:
-            code = self.proc.wait(timeout=deadline_s)
-        finally:
-            self.close()
-        return code, time.monotonic() - started
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        for pid in session_processes(self.proc.pid):  # (a failed test leaves nothing running either)
-            os.kill(pid, signal.SIGKILL)
-        self.err.close()
-
-
-def session_processes(sid: int) -> list[int]:
-    """The processes of session ``sid`` still alive (zombies aside), from /proc."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == sid and fields[0] != "Z":  # (state, ppid, pgrp, session)
-            pids.append(int(entry))
-    return pids
-
-
-def assert_nothing_left(sid: int) -> None:
-    end = time.monotonic() + 10  # (multiprocessing's resource tracker ends once it sees the supervisor gone)
-    while session_processes(sid) and time.monotonic() < end:
-        time.sleep(0.1)
-    assert session_processes(sid) == []
 
 
 @pytest.mark.parametrize("how", ["killed", "stopped"])
@@ -228,7 +137,7 @@ def test_ctrl_c_or_sigterm_stops_every_learner_and_saves(tmp_path, how):
 @pytest.mark.parametrize("first,then", [(2, 1), (1, 2)])
 def test_resume_with_another_number_of_learners(tmp_path, first, then):
     run_dir = tmp_path / "run"
-    result = _train(*PPO, "--learners", str(first), "--total-steps", "512", "--run-dir", str(run_dir))
+    result = train(*PPO, "--learners", str(first), "--total-steps", "512", "--run-dir", str(run_dir))
     assert result.returncode == 0, result.stderr[-3000:]
     result = subprocess.run([sys.executable, "-m", "relayrl", "train", "--resume", str(run_dir), "--learners",
                              str(then), "--total-steps", "1024", "--quiet", "--no-tensorboard"],
@@ -236,8 +145,8 @@ def test_resume_with_another_number_of_learners(tmp_path, first, then):
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["env_steps"] == 1024
-    records = _records(run_dir)
-    assert [record["env_steps"] for record in records] == [128 * i for i in range(1, 9)]  # 4 rounds, then 4 more
+    logged = records(run_dir)
+    assert [record["env_steps"] for record in logged] == [128 * i for i in range(1, 9)]  # 4 rounds, then 4 more
     assert "learners: " + str(then) in (run_dir / "config.yaml").read_text()
 
 
@@ -253,7 +162,7 @@ def test_torchrun_starts_the_learners_itself(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["env_steps"] == 512
-    assert [record["env_steps"] for record in _records(run_dir)] == [128 * i for i in range(1, 5)]
+    assert [record["env_steps"] for record in records(run_dir)] == [128 * i for i in range(1, 5)]
     assert not (tmp_path / "runs").exists()
 
 
