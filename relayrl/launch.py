@@ -33,9 +33,12 @@ def run(config: RunConfig, **options: Any) -> dict[str, Any]:
     """Run ``config``: the Trainer on the experience it asks for; ``options`` are the Trainer's (run_dir, resume, ...)."""
     check_tracking(config.logging.wandb)  # before any env, worker or simulator starts
     if config.learners > 1:  # data-parallel learners, each on its own local envs (training/learner_group.py)
-        from relayrl.training.learner_group import run_learners
+        from relayrl.training.learner_group import Supervisor, run_learners
 
-        return run_learners(config, **options)
+        supervisor = Supervisor  # (local processes)
+        if config.learner_placement == "ray":  # (a Ray actor each)
+            from relayrl.training.ray_learners import RaySupervisor as supervisor
+        return run_learners(config, supervisor, **options)
     on_policy = get_algo(config.algo).on_policy
     if config.overlap:  # (before any worker, relay or simulator starts; the Trainer checks the experience)
         check_overlap(config, on_policy)

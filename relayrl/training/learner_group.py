@@ -378,17 +378,14 @@ class _Watch:
     opened: bool = False
 
 
-def run_learners(config: RunConfig, **options: Any) -> dict[str, Any]:
-    """Train with ``config.learners`` learners (the module docstring); the summary of learner 0."""
+def run_learners(config: RunConfig, supervisor: type[Supervisor] | None = None, **options: Any) -> dict[str, Any]:
+    """Train with ``config.learners`` learners (the module docstring); the summary of learner 0. ``supervisor``:
+    what places them (default ``Supervisor``: local processes; training/ray_learners.py's on Ray actors)."""
     if os.environ.get("WORLD_SIZE") and os.environ.get("RANK"):  # started by torchrun: this is one of them
         check_learners(config)
         return join_group(config, **options)
     check_learners(config)
-    if config.learner_placement == "ray":
-        from relayrl.training.ray_learners import RaySupervisor
-
-        return RaySupervisor(config, options).run()
-    return Supervisor(config, options).run()
+    return (supervisor or Supervisor)(config, options).run()
 
 
 class Supervisor:

@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from learner_procs import LONG, PPO, QUICK, Supervised, assert_nothing_left, records, run_files, session_processes, train
+from learner_procs import (LONG, PPO, QUICK, Supervised, assert_nothing_left, records, run_files, session_processes,
+                           train)
 
 def test_ppo_two_learners_write_one_run_of_the_groups_steps(tmp_path):
     run_dir = tmp_path / "run"
