@@ -15,8 +15,7 @@ from pathlib import Path
 QUICK = ["--set", "env.manager=sync", "--set", "eval.episodes=2", "--set", "eval.num_envs=2", "--quiet",
          "--no-tensorboard"]
 PPO = ["ppo", "--env", "CartPole-v1", "--stop-value", "100000", "--set", "env.num_envs=4", "--set", "ppo.num_steps=32",
-       "--set",
-       "ppo.batch_size=64", "--set", "ppo.epochs=2", *QUICK]
+       "--set", "ppo.batch_size=64", "--set", "ppo.epochs=2", *QUICK]
 # a long run whose every round evaluates (the last checkpoint exists from the first round on)
 LONG = [*PPO, "--total-steps", "10000000", "--set", "eval.freq=128", "--set", "learner_timeout_s=6"]
 
