@@ -53,10 +53,10 @@ def test_dqn_two_learners_count_both_learners_steps(tmp_path):
 
 def test_refused_before_anything_is_written(tmp_path):
     run_dir = tmp_path / "run"
+    # refused by the supervisor (tests/unit/training/test_learner_group.py has the rest), and by the learners
+    # themselves once they have built the algorithm (bind_learners), still before learner 0 writes anything
     for options, named in [(["--set", "env.num_envs=3"], "env.num_envs=3"),
-                           (["--set", "env.num_envs=4", "--set", "ppo.batch_size=63"], "ppo.batch_size=63"),
-                           (["--workers", "2"], "workers"),
-                           (["--set", "overlap=true"], "overlap")]:
+                           (["--set", "ppo.recurrent=lstm"], "ppo.recurrent=lstm cannot be shared by 2 learners")]:
         result = train("ppo", "--env", "CartPole-v1", "--learners", "2", "--run-dir", str(run_dir), *options, *QUICK)
         assert result.returncode == 2, (options, result.stderr[-2000:])
         assert named in result.stderr and "Traceback" not in result.stderr
