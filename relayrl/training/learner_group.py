@@ -140,6 +140,7 @@ class GroupTrainer(Trainer):
     def __init__(self, config: RunConfig, experience: Any, learners: Collective, *,
                  heartbeat: Any = None, **options: Any):
         self.learners, self.leader, self.heartbeat = learners, learners.rank == 0, heartbeat
+        self.writes_run = self.leader
         if not self.leader:
             options["quiet"] = True
         super().__init__(config, experience, **options)

@@ -103,6 +103,8 @@ class Trainer:
     back what it wrote); the Trainer closes ``experience`` when the run ends. A resume of a run that has
     nothing left to do (``complete``) trains nothing and writes nothing (but a missing summary)."""
 
+    writes_run = True  # (a learner of a group other than learner 0 writes nothing: training/learner_group.py)
+
     def __init__(self, config: RunConfig, experience: Experience, *, run_dir: Path | str | None = None,
                  resume: bool = False, previous: Path | str | None = None, quiet: bool = True,
                  tensorboard: bool = True, stop_event: threading.Event | None = None, hooks: Hooks = ()):
@@ -342,7 +344,7 @@ class Trainer:
             match work:
                 case None | UpdatesDue():  # (no batch of its own: the replay's minibatches are sampled inside)
                     pass
-                case batch:
+                case batch if self.writes_run:
                     np.savez(self.run_dir / "nonfinite_batch.npz", **batch)
             raise
         except Exception:
