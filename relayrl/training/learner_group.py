@@ -26,6 +26,7 @@ import multiprocessing as mp
 import os
 import signal
 import socket
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -376,7 +377,6 @@ class _Watch:
     heartbeat: Any
     reports: dict[int, tuple[str, Any]] = field(default_factory=dict)
     summary: dict[str, Any] | None = None
-    opened: bool = False
 
 
 def run_learners(config: RunConfig, supervisor: type[Supervisor] | None = None, **options: Any) -> dict[str, Any]:
@@ -390,6 +390,9 @@ def run_learners(config: RunConfig, supervisor: type[Supervisor] | None = None, 
 
 
 class Supervisor:
+    """Starts the learners as local processes and watches them (the module docstring); ``run`` returns learner 0's
+    summary, or raises the error that ended the group."""
+
     def __init__(self, config: RunConfig, options: dict[str, Any]):
         hooks = options.get("hooks", ())
         others = [position for position, _, _ in hooks if position != "before_run"]
@@ -414,7 +417,9 @@ class Supervisor:
                 if fault.error is not None:
                     raise fault.error from None
                 last = self.run_dir / "checkpoints" / "last.safetensors"
-                if not fault.restartable or restarts >= self.config.max_learner_restarts or not last.is_file():
+                stopping = self.stop_event is not None and self.stop_event.is_set()  # (no restart on the way out)
+                if not fault.restartable or stopping or restarts >= self.config.max_learner_restarts or \
+                        not last.is_file():
                     raise LearnerGroupError(self._ended(str(fault), restarts, last.is_file())) from None
                 restarts += 1
                 log.warning("%s; restarting the %d learners from the last checkpoint (restart %d of %d)", fault,
@@ -465,8 +470,7 @@ class Supervisor:
         while True:
             self._drain(watch, queue)
             if self.stop_event is not None and self.stop_event.is_set() and flag.value == 0:
-                reason = getattr(self.stop_event, "reason", "interrupted")
-                flag.value = STOPPED.index(reason) + 1 if reason in STOPPED else 1
+                flag.value = stop_code(self.stop_event)
             codes = [proc.exitcode for proc in procs]
             if all(code == 0 for code in codes):
                 self._drain(watch, queue, wait=True)
@@ -546,6 +550,12 @@ class Supervisor:
                             f"it after learner_timeout_s={self.config.learner_timeout_s:g} s", restartable=True)
 
 
+def stop_code(event: threading.Event) -> int:
+    """The learners' stop flag for a set stop event: 1 Ctrl-C ("interrupted"), 2 SIGTERM ("terminated")."""
+    reason = event.reason if isinstance(event, StopRequest) else "interrupted"
+    return STOPPED.index(reason) + 1 if reason in STOPPED else 1
+
+
 def _rendezvous() -> str:
     """MASTER_ADDR:MASTER_PORT when both are set, else a free port of 127.0.0.1."""
     addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
@@ -558,8 +568,6 @@ def _rendezvous() -> str:
 
 @contextlib.contextmanager
 def _signals_ignored() -> Iterator[None]:
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         yield
         return

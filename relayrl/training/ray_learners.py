@@ -19,8 +19,8 @@ import time
 from typing import Any
 
 from relayrl.errors import ConfigError, install_hint
-from relayrl.training.learner_group import GRACE_S, POLL_S, LearnerFault, Plan, Supervisor, _Watch, outcome
-from relayrl.training.stops import STOPPED
+from relayrl.training.learner import HookContext
+from relayrl.training.learner_group import GRACE_S, POLL_S, LearnerFault, Plan, Supervisor, _Watch, outcome, stop_code
 
 log = logging.getLogger("relayrl")
 
@@ -109,13 +109,10 @@ class RaySupervisor(Supervisor):
             if not self._hooks_ran and (self.run_dir / "config.yaml").is_file():
                 self._hooks_ran = True
                 for _, fn, _ in self.hooks:
-                    from relayrl.training.learner import HookContext
-
                     fn(HookContext())
             if self.stop_event is not None and self.stop_event.is_set() and not flagged:
-                reason = getattr(self.stop_event, "reason", "interrupted")
                 for a in actors:
-                    a.stop.remote(STOPPED.index(reason) + 1 if reason in STOPPED else 1)
+                    a.stop.remote(stop_code(self.stop_event))
                 flagged = True
             pending = [ref for ref, rank in calls.items() if rank not in results]
             ready, _ = ray.wait(pending, num_returns=len(pending), timeout=POLL_S) if pending else ([], [])

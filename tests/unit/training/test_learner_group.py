@@ -1,5 +1,5 @@
 """What `learners` > 1 refuses before any learner starts, and the supervisor's stop flag as a learner sees it (the
-learner group itself runs in tests/integration/test_learner_group.py, with real processes)."""
+learner group itself runs in tests/integration/test_learners_placed.py, with real processes)."""
 
 from __future__ import annotations
 
