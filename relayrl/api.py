@@ -46,7 +46,7 @@ class Run:
 def train(algo: str, env: EnvLike | None = None, config: dict[str, Any] | str | Path | RunConfig | None = None, *,
           run_dir: str | Path | None = None, total_steps: int | None = None, stop_value: float | None = None,
           train_iter: int | None = None, time_limit_s: float | None = None, seed: int | None = None, backend: str | None = None, workers: int | None = None,
-          resume: bool = False, previous: str | Path | None = None, quiet: bool = True,
+          learners: int | None = None, resume: bool = False, previous: str | Path | None = None, quiet: bool = True,
           tensorboard: bool = True) -> Run:
     """Train ``algo`` (e.g. "ppo") on ``env`` and return the run's summary and directory.
 
@@ -64,21 +64,23 @@ def train(algo: str, env: EnvLike | None = None, config: dict[str, Any] | str | 
             holding another run is refused (a ``CheckpointError``) unless ``resume`` continues that run.
         train_iter, time_limit_s: also stop after this many updates (gradient steps), or once the run's wall
             time reaches this many seconds, whichever of the stops comes first (summary's ``stop_reason``).
+        learners: data-parallel learner processes (RunConfig.learners; docs/distributed.md "Learners").
         resume: continue the run in ``run_dir``; one with nothing left to do (its ``total_steps`` reached)
             trains nothing, logs why, and returns its summary.
     """
     overrides = {"total_steps": total_steps, "stop_value": stop_value, "train_iter": train_iter,
-                 "time_limit_s": time_limit_s, "seed": seed, "backend": backend, "workers": workers}
+                 "time_limit_s": time_limit_s, "seed": seed, "backend": backend, "workers": workers,
+                 "learners": learners}
     cfg, local = run_config(algo, env, config, overrides)
     if cfg.net.local_refusal() is not None:
         raise ConfigError(cfg.net.local_refusal())
     if run_dir is not None and not resume:
         check_fresh_run_dir(Path(run_dir))  # before any env, worker or simulator starts
     if local:
-        if cfg.resolved_backend != "inline" or cfg.workers != 1:
+        if cfg.resolved_backend != "inline" or cfg.workers != 1 or cfg.learners != 1:
             raise ConfigError(f"env factory {env!r} is defined where other processes cannot import it (a script "
-                              "or a function): move it to the top of an importable module to use workers, or "
-                              "train with one inline worker")
+                              "or a function): move it to the top of an importable module to use workers or "
+                              "learners, or train with one inline worker and one learner")
         cfg = cfg.model_copy(update={"env": cfg.env.model_copy(update={"manager": "sync"})})
     from relayrl import launch
     from relayrl.training.stops import StopRequest, stop_on_sigterm

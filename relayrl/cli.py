@@ -61,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where rollout workers run (default auto: inline for one worker, mp for more)")
     p.add_argument("--workers", type=int, help="rollout workers, each with env.num_envs envs (bridge: "
                    "simulator instances)")
+    p.add_argument("--learners", type=int, help="data-parallel learners, each on env.num_envs/N envs and batch_size/N "
+                   "rows, gradients averaged (local processes; under torchrun: the group it started)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"],
                    help="where the learner's networks and batches live (default auto: CUDA when there is one); "
                         "rollout workers and evaluation act on the CPU")
@@ -224,7 +226,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     overrides = {"env.id": args.env, "seed": args.seed, "total_steps": args.total_steps,
                  "stop_value": args.stop_value, "train_iter": args.train_iter, "time_limit_s": args.time_limit, "backend": args.backend, "workers": args.workers,
-                 "device": args.device,
+                 "learners": args.learners, "device": args.device,
                  "ray_address": args.ray_address, "net.server": args.server, "net.keys": args.keys,
                  "net.remote_env": True if args.remote_env else None,
                  "logging.wandb.enabled": True if args.track else None}

@@ -6,6 +6,7 @@
 - ``env.id`` "pettingzoo:module:env_fn": PettingZoo ParallelEnv copies, agents as rows (``relayrl.envs.multiagent``);
   a turn-based (AEC) game: a policy per player (``relayrl.envs.turn_based``, ``run_behaviours``);
 - ``net.server``: remote workers through a relay (``relayrl.net``);
+- ``learners`` > 1: data-parallel learner processes, each on local envs of its own (``relayrl.training.learner_group``);
 - ``workers`` > 1 or ``backend`` mp/ray: a pool of rollout workers (``relayrl.runtime``);
 - otherwise local envs in this process (``relayrl.training``).
 """
@@ -31,6 +32,13 @@ from relayrl.training.trainer import Trainer
 def run(config: RunConfig, **options: Any) -> dict[str, Any]:
     """Run ``config``: the Trainer on the experience it asks for; ``options`` are the Trainer's (run_dir, resume, ...)."""
     check_tracking(config.logging.wandb)  # before any env, worker or simulator starts
+    if config.learners > 1:  # data-parallel learners, each on its own local envs (training/learner_group.py)
+        from relayrl.training.learner_group import Supervisor, run_learners
+
+        supervisor = Supervisor  # (local processes)
+        if config.learner_placement == "ray":  # (a Ray actor each)
+            from relayrl.training.ray_learners import RaySupervisor as supervisor
+        return run_learners(config, supervisor, **options)
     on_policy = get_algo(config.algo).on_policy
     if config.overlap:  # (before any worker, relay or simulator starts; the Trainer checks the experience)
         check_overlap(config, on_policy)

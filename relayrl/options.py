@@ -500,6 +500,22 @@ class RunConfig(Section):
     workers: int = Field(1, ge=1)
     """Rollout workers, each stepping its own env.num_envs envs (PPO's rollout is num_steps x
     env.num_envs x workers)."""
+    learners: int = Field(1, ge=1)
+    """Data-parallel learners, each on its own share of the experience (env.num_envs / learners envs, the
+    minibatch's batch_size / learners rows), their gradients averaged before every optimiser step
+    (docs/distributed.md "Learners"): local processes started by this one, or the group torchrun started
+    (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set). PPO, APPO, DQN and SAC."""
+    learner_timeout_s: float = Field(120.0, gt=0)
+    """Seconds a learner waits in a collective for the others (and to join the group) before the group is
+    declared broken: a learner that died or hangs ends the run (or restarts the group) within about this."""
+    learner_placement: Literal["local", "ray"] = "local"
+    """Where learners > 1 run: local processes started by this one, or one Ray actor each (ray_address's
+    cluster, or a local Ray), each with one CPU and learner_gpus GPUs."""
+    learner_gpus: float = Field(0.0, ge=0)
+    """learner_placement ray: the GPUs each learner's actor asks Ray for (it learns on cuda when it gets one)."""
+    max_learner_restarts: int = Field(0, ge=0)
+    """Restart the whole learner group from the last checkpoint this many times when a learner dies or hangs,
+    instead of ending the run (0: end it, naming the learner)."""
     worker_timeout: float = Field(300.0, gt=0)
     """Seconds a rollout worker may take to deliver one chunk before it is declared hung, killed and
     restarted (raise it for envs whose chunk takes longer to collect)."""

@@ -71,6 +71,10 @@ class Collective(ABC):
     def broadcast_object(self, obj: object, src: int = 0) -> object:
         """Learner ``src``'s ``obj`` on every learner (e.g. its state at the start: identical initial weights)."""
 
+    def all_gather_object(self, obj: object) -> list[object]:
+        """Every learner's ``obj`` (picklable), in rank order, on every learner (e.g. the episodes each finished)."""
+        return [obj]
+
     def mean_(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor`` averaged over the learners, in place; returns it."""
         return self.sum_(tensor).div_(self.size) if self.size > 1 else tensor
@@ -153,6 +157,11 @@ class ProcessGroup(Collective):
         self._call("broadcast_object_list", lambda: torch.distributed.broadcast_object_list(
             box, src=src, device=self.device if self.device.type == "cuda" else None))
         return box[0]
+
+    def all_gather_object(self, obj: object) -> list[object]:
+        out: list[object] = [None] * self.size
+        self._call("all_gather_object", lambda: torch.distributed.all_gather_object(out, obj))
+        return out
 
     def close(self) -> None:
         if torch.distributed.is_initialized():

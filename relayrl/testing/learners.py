@@ -229,6 +229,12 @@ def metrics(learners: Collective) -> Result:
     return {key: np.array(value) for key, value in mean.items()}
 
 
+def gather(learners: Collective) -> Result:
+    """Learner r's episodes (r + 1 returns of value r), gathered on every learner in rank order."""
+    parts = learners.all_gather_object([float(learners.rank)] * (learners.rank + 1))
+    return {"episodes": np.array([value for part in parts for value in part])}  # type: ignore[union-attr]
+
+
 def observations(rank: int, round_: int) -> np.ndarray:
     """What learner ``rank`` acts on in ``round_``: each learner's from another distribution."""
     rng = np.random.default_rng(10 * round_ + rank)
@@ -351,5 +357,5 @@ def nccl_average(learners: Collective) -> Result:
 
 SCENARIOS: dict[str, Callable[[Collective], Result]] = {
     "ppo_exact": ppo_exact, "appo_exact": appo_exact, "ppo_kl": ppo_kl, "ppo_interrupt": ppo_interrupt,
-    "ppo_obs_norm": ppo_obs_norm, "appo_widths": appo_widths, "metrics": metrics, "dqn_exact": dqn_exact, "sac_exact": sac_exact, "peer_dies": peer_dies,
+    "ppo_obs_norm": ppo_obs_norm, "appo_widths": appo_widths, "metrics": metrics, "gather": gather, "dqn_exact": dqn_exact, "sac_exact": sac_exact, "peer_dies": peer_dies,
     "peer_hangs": peer_hangs, "nccl_average": nccl_average}

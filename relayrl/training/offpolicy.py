@@ -80,9 +80,12 @@ class ReplayRounds(Rounds[UpdatesDue]):
         ``replay_layout(observation_space)``); ``name``: the algorithm's config section, for messages."""
         self.algo, self.cfg, self.total_steps, self.name = algo, cfg, total_steps, name
         self.samples = samples
+        # one of N data-parallel learners (algo.learners, bound before the rounds are made) samples batch_size / N
+        # rows of its own replay, which holds its own share of the transitions
+        self.batch_size = cfg.batch_size // algo.learners.size
         self.limiter = None if cfg.samples_per_insert is None else RateLimiter.from_tolerance(
-            cfg.samples_per_insert, cfg.spi_tolerance, cfg.transitions_before_learning(), cfg.batch_size, name,
-            cfg.replay_shards)
+            cfg.samples_per_insert, cfg.spi_tolerance, cfg.transitions_before_learning() // algo.learners.size,
+            self.batch_size, name, cfg.replay_shards)
         self._updates_seen = 0  # learning.updates at the last gather (the limiter counts what ran since)
         self._due = 0  # updates the last gather handed the learner
         self._updates_handed = 0  # learning.updates then
@@ -91,7 +94,7 @@ class ReplayRounds(Rounds[UpdatesDue]):
                                else self._memory(cfg, seed) if cfg.replay is not None
                                else self._buffer(cfg, seed, total_steps, layout))
         transform = None if cfg.sample_transform is None else self._transform(cfg.sample_transform, seed)
-        self.learning = ReplayUpdates(algo, self.buffer, cfg.batch_size, publish, cfg.update_model_interval,
+        self.learning = ReplayUpdates(algo, self.buffer, self.batch_size, publish, cfg.update_model_interval,
                                       transform=transform)
         self.prefilled = 0  # transitions a dataset put into replay (no env steps)
         self.first_added: Batch | None = None  # (with your own memory: its first sample is checked against it)
@@ -206,7 +209,7 @@ class ReplayRounds(Rounds[UpdatesDue]):
         batch, steps = self.samples.pull()
         self._store(batch)
         env_steps += steps
-        threshold = max(self.cfg.start_training, self.cfg.batch_size)
+        threshold = max(self.cfg.start_training // self.algo.learners.size, self.batch_size)
         if len(self.buffer) < threshold:
             return UpdatesDue(0), steps
         if self.steps_at_start is None:  # the env step at which the buffer reached the threshold
@@ -221,7 +224,7 @@ class ReplayRounds(Rounds[UpdatesDue]):
 
     def _count_samples(self) -> None:
         """Rows the updates run since the last call sampled, into the limiter."""
-        self.limiter.sample((self.learning.updates - self._updates_seen) * self.cfg.batch_size)
+        self.limiter.sample((self.learning.updates - self._updates_seen) * self.batch_size)
         self._updates_seen = self.learning.updates
 
     def _limited(self, env_steps: int) -> tuple[UpdatesDue, int]:
@@ -238,14 +241,14 @@ class ReplayRounds(Rounds[UpdatesDue]):
         self._insert_held(everything)
         steps = 0
         if self._held is None:
-            if (limiter.updates_allowed(self.cfg.batch_size) == 0
-                    and len(self.buffer) >= self.cfg.transitions_before_learning()):
+            if (limiter.updates_allowed(self.batch_size) == 0
+                    and len(self.buffer) >= self.cfg.transitions_before_learning() // self.algo.learners.size):
                 limiter.wait("learner", time.monotonic())  # (until the source's next rows allow an update)
             batch, steps = self.samples.pull()
             self._held = batch or None
             self._insert_held(everything)
             self._count_inserted_elsewhere()
-        due = limiter.updates_allowed(self.cfg.batch_size)
+        due = limiter.updates_allowed(self.batch_size)
         if due:
             limiter.resume("learner", time.monotonic())
         if self.steps_at_start is None and due:
@@ -335,10 +338,13 @@ class ReplayUpdates:
         sums: dict[str, float] = {}
         staleness, start = self.buffer.max_staleness is not None, self.updates
         for _ in range(due.n):
-            if self.algo.stopping():  # Ctrl-C: the round's remaining updates wait for no one
-                break
-            batch = self.buffer.sample(self.batch_size, version=self.algo.policy.version if staleness else None)
-            if batch is None:  # everything was evicted (max_use, max_staleness): wait for new transitions
+            # Ctrl-C: the round's remaining updates wait for no one; a None batch: everything was evicted (max_use,
+            # max_staleness), wait for new transitions. Data-parallel learners stop together (one learner's any_ is
+            # its own flag)
+            stop = self.algo.stopping()
+            batch = None if stop else self.buffer.sample(self.batch_size, version=self.algo.policy.version
+                                                         if staleness else None)
+            if self.algo.learners.any_(stop or batch is None):
                 break
             if self.expected is not None:  # your own memory's first sample (data/replay/custom.py)
                 check_batch(self.expected, batch, self.batch_size, f"{self.memory}: sample({self.batch_size}) "

@@ -103,6 +103,8 @@ class Trainer:
     back what it wrote); the Trainer closes ``experience`` when the run ends. A resume of a run that has
     nothing left to do (``complete``) trains nothing and writes nothing (but a missing summary)."""
 
+    writes_run = True  # (a learner of a group other than learner 0 writes nothing: training/learner_group.py)
+
     def __init__(self, config: RunConfig, experience: Experience, *, run_dir: Path | str | None = None,
                  resume: bool = False, previous: Path | str | None = None, quiet: bool = True,
                  tensorboard: bool = True, stop_event: threading.Event | None = None, hooks: Hooks = ()):
@@ -195,14 +197,15 @@ class Trainer:
             self.spaces = None
         self.state, source_state = RunState(), {}
         if resume:  # the lock first: no other process may be training in the run we restore
-            self.lock = RunLock(self.run_dir).acquire()
-            self.state, source_state = _restore(self.run_dir, self.algo)
+            self.lock = self._lock_run()
+            self.state, source_state = self._restore_run()
             complete = _already_complete(self.state, config, self.stop_value)
             if complete is not None:
                 self.complete_reason, self.complete = complete
                 return
         elif previous is not None:
             _load_previous(previous, self.algo, config)
+        self._join_learners()  # (one learner: nothing to join)
         if entry.offline:  # updates from a dataset, no collection (its dataset is checked here, before any file)
             publish = None
             self.rounds: Rounds = OfflineRounds(self.algo, cfg, experience.observation_space, experience.action_space,
@@ -223,15 +226,7 @@ class Trainer:
 
     def _open_run(self, quiet: bool, tensorboard: bool, hooks: Hooks) -> None:
         config, state = self.config, self.state
-        if self.lock is None:
-            self._created_dir = not self.run_dir.exists()
-            self.lock = RunLock(self.run_dir).acquire()  # (creates the run directory)
-            check_fresh_run_dir(self.run_dir)  # again, under the lock: two runs started at once in one folder
-            self._new_run_written = True
-        (self.run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-        save_config(config, self.run_dir / "config.yaml")
-        self.logger = MetricsLogger(self.run_dir, tensorboard=tensorboard, wandb=config.logging.wandb,
-                                    run_config=config.model_dump(), resume=self.resume)
+        self._open_files(tensorboard)
         self.learner = Learner(self.rounds.learning, HookContext(env_steps=state.env_steps, updates=state.updates,
                                                                  iteration=state.iteration))
         behaviour = config.env.kwargs.get("behaviour") if config.env.id.startswith("bridge:") else None
@@ -245,6 +240,37 @@ class Trainer:
         self.learner.register_hook("after_iter", self.periodic_checkpoint, priority=20)
         for position, fn, options in hooks:
             self.learner.register_hook(position, fn, **options)
+
+    def _open_files(self, tensorboard: bool) -> None:
+        """The run directory's lock, config and metrics logger (the files of a run that trains)."""
+        config = self.config
+        if self.lock is None:
+            self._created_dir = not self.run_dir.exists()
+            self.lock = self._lock_run()  # (creates the run directory)
+            check_fresh_run_dir(self.run_dir)  # again, under the lock: two runs started at once in one folder
+            self._new_run_written = True
+        (self.run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+        save_config(config, self.run_dir / "config.yaml")
+        self.logger = MetricsLogger(self.run_dir, tensorboard=tensorboard, wandb=config.logging.wandb,
+                                    run_config=config.model_dump(), resume=self.resume)
+
+    # ---- what a learner of a group does otherwise (training/learner_group.py's GroupTrainer)
+    def _lock_run(self) -> RunLock:
+        return RunLock(self.run_dir).acquire()
+
+    def _restore_run(self) -> tuple[RunState, dict[str, Any]]:
+        return _restore(self.run_dir, self.algo)
+
+    def _join_learners(self) -> None:
+        """After the algorithm is built, moved and restored, before its rounds: a single learner joins no group."""
+
+    def env_seed(self) -> int:
+        """The seed of the training envs' reset (env k gets it + k); a resume draws new episodes."""
+        return self.config.seed + RESUME_SEED_OFFSET * self.state.resumes
+
+    def pop_episodes(self) -> tuple[list[float], list[int]]:
+        """The training episodes finished since the last call (returns, lengths)."""
+        return self.rounds.pop_episodes()
 
     # ------------------------------------------------------------------ the loop
 
@@ -267,7 +293,7 @@ class Trainer:
         stop_reason = "total_steps"
         work: Work | None = None
         try:
-            self.rounds.reset(seed=config.seed + RESUME_SEED_OFFSET * state.resumes)
+            self.rounds.reset(seed=self.env_seed())
             if self.publish is not None and not self.on_policy:  # remote collectors start from the learner's weights
                 self.publish(self.algo.policy.get_weights(), self.algo.policy.version)
             self.learner.call_hooks("before_run")
@@ -318,7 +344,7 @@ class Trainer:
             match work:
                 case None | UpdatesDue():  # (no batch of its own: the replay's minibatches are sampled inside)
                     pass
-                case batch:
+                case batch if self.writes_run:
                     np.savez(self.run_dir / "nonfinite_batch.npz", **batch)
             raise
         except Exception:
@@ -401,7 +427,7 @@ class Trainer:
 
     def log(self, ctx: HookContext) -> None:
         """After every iteration: learner metrics, episodes, env and source counters, the simulator's stats, timing."""
-        returns, lengths = self.rounds.pop_episodes()
+        returns, lengths = self.pop_episodes()
         timing = self.timing
         elapsed = timing["collect_s"] + timing["learn_s"]
         values: dict[str, Any] = {f"train/{k}": v for k, v in ctx.metrics.items()}

@@ -19,7 +19,7 @@ from relayrl.learners import SOLO
 from relayrl.testing.learners import SCENARIOS, Alone, observations, run_group
 
 GROUP = ["ppo_exact", "appo_exact", "dqn_exact", "sac_exact", "ppo_kl", "ppo_interrupt", "ppo_obs_norm", "appo_widths",
-         "metrics"]
+         "metrics", "gather"]
 
 
 @pytest.fixture(scope="module")
@@ -121,6 +121,13 @@ def test_learners_whose_rollouts_differ_in_width_take_as_many_minibatches(learne
 def test_metrics_are_averaged_over_the_learners(learners):
     first, second = results(learners, "metrics")
     assert first == second == {"loss": 0.5, "updates": 5.0, "rank": 0.5}
+
+
+def test_every_learner_gets_every_learners_objects_in_rank_order(learners):
+    first, second = results(learners, "gather")
+    np.testing.assert_array_equal(first["episodes"], [0.0, 1.0, 1.0])
+    np.testing.assert_array_equal(second["episodes"], [0.0, 1.0, 1.0])
+    assert SOLO.all_gather_object({"a": 1}) == [{"a": 1}]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,

@@ -1,0 +1,607 @@
+"""Data-parallel learners placed on local processes (``learners`` > 1; docs/distributed.md "Learners").
+
+``run_learners(config, **options)`` (what ``relayrl.launch.run`` calls for ``learners`` > 1) is the supervisor:
+it refuses what the learners cannot share, starts N learner processes (spawn) that meet at a free port of
+127.0.0.1 (or MASTER_ADDR:MASTER_PORT), and watches them. Each learner runs a ``GroupTrainer`` on its share: its
+own ``env.num_envs / N`` envs (learner r's env k seeded as env ``r * num_envs / N + k`` of one learner's run), its
+``batch_size / N`` rows of each minibatch, the gradients averaged through the group (relayrl/learners). What
+steers the loop is agreed every round: the env steps (the sum over the learners: the run's env_steps), the
+replay updates due (the least of the learners'), the stops (Ctrl-C, SIGTERM, time limit: any learner's), the
+evaluation's verdict (learner 0's). Learner 0 alone writes the run directory and evaluates; every learner's
+episodes reach its log.
+
+The supervisor does not learn: it stays free to see a learner die (its exit code or signal) or stop making
+progress (a clock each learner sets every round, in shared memory), to end the others, and to restart the
+whole group from the last checkpoint (``max_learner_restarts``). Ctrl-C and SIGTERM reach it alone (the learners
+ignore them) and it passes the stop on through shared memory, so the learners stop together at a round's end.
+
+Under torchrun (RANK and WORLD_SIZE set), this process is one of the learners: ``join_group`` runs it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing as mp
+import os
+import signal
+import socket
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import torch
+
+from relayrl.algos import get_algo
+from relayrl.errors import ConfigError, RelayRLError
+from relayrl.io.rundir import new_run_dir, read_summary, write_summary
+from relayrl.learners import Collective, LearnerGroupError, broadcast_state, check_data_parallel, init_collective
+from relayrl.learners import per_learner
+from relayrl.options import ReplayLoopConfig, RunConfig
+from relayrl.training.experience import GymExperience
+from relayrl.training.learner import HookContext
+from relayrl.training.rounds import UpdatesDue, Work
+from relayrl.training.stops import STOPPED, StopRequest
+from relayrl.training.trainer import RESUME_SEED_OFFSET, RunState, Trainer, _summary
+
+log = logging.getLogger("relayrl")
+
+LEARNER_SEED_OFFSET = 7_919  # learner r > 0 draws its actions from torch seed + r * this (learner 0: the run's seed)
+POLL_S = 0.1
+GRACE_S = 3.0  # once a learner has failed, how long the others get to end on their own before they are killed
+
+
+# ---------------------------------------------------------------- refusals
+
+
+def check_learners(config: RunConfig) -> None:
+    """Refuse (ConfigError, before any process starts or file is written) a run its learners cannot share."""
+    n = config.learners
+    check_data_parallel(get_algo(config.algo), n)
+    if n == 1:
+        return
+    env_id = config.env.id
+    if env_id.startswith("bridge:") or env_id.startswith("pettingzoo:"):
+        raise ConfigError(f"learners={n} learn from Gymnasium envs of their own; {env_id} brings agent envs, which "
+                          "are not shared out among learners: set learners=1")
+    if config.net.server is not None:
+        raise ConfigError(f"learners={n} collect on envs of their own; experience through the relay (--server) is "
+                          "not shared out among learners: set learners=1, or drop --server")
+    if config.workers != 1 or config.resolved_backend != "inline":
+        raise ConfigError(f"learners={n}: each learner steps its own env.num_envs / learners envs, and rollout "
+                          f"workers (workers={config.workers}, backend {config.backend}) are not shared out among "
+                          "learners: drop --workers/--backend (raise env.num_envs for more envs), or set learners=1")
+    if config.overlap:
+        raise ConfigError(f"learners={n} learn and collect in turn: drop overlap, or set learners=1")
+    per_learner(config.env.num_envs, n, "env.num_envs")
+    cfg = config.algo_config
+    from relayrl.algos.ppo_config import PPOConfig
+
+    if isinstance(cfg, (PPOConfig, ReplayLoopConfig)):  # (the algorithms refuse it too, once built)
+        per_learner(cfg.batch_size, n, f"{config.algo}.batch_size")
+
+
+# ---------------------------------------------------------------- one learner
+
+
+class SharedStop(StopRequest):
+    """A learner's stop event: set by the supervisor through shared memory (1: Ctrl-C, 2: SIGTERM)."""
+
+    def __init__(self, flag: Any):
+        self._reason = "interrupted"
+        super().__init__()
+        self.flag = flag
+
+    def is_set(self) -> bool:
+        return self.flag.value > 0 or super().is_set()
+
+    @property  # type: ignore[override]
+    def reason(self) -> str:
+        return STOPPED[self.flag.value - 1] if self.flag.value > 0 else self._reason
+
+    @reason.setter
+    def reason(self, value: str) -> None:
+        self._reason = value
+
+
+class _NoLock:
+    """A learner other than 0 holds no lock on the run directory (learner 0 does, for the group)."""
+
+    def acquire(self) -> _NoLock:
+        return self
+
+    def release(self) -> None:
+        pass
+
+    def __enter__(self) -> _NoLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+class _NoLogger:
+    """What a learner other than 0 logs to: nothing (its episodes reach learner 0's log)."""
+
+    def log(self, event: str, env_steps: int, wall_time_s: float, values: dict[str, Any]) -> None:
+        pass
+
+    def close(self, summary: dict[str, Any] | None = None, failed: bool = False) -> None:
+        pass
+
+
+class GroupTrainer(Trainer):
+    """The Trainer of one learner of a group (the module docstring): learner 0 writes the run; the others write
+    nothing; every decision that steers the loop is the same on all of them."""
+
+    def __init__(self, config: RunConfig, experience: Any, learners: Collective, *,
+                 heartbeat: Any = None, **options: Any):
+        self.learners, self.leader, self.heartbeat = learners, learners.rank == 0, heartbeat
+        self.writes_run = self.leader
+        if not self.leader:
+            options["quiet"] = True
+        super().__init__(config, experience, **options)
+
+    # ---- set up: learner 0 restores and writes; the others take its state
+    def _lock_run(self) -> Any:
+        return super()._lock_run() if self.leader else _NoLock()
+
+    def _restore_run(self) -> tuple[RunState, dict[str, Any]]:
+        mine = super()._restore_run() if self.leader else None
+        state, source = self.learners.broadcast_object(None if mine is None else (vars(mine[0]), mine[1]))
+        return RunState(**state), source
+
+    def _join_learners(self) -> None:
+        broadcast_state(self.algo, self.learners)  # learner 0's weights and optimisers (a resume's among them)
+        self.algo.bind_learners(self.learners)
+        rank = self.learners.rank
+        if rank:  # (learner 0 keeps the run's seed, or the generator a resume restored)
+            seed = self.config.seed + RESUME_SEED_OFFSET * self.state.resumes + LEARNER_SEED_OFFSET * rank
+            torch.manual_seed(seed)
+            np.random.seed(seed % 2**32)
+
+    def _open_files(self, tensorboard: bool) -> None:
+        if self.leader:
+            super()._open_files(tensorboard)
+        else:
+            self.logger = _NoLogger()  # type: ignore[assignment]
+
+    def env_seed(self) -> int:
+        return super().env_seed() + self.learners.rank * self.experience.columns
+
+    # ---- the loop: agreed counts and stops
+    def collect(self) -> Work:
+        if self.heartbeat is not None:
+            self.heartbeat[self.learners.rank] = time.monotonic()
+        ctx = self.learner.ctx
+        before = ctx.env_steps
+        work = super().collect()
+        steps = int(self.learners.sum_(torch.tensor([ctx.env_steps - before], dtype=torch.float64)).item())
+        ctx.env_steps = before + steps
+        self.timing["steps"] = steps
+        if isinstance(work, UpdatesDue):  # every learner runs the same number of updates: the least due
+            work = UpdatesDue(-self.learners.max_(-work.n))
+        return work
+
+    def pop_episodes(self) -> tuple[list[float], list[int]]:
+        returns, lengths = super().pop_episodes()
+        gathered = self.learners.all_gather_object((list(returns), list(lengths)))
+        return ([r for part in gathered for r in part[0]],  # type: ignore[index]
+                [n for part in gathered for n in part[1]])  # type: ignore[index]
+
+    def evaluate(self) -> bool:
+        reached = super().evaluate() if self.leader else False
+        reached, state = self.learners.broadcast_object((reached, vars(self.state)) if self.leader else None)
+        if not self.leader:
+            vars(self.state).update(state)
+        return bool(reached)
+
+    def checkpoint(self, name: str) -> None:
+        if self.leader:
+            super().checkpoint(name)
+
+    def _limit_reached(self) -> str | None:
+        reason = super()._limit_reached()
+        if reason == "train_iter":  # (the same update count on every learner)
+            return reason
+        return "time_limit" if self.learners.any_(reason == "time_limit") else None
+
+    def _stop_reason(self) -> str | None:
+        reason = super()._stop_reason()
+        agreed = self.learners.max_(STOPPED.index(reason) + 1 if reason in STOPPED else 0)
+        return STOPPED[agreed - 1] if agreed else None
+
+    # ---- the end: learner 0's summary
+    def _finish(self, stop_reason: str) -> dict[str, Any]:
+        if self.leader:
+            return super()._finish(stop_reason)
+        state, ctx = self.state, self.learner.ctx
+        try:
+            self.display.close()
+            self.experience.close()
+        finally:
+            state.env_steps, state.updates, state.wall_time_s = ctx.env_steps, ctx.updates, self.wall()
+        return _summary(self.config, state, self.stop_value, stop_reason)
+
+    def _report_complete(self) -> dict[str, Any]:
+        if self.leader:
+            return super()._report_complete()
+        return {**_summary(self.config, self.state, self.stop_value, self.complete_reason),
+                "run_dir": str(self.run_dir)}
+
+
+def learner_config(config: RunConfig, learners: Collective) -> RunConfig:
+    """The config a learner's own envs are made from: its share of env.num_envs (evaluation: learner 0's alone)."""
+    env = config.env.model_copy(update={"num_envs": per_learner(config.env.num_envs, learners, "env.num_envs")})
+    update: dict[str, Any] = {"env": env}
+    if learners.rank:
+        update["eval"] = config.eval.model_copy(update={"num_envs": 1, "episodes": 1})
+    return config.model_copy(update=update)
+
+
+def group_trainer(config: RunConfig, learners: Collective, **options: Any) -> GroupTrainer:
+    """The GroupTrainer of learner ``learners.rank`` on its own share of local Gymnasium envs."""
+    on_policy = get_algo(config.algo).on_policy
+    return GroupTrainer(config, GymExperience(learner_config(config, learners), on_policy), learners, **options)
+
+
+def join_group(config: RunConfig, **options: Any) -> dict[str, Any]:
+    """This process as one learner of a group started by torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+    MASTER_PORT): its share of the run; learner 0's run directory, hooks and summary."""
+    size = int(os.environ["WORLD_SIZE"])
+    if size != config.learners:
+        raise ConfigError(f"learners={config.learners}, but WORLD_SIZE={size} learners were started (torchrun "
+                          f"--nproc-per-node): set --learners {size}")
+    learners = init_collective(device=_device(config), timeout_s=config.learner_timeout_s)
+    try:
+        run_dir = options.pop("run_dir", None) or new_run_dir(config.env.id, config.algo)
+        options["run_dir"] = learners.broadcast_object(str(run_dir))  # (each process's clock names its own)
+        if learners.rank:
+            options["hooks"] = ()
+        return group_trainer(config, learners, **options).run()
+    finally:
+        learners.close()
+
+
+def _device(config: RunConfig) -> torch.device:
+    """A learner's device: cuda:LOCAL_RANK when it learns on CUDA, else the CPU."""
+    if config.device != "cpu" and torch.cuda.is_available():
+        index = int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0")))
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
+    return torch.device("cpu")
+
+
+@dataclass
+class Plan:
+    """What every learner process of one start of the group gets (picklable)."""
+
+    config: dict[str, Any]  # (RunConfig's dump: its class is made per algorithm, and rebuilt where it is read)
+    run_dir: str
+    init_method: str
+    resume: bool
+    previous: str | None
+    quiet: bool
+    tensorboard: bool
+    size: int
+
+
+def run_learner(plan: Plan, rank: int, heartbeat: Any, flag: Any, opened: Callable[[], None]) -> dict[str, Any]:
+    """Learner ``rank`` of the plan's group, wherever it was placed (a local process, a Ray actor): its GroupTrainer
+    until the run ends; its summary. ``heartbeat[rank]``: its clock, set every round; ``flag.value``: the
+    supervisor's stop (1 Ctrl-C, 2 SIGTERM); ``opened()``: called once the run directory exists."""
+    from relayrl.config import build_config
+
+    os.environ.update(RANK=str(rank), LOCAL_RANK=os.environ.get("LOCAL_RANK", str(rank)), WORLD_SIZE=str(plan.size))
+    config = build_config(plan.config["algo"], plan.config)
+    learners = init_collective(rank, plan.size, plan.init_method, _device(config), timeout_s=config.learner_timeout_s)
+    trainer = group_trainer(config, learners, heartbeat=heartbeat, run_dir=plan.run_dir, resume=plan.resume,
+                            previous=plan.previous, quiet=plan.quiet, tensorboard=plan.tensorboard,
+                            stop_event=SharedStop(flag))
+    heartbeat[rank] = time.monotonic()
+    opened()
+    summary = trainer.run()
+    learners.close()
+    return summary
+
+
+def outcome(rank: int, heartbeat: Any, flag: Any, plan: Plan, opened: Callable[[], None]) -> tuple[str, Any]:
+    """``run_learner``'s end as the supervisor reads it: ("done", summary), ("group", message: a peer failed),
+    ("error", (class, message, exit code): the run's own error), or ("crash", traceback)."""
+    try:
+        return "done", run_learner(plan, rank, heartbeat, flag, opened)
+    except LearnerGroupError as error:  # a peer failed: the supervisor names it
+        return "group", str(error)
+    except RelayRLError as error:
+        return "error", (type(error).__name__, str(error), error.exit_code or 1)
+    except Exception as error:  # noqa: BLE001 (its traceback, to the supervisor's message)
+        return "crash", f"{type(error).__name__}: {error}\n{traceback.format_exc()}"
+
+
+EXIT_CODES = {"done": 0, "group": 3, "crash": 1}
+
+
+def learner_main(plan: Plan, rank: int, heartbeat: Any, flag: Any, queue: Any) -> None:
+    """A learner process: ``run_learner``; what happened goes to the supervisor's queue."""
+    for sig in (signal.SIGINT, signal.SIGTERM):  # (the supervisor stops the group: the flag)
+        signal.signal(sig, signal.SIG_IGN)
+    _die_with_parent()
+    _log_to_stderr(rank)
+    kind, payload = outcome(rank, heartbeat, flag, plan, lambda: queue.put(("opened", rank, None)))
+    queue.put((kind, rank, payload))
+    code = payload[2] if kind == "error" else EXIT_CODES[kind]
+    if code:
+        raise SystemExit(code)
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this learner when its supervisor dies, however it dies (PR_SET_PDEATHSIG), so a
+    killed ``relayrl train`` leaves no learner training on its own."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # (not Linux: the supervisor's own end kills them)
+        pass
+
+
+def _log_to_stderr(rank: int) -> None:
+    logger = logging.getLogger("relayrl")
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(f"relayrl: learner {rank}: %(message)s"))
+    logger.handlers[:] = [handler]
+    logger.setLevel(logging.INFO if rank == 0 else logging.WARNING)
+    logger.propagate = False
+
+
+# ---------------------------------------------------------------- the supervisor
+
+
+class LearnerFault(Exception):
+    """A learner died, hung or failed; ``restartable``: a fault of the placement (a kill, a hang), not of the run."""
+
+    def __init__(self, message: str, restartable: bool, error: RelayRLError | None = None):
+        super().__init__(message)
+        self.restartable, self.error = restartable, error
+
+
+@dataclass
+class _Watch:
+    """What the supervisor knows of one start of the group."""
+
+    procs: list[Any]
+    heartbeat: Any
+    reports: dict[int, tuple[str, Any]] = field(default_factory=dict)
+    summary: dict[str, Any] | None = None
+
+
+def run_learners(config: RunConfig, supervisor: type[Supervisor] | None = None, **options: Any) -> dict[str, Any]:
+    """Train with ``config.learners`` learners (the module docstring); the summary of learner 0. ``supervisor``:
+    what places them (default ``Supervisor``: local processes; training/ray_learners.py's on Ray actors)."""
+    if os.environ.get("WORLD_SIZE") and os.environ.get("RANK"):  # started by torchrun: this is one of them
+        check_learners(config)
+        return join_group(config, **options)
+    check_learners(config)
+    return (supervisor or Supervisor)(config, options).run()
+
+
+class Supervisor:
+    """Starts the learners as local processes and watches them (the module docstring); ``run`` returns learner 0's
+    summary, or raises the error that ended the group."""
+
+    def __init__(self, config: RunConfig, options: dict[str, Any]):
+        hooks = options.get("hooks", ())
+        others = [position for position, _, _ in hooks if position != "before_run"]
+        if others:
+            raise ConfigError(f"learners={config.learners}: hooks run in learner processes, which take no functions "
+                              f"of this one; {', '.join(others)} hooks are refused (before_run hooks run here once "
+                              "the run directory exists): set learners=1 to use them")
+        self.config, self.hooks = config, hooks
+        self.stop_event = options.get("stop_event")
+        self.resume, self.previous = bool(options.get("resume", False)), options.get("previous")
+        self.quiet, self.tensorboard = bool(options.get("quiet", True)), bool(options.get("tensorboard", True))
+        run_dir = options.get("run_dir")
+        self.run_dir = Path(run_dir) if run_dir is not None else new_run_dir(config.env.id, config.algo)
+        self._hooks_ran = False
+
+    def run(self) -> dict[str, Any]:
+        restarts, resume = 0, self.resume
+        while True:
+            try:
+                summary = self._run_group(resume)
+            except LearnerFault as fault:
+                if fault.error is not None:
+                    raise fault.error from None
+                last = self.run_dir / "checkpoints" / "last.safetensors"
+                stopping = self.stop_event is not None and self.stop_event.is_set()  # (no restart on the way out)
+                if not fault.restartable or stopping or restarts >= self.config.max_learner_restarts or \
+                        not last.is_file():
+                    raise LearnerGroupError(self._ended(str(fault), restarts, last.is_file())) from None
+                restarts += 1
+                log.warning("%s; restarting the %d learners from the last checkpoint (restart %d of %d)", fault,
+                            self.config.learners, restarts, self.config.max_learner_restarts)
+                resume, self.previous = True, None
+                continue
+            if restarts:
+                summary["learner_restarts"] = restarts
+                run_dir = Path(summary.get("run_dir", self.run_dir))
+                on_disk = {key: value for key, value in summary.items() if key != "run_dir"}
+                write_summary(run_dir, {**read_summary(run_dir), **on_disk} if (run_dir / "summary.json").is_file()
+                              else on_disk)
+            return summary
+
+    def _ended(self, fault: str, restarts: int, checkpoint: bool) -> str:
+        kept = (f"the last checkpoint is kept: continue with relayrl train --resume {self.run_dir} (with any "
+                "--learners)") if checkpoint else "no checkpoint had been written yet"
+        tried = f" after {restarts} restart{'s' if restarts != 1 else ''} of the group" if restarts else ""
+        fix = "" if self.config.max_learner_restarts else "; or set max_learner_restarts to restart the group"
+        return f"{fault}; the learner group stopped{tried} ({kept}{fix})"
+
+    def _run_group(self, resume: bool) -> dict[str, Any]:
+        config, n = self.config, self.config.learners
+        context = mp.get_context("spawn")
+        plan = Plan(config.model_dump(), str(self.run_dir), _rendezvous(), resume, None if self.previous is None
+                    else str(self.previous), self.quiet, self.tensorboard, n)
+        heartbeat = context.Array("d", n, lock=False)
+        flag = context.Value("i", 0, lock=False)
+        queue = context.Queue()
+        watch = _Watch([context.Process(target=learner_main, args=(plan, rank, heartbeat, flag, queue),
+                                        name=f"relayrl-learner-{rank}") for rank in range(n)], heartbeat)
+        try:
+            with _signals_ignored():  # (inherited through exec: a Ctrl-C while they start reaches this process alone)
+                for proc in watch.procs:
+                    proc.start()
+            log.info("%d learners started (%s), meeting at %s", n,
+                     ", ".join(f"learner {rank} pid {proc.pid}" for rank, proc in enumerate(watch.procs)),
+                     plan.init_method)
+            return self._watch(watch, queue, flag)
+        finally:
+            _end(watch.procs)
+            queue.close()
+            queue.cancel_join_thread()
+
+    def _watch(self, watch: _Watch, queue: Any, flag: Any) -> dict[str, Any]:
+        procs, timeout = watch.procs, self.config.learner_timeout_s
+        failed_at: float | None = None
+        while True:
+            self._drain(watch, queue)
+            if self.stop_event is not None and self.stop_event.is_set() and flag.value == 0:
+                flag.value = stop_code(self.stop_event)
+            codes = [proc.exitcode for proc in procs]
+            if all(code == 0 for code in codes):
+                self._drain(watch, queue, wait=True)
+                if watch.summary is None:
+                    raise LearnerFault("learner 0 ended without a summary", restartable=True)
+                return watch.summary
+            if any(code not in (None, 0) for code in codes) and codes[0] == 0 and watch.summary is not None:
+                log.warning("learner 0 ended the run, but %s", "; ".join(  # (e.g. a crash on the way out)
+                    f"learner {rank} exited with code {code}" for rank, code in enumerate(codes) if code))
+                return watch.summary
+            if any(code not in (None, 0) for code in codes):
+                failed_at = failed_at or time.monotonic()
+                if all(code is not None for code in codes) or time.monotonic() - failed_at > GRACE_S:
+                    self._drain(watch, queue, wait=True)
+                    raise self._fault(watch)
+            elif watch.summary is not None and failed_at is None:
+                failed_at = time.monotonic()  # learner 0 is done: the others end within the timeout
+            elif watch.summary is not None and time.monotonic() - failed_at > timeout:
+                return watch.summary
+            beats = [watch.heartbeat[rank] for rank in range(len(procs))]
+            if failed_at is None and all(beat > 0 for beat in beats) and \
+                    time.monotonic() - max(beats) > 2 * timeout + 30:  # (the collectives' timeouts come first)
+                raise self._fault(watch)
+            time.sleep(POLL_S)
+
+    def _drain(self, watch: _Watch, queue: Any, wait: bool = False) -> None:
+        deadline = time.monotonic() + (1.0 if wait else 0.0)
+        while True:
+            try:
+                kind, rank, payload = queue.get(timeout=max(0.0, deadline - time.monotonic())) if wait \
+                    else queue.get_nowait()
+            except Exception:  # (queue.Empty)
+                return
+            if kind == "opened" and rank == 0 and not self._hooks_ran:
+                self._hooks_ran = True
+                for position, fn, _ in self.hooks:  # (before_run: the run directory exists now)
+                    fn(HookContext())
+            elif kind == "done" and rank == 0:
+                watch.summary = payload
+            elif kind in ("group", "error", "crash"):
+                watch.reports[rank] = (kind, payload)
+
+    @staticmethod
+    def _error_fault(name: str, kind: str, payload: Any) -> LearnerFault:
+        """The run's own error in a learner (an env, a non-finite loss, bad options): as it is, never restarted."""
+        if kind == "crash":
+            return LearnerFault(f"{name} failed: {payload.strip()}", restartable=False)
+        _, message, code = payload
+        error = ConfigError(message) if code == 2 else RelayRLError(f"{name}: {message}")
+        error.exit_code = code
+        return LearnerFault(message, False, error)
+
+    def _fault(self, watch: _Watch) -> LearnerFault:
+        """The learner to blame for the group's end, in one message."""
+        procs, n = watch.procs, len(watch.procs)
+
+        def name(rank: int) -> str:
+            return f"learner {rank} of {n} (pid {procs[rank].pid})"
+
+        for rank, (kind, payload) in sorted(watch.reports.items()):
+            if kind in ("error", "crash"):
+                return self._error_fault(name(rank), kind, payload)
+        for rank, proc in enumerate(procs):
+            code = proc.exitcode
+            if code is not None and code < 0:
+                return LearnerFault(f"{name(rank)} was killed by {_signal_name(-code)}", restartable=True)
+            if code not in (None, 0, 3):
+                return LearnerFault(f"{name(rank)} exited with code {code}", restartable=True)
+        now = time.monotonic()
+        quiet = [rank for rank in range(n) if rank not in watch.reports and procs[rank].exitcode is None] or \
+            [rank for rank in range(n) if procs[rank].exitcode is None] or list(range(n))
+        rank = min(quiet, key=lambda r: watch.heartbeat[r])
+        beat = watch.heartbeat[rank]
+        since = f"its last round began {now - beat:.0f} s ago" if beat > 0 else "it never joined the group"
+        state = _process_state(procs[rank].pid)
+        return LearnerFault(f"{name(rank)} stopped making progress ({since}{state}); the others gave up waiting for "
+                            f"it after learner_timeout_s={self.config.learner_timeout_s:g} s", restartable=True)
+
+
+def stop_code(event: threading.Event) -> int:
+    """The learners' stop flag for a set stop event: 1 Ctrl-C ("interrupted"), 2 SIGTERM ("terminated")."""
+    reason = event.reason if isinstance(event, StopRequest) else "interrupted"
+    return STOPPED.index(reason) + 1 if reason in STOPPED else 1
+
+
+def _rendezvous() -> str:
+    """MASTER_ADDR:MASTER_PORT when both are set, else a free port of 127.0.0.1."""
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    if addr and port:
+        return f"tcp://{addr}:{port}"
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@contextlib.contextmanager
+def _signals_ignored() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+def _end(procs: list[Any]) -> None:
+    """Every learner still running is killed (a stopped one too), and every one reaped."""
+    for proc in procs:
+        if proc.pid is not None and proc.exitcode is None:
+            proc.kill()
+    for proc in procs:
+        if proc.pid is not None:
+            proc.join(timeout=10)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _process_state(pid: int | None) -> str:
+    """", stopped (SIGSTOP)" and the like, from /proc where there is one."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            code = stat.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+    return {"T": ", its process is stopped (SIGSTOP?)", "t": ", its process is stopped by a debugger",
+            "D": ", its process waits on the disk", "Z": ", its process has exited"}.get(code, "")
