@@ -112,7 +112,7 @@ def test_max_learner_restarts_restarts_the_group_from_the_last_checkpoint(tmp_pa
     assert_nothing_left(run.proc.pid)
 
 
-@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+@pytest.mark.parametrize("how", ["ctrl-c", pytest.param("sigterm", marks=pytest.mark.extended)])  # (the same flag)
 def test_ctrl_c_or_sigterm_stops_every_learner_and_saves(tmp_path, how):
     run = Supervised(tmp_path, *LONG, "--learners", "2")
     try:
@@ -135,7 +135,8 @@ def test_ctrl_c_or_sigterm_stops_every_learner_and_saves(tmp_path, how):
     assert_nothing_left(run.proc.pid)
 
 
-@pytest.mark.parametrize("first,then", [(2, 1), (1, 2)])
+@pytest.mark.parametrize("first,then", [(2, 1), pytest.param(1, 2, marks=pytest.mark.extended)])  # (2 -> 1 loads
+# learner 0's checkpoint into one learner; 1 -> 2 into two, the same broadcast as a fresh group's)
 def test_resume_with_another_number_of_learners(tmp_path, first, then):
     run_dir = tmp_path / "run"
     result = train(*PPO, "--learners", str(first), "--total-steps", "512", "--run-dir", str(run_dir))

@@ -9,7 +9,8 @@ import pytest
 
 from relayrl.config import build_config
 from relayrl.errors import ConfigError
-from relayrl.training.learner_group import SharedStop, Supervisor, check_learners
+from relayrl.training.group_trainer import SharedStop
+from relayrl.training.learner_group import Supervisor, check_learners
 
 
 def config(algo: str, *sets: str):
