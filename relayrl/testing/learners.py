@@ -314,18 +314,23 @@ def sac_exact(learners: Collective) -> Result:
             "log_alpha": algo.log_alpha.detach().numpy().copy()}
 
 
-def peer_dies(learners: Collective) -> Result:
-    """Learner 1 dies once the group has formed; learner 0 learns: its first all-reduce must raise."""
-    algo = on_policy("ppo", learners, "ppo.batch_size=16")
-    learners.max_(0)  # (both are in the group)
-    if learners.rank == 1:
-        os._exit(0)
+def learn_timed(algo, learners: Collective) -> Result:
+    """Learner 0 learns from a rollout: the error it raised (empty: none) and the seconds until then."""
     started = time.monotonic()
     try:
         algo.learn(columns(rollout(1), learners))
     except Exception as error:
         return {"error": np.array(f"{type(error).__name__}: {error}"), "seconds": np.array(time.monotonic() - started)}
     return {"error": np.array(""), "seconds": np.array(time.monotonic() - started)}
+
+
+def peer_dies(learners: Collective) -> Result:
+    """Learner 1 dies once the group has formed; learner 0 learns: its first all-reduce must raise."""
+    algo = on_policy("ppo", learners, "ppo.batch_size=16")
+    learners.max_(0)  # (both are in the group)
+    if learners.rank == 1:
+        os._exit(0)
+    return learn_timed(algo, learners)
 
 
 def peer_hangs(learners: Collective) -> Result:
@@ -335,12 +340,7 @@ def peer_hangs(learners: Collective) -> Result:
     if learners.rank == 1:
         time.sleep(30)  # (killed by run_group once learner 0 has answered)
         return {}
-    started = time.monotonic()
-    try:
-        algo.learn(columns(rollout(1), learners))
-    except Exception as error:
-        return {"error": np.array(f"{type(error).__name__}: {error}"), "seconds": np.array(time.monotonic() - started)}
-    return {"error": np.array(""), "seconds": np.array(time.monotonic() - started)}
+    return learn_timed(algo, learners)
 
 
 def nccl_average(learners: Collective) -> Result:

@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
-import threading
 import time
 from typing import Any
 
-from relayrl.errors import ConfigError, install_hint
 from relayrl.training.learner import HookContext
 from relayrl.training.learner_group import GRACE_S, POLL_S, LearnerFault, Plan, Supervisor, _Watch, outcome, stop_code
 
@@ -164,25 +161,8 @@ class RaySupervisor(Supervisor):
 
 def _init_ray(address: str | None) -> bool:
     """Ray for the learners: the cluster at ``address``, or a local one this run owns (True)."""
-    try:
-        import ray
-    except ImportError:
-        raise ConfigError(f"learner_placement ray needs Ray: install relayrl's ray extra, {install_hint('ray')}") \
-            from None
-    if ray.is_initialized():
-        return False
-    on_sigterm = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
-    try:  # (ray.init replaces the SIGTERM handler with sys.exit; the run's own is put back)
-        if address:
-            ray.init(address=address, include_dashboard=False, log_to_driver=False)
-            return False
-        ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False)
-        return True
-    except ConnectionError as exc:
-        raise ConfigError(f"cannot reach the Ray cluster at {address!r} ({exc}); start it with `ray start --head` "
-                          "or drop --ray-address to run a local Ray") from None
-    finally:
-        if on_sigterm is not None:
-            signal.signal(signal.SIGTERM, on_sigterm)
+    from relayrl.runtime.backends.ray import start_ray
+
+    return start_ray(address, os.cpu_count() or 1, "learner_placement ray")
 
 

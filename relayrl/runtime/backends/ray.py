@@ -171,34 +171,38 @@ class RayShards(Shards):
         return self.actors[k]
 
 
+def start_ray(address: str | None, num_cpus: int, needs: str) -> bool:
+    """Ray for this run: the cluster at ``address``, or a new local one of ``num_cpus`` that the run owns (True); the
+    Ray already started in this process, if any (False). ``needs``: what asks for it, for the message without Ray."""
+    if ray is None:
+        raise ConfigError(f"{needs} needs Ray: install relayrl's ray extra, {install_hint('ray')}")
+    if ray.is_initialized():
+        return False
+    # ray.init replaces the SIGTERM handler with sys.exit; the run's own (relayrl train: stop as on Ctrl-C, with a
+    # checkpoint and the summary) is put back
+    on_sigterm = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
+    try:
+        if address:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+            return False
+        # address="local": a new Ray for this run, even when another one runs on this machine
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+        return True
+    except ConnectionError as exc:
+        raise ConfigError(f"cannot reach the Ray cluster at {address!r} ({exc}); start it with `ray start --head` "
+                          "or drop --ray-address to run a local Ray") from None
+    finally:
+        if on_sigterm is not None:
+            signal.signal(signal.SIGTERM, on_sigterm)
+
+
 class RayBackend(ManagedBackend):
     serves_replay = True  # replay shards as Ray actors
     def __init__(self, config: RunConfig, num_workers: int, *, address: str | None = None,
                  max_restarts: int = 10):
-        if ray is None:
-            raise ConfigError(f"backend 'ray' needs Ray: install relayrl's ray extra, {install_hint('ray')}")
         self.config, self.num_workers, self.max_restarts = config, num_workers, max_restarts
         self.worker_timeout = config.worker_timeout
-        self._owns_ray = False
-        if not ray.is_initialized():
-            # ray.init replaces the SIGTERM handler with sys.exit; the run's own (relayrl train: stop as on
-            # Ctrl-C, with a checkpoint and the summary) is put back
-            on_sigterm = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() \
-                else None
-            try:
-                if address:
-                    ray.init(address=address, include_dashboard=False, log_to_driver=False)
-                else:
-                    # address="local": a new Ray for this run, even when another one runs on this machine
-                    ray.init(address="local", num_cpus=max(os.cpu_count() or 1, num_workers), include_dashboard=False,
-                             log_to_driver=False)
-                    self._owns_ray = True
-            except ConnectionError as exc:
-                raise ConfigError(f"cannot reach the Ray cluster at {address!r} ({exc}); start it with "
-                                  "`ray start --head` or drop --ray-address to run a local Ray") from None
-            finally:
-                if on_sigterm is not None:
-                    signal.signal(signal.SIGTERM, on_sigterm)
+        self._owns_ray = start_ray(address, max(os.cpu_count() or 1, num_workers), "backend 'ray'")
         self._proxy_cls = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=2)(_NodeProxy)
         self._on_request = get_algo(config.algo).collect_on_request
         self._proxies: list[Any] = []
