@@ -83,6 +83,7 @@ class ReplayRounds(Rounds[UpdatesDue]):
         # one of N data-parallel learners (algo.learners, bound before the rounds are made) samples batch_size / N
         # rows of its own replay, which holds its own share of the transitions
         self.batch_size = cfg.batch_size // algo.learners.size
+        self.capacity = -(-cfg.buffer_size // algo.learners.size)  # (the group's replay holds buffer_size in all)
         self.limiter = None if cfg.samples_per_insert is None else RateLimiter.from_tolerance(
             cfg.samples_per_insert, cfg.spi_tolerance, cfg.transitions_before_learning() // algo.learners.size,
             self.batch_size, name, cfg.replay_shards)
@@ -92,7 +93,7 @@ class ReplayRounds(Rounds[UpdatesDue]):
         self._held: Batch | None = None  # rows taken from the source that the limiter has not let in yet
         self.buffer: Replay = (self._service(cfg, seed, total_steps, layout) if cfg.replay_shards
                                else self._memory(cfg, seed) if cfg.replay is not None
-                               else self._buffer(cfg, seed, total_steps, layout))
+                               else self._buffer(cfg, seed, total_steps, layout, self.capacity))
         transform = None if cfg.sample_transform is None else self._transform(cfg.sample_transform, seed)
         self.learning = ReplayUpdates(algo, self.buffer, self.batch_size, publish, cfg.update_model_interval,
                                       transform=transform)
@@ -107,17 +108,17 @@ class ReplayRounds(Rounds[UpdatesDue]):
         self.steps_at_start: int | None = None  # env steps when the buffer first reached start_training
 
     @staticmethod
-    def _buffer(cfg: ReplayLoopConfig, seed: int, total_steps: int, layout: str) -> ReplayBuffer:
+    def _buffer(cfg: ReplayLoopConfig, seed: int, total_steps: int, layout: str, capacity: int) -> ReplayBuffer:
         options: dict[str, Any] = {"alpha": cfg.priority_alpha, "beta": cfg.priority_beta,
                                    "beta_steps": max(1, total_steps)} if cfg.prioritized else {}
-        return ReplayBuffer(cfg.buffer_size, sampler="prioritized" if cfg.prioritized else "uniform",
+        return ReplayBuffer(capacity, sampler="prioritized" if cfg.prioritized else "uniform",
                             max_use=cfg.max_use, max_staleness=cfg.max_staleness, seed=seed, layout=layout, **options)
 
     def _memory(self, cfg: ReplayLoopConfig, seed: int) -> Replay:
         """Your own memory (``cfg.replay``), built and checked (data/replay/custom.py)."""
         policy = self.algo.policy
         return build_memory(cfg.replay, f"{self.name}.replay", prioritized=cfg.prioritized,
-                            capacity=cfg.buffer_size, observation_space=policy.observation_space,
+                            capacity=self.capacity, observation_space=policy.observation_space,
                             action_space=policy.action_space, seed=seed, batch_size=cfg.batch_size)
 
     def _transform(self, reference: str, seed: int) -> SampleTransform:

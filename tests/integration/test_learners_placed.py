@@ -41,14 +41,16 @@ def test_dqn_two_learners_count_both_learners_steps(tmp_path):
 
     run_dir = tmp_path / "run"
     run = relayrl.train("dqn", "CartPole-v1", {"env.num_envs": 4, "env.manager": "sync", "dqn.steps_per_iteration": 8,
-                                               "dqn.start_training": 64, "dqn.batch_size": 32, "eval.episodes": 2,
-                                               "eval.num_envs": 2}, learners=2, total_steps=640, run_dir=run_dir,
-                        tensorboard=False)
+                                               "dqn.start_training": 64, "dqn.batch_size": 32, "dqn.buffer_size": 200,
+                                               "eval.episodes": 2, "eval.num_envs": 2}, learners=2, total_steps=640,
+                        run_dir=run_dir, tensorboard=False)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["env_steps"] == run.summary["env_steps"] == 640
     logged = records(run_dir)
     assert [record["env_steps"] for record in logged] == [32 * i for i in range(1, 21)]  # both learners' 8 x 2
     assert summary["updates"] > 0 and logged[-1]["updates"] == summary["updates"]
+    # each learner's replay holds its share of buffer_size (learner 0 logs its own: 320 transitions came its way)
+    assert max(record["train/replay/size"] for record in logged) == 100
 
 
 def test_refused_before_anything_is_written(tmp_path):
