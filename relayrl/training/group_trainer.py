@@ -125,12 +125,15 @@ class GroupTrainer(Trainer):
         ctx = self.learner.ctx
         before = ctx.env_steps
         work = super().collect()
-        steps = int(self.learners.sum_(torch.tensor([ctx.env_steps - before], dtype=torch.float64)).item())
+        steps = self.group_steps(ctx.env_steps - before)
         ctx.env_steps = before + steps
         self.timing["steps"] = steps
         if isinstance(work, UpdatesDue):  # every learner runs the same number of updates: the least due
             work = UpdatesDue(-self.learners.max_(-work.n))
         return work
+
+    def group_steps(self, steps: int) -> int:
+        return int(self.learners.sum_(torch.tensor([steps], dtype=torch.float64)).item())
 
     def pop_episodes(self) -> tuple[list[float], list[int]]:
         returns, lengths = super().pop_episodes()

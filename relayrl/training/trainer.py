@@ -249,6 +249,10 @@ class Trainer:
         """The seed of the training envs' reset (env k gets it + k); a resume draws new episodes."""
         return self.config.seed + RESUME_SEED_OFFSET * self.state.resumes
 
+    def group_steps(self, steps: int) -> int:
+        """The env steps this process took, as the run counts them (a group of learners: every learner's)."""
+        return steps
+
     def pop_episodes(self) -> tuple[list[float], list[int]]:
         """The training episodes finished since the last call (returns, lengths)."""
         return self.rounds.pop_episodes()
@@ -280,7 +284,7 @@ class Trainer:
             self.learner.call_hooks("before_run")
             warmup = self.cfg.prenorm_steps()  # (PPO's prenorm)
             if warmup and not self.resume and self.algo.policy.obs_rms is not None:
-                ctx.env_steps += self.rounds.warmup(warmup, config.env.num_envs)
+                ctx.env_steps += self.group_steps(self.rounds.warmup(warmup, config.env.num_envs))
             next_eval = _next_multiple(ctx.env_steps, config.eval.freq)
             while ctx.env_steps < config.total_steps:
                 reason = self._limit_reached() or self._stop_reason()

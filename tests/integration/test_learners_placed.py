@@ -36,6 +36,15 @@ def test_ppo_two_learners_write_one_run_of_the_groups_steps(tmp_path):
     assert summary["env_steps_per_s"] == pytest.approx(1024 / summary["wall_time_s"], rel=0.01)
 
 
+def test_ppo_prenorm_warm_up_counts_both_learners_steps(tmp_path):
+    run_dir = tmp_path / "run"
+    result = train(*PPO, "--learners", "2", "--total-steps", "256", "--run-dir", str(run_dir), "--set",
+                   "ppo.obs_norm=true", "--set", "ppo.prenorm=true", "--set", "ppo.prenormalize_steps=16")
+    assert result.returncode == 0, result.stderr[-3000:]
+    # the warm-up is 16 vector steps of each learner's 2 envs (one learner's run: of its 4), then rounds of 128
+    assert [record["env_steps"] for record in records(run_dir)] == [64 + 128, 64 + 256]
+
+
 def test_dqn_two_learners_count_both_learners_steps(tmp_path):
     import relayrl
 
