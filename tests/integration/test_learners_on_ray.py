@@ -17,6 +17,7 @@ pytestmark = pytest.mark.ray
 RAY = ["--set", "learner_placement=ray"]
 
 
+@pytest.mark.extended  # (the killed-actor test below starts the learners on Ray and waits for a checkpoint too)
 def test_ppo_learners_on_ray_actors_write_one_run_of_the_groups_steps(tmp_path):
     run_dir = tmp_path / "run"
     result = train(*PPO, *RAY, "--learners", "2", "--total-steps", "512", "--run-dir", str(run_dir), timeout=180)
