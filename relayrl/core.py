@@ -261,7 +261,7 @@ class Algorithm(ABC):
       (relayrl/learners/moments.py), so that every learner holds the same state.
 
     An algorithm that does not declare it is refused for more than one learner
-    (``relayrl.learners.check_data_parallel``).
+    (``AlgoEntry.check_learners``, relayrl/algos/registry.py).
     """
 
     policy: Policy

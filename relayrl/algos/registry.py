@@ -45,6 +45,18 @@ class AlgoEntry:
                            "discrete branches in one action): ppo, appo and a2c take hybrid actions; train with one "
                            "of them, or give the behaviour one kind of action")
 
+    def check_learners(self, learners: int) -> None:
+        """Refuse ``learners`` > 1 for an algorithm whose class does not declare ``data_parallel`` (relayrl.core's
+        Algorithm: it must average its gradients through ``self.learners``); one learner is always fine."""
+        if learners < 1:
+            raise ConfigError(f"learners={learners}: at least one learner trains the policy; set learners=1 or more")
+        if learners > 1 and not self.algo_cls.data_parallel:
+            raise ConfigError(f"{self.name} cannot learn with {learners} learners: its algorithm class "
+                              f"{self.algo_cls.__qualname__} does not declare data_parallel = True (it would have to "
+                              "average its gradients over the learners before every optimiser step: relayrl.core.Algorithm"
+                              "'s docstring, docs/library.md \"Your own algorithm\"); set learners=1, or train with ppo, "
+                              "appo, dqn or sac")
+
     @property
     def collect_on_request(self) -> bool:
         """Rollout workers collect one chunk per published version (synchronous on-policy)."""

@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterator
 from relayrl.algos import get_algo
 from relayrl.errors import ConfigError, RelayRLError
 from relayrl.io.rundir import new_run_dir, read_summary, write_summary
-from relayrl.learners import LearnerGroupError, check_data_parallel, init_collective
+from relayrl.learners import LearnerGroupError, init_collective
 from relayrl.learners import per_learner
 from relayrl.options import ReplayLoopConfig, RunConfig
 from relayrl.envs.subproc import _die_with_parent
@@ -52,7 +52,7 @@ GRACE_S = 3.0  # once a learner has failed, how long the others get to end on th
 def check_learners(config: RunConfig) -> None:
     """Refuse (ConfigError, before any process starts or file is written) a run its learners cannot share."""
     n = config.learners
-    check_data_parallel(get_algo(config.algo), n)
+    get_algo(config.algo).check_learners(n)
     if n == 1:
         return
     env_id = config.env.id

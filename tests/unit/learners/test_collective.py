@@ -13,7 +13,7 @@ from relayrl.algos.compiled import shared_mode
 from relayrl.config import build_config
 from relayrl.core import Algorithm
 from relayrl.errors import ConfigError
-from relayrl.learners import SOLO, check_data_parallel, init_collective, per_learner
+from relayrl.learners import SOLO, init_collective, per_learner
 from relayrl.learners.moments import PooledMoments
 from relayrl.policy.normalizer import RunningMeanStd
 from relayrl.testing.learners import Alone
@@ -71,14 +71,14 @@ def test_joining_a_group_without_a_rendezvous_address_says_what_to_set(monkeypat
 
 def test_algorithms_that_do_not_declare_data_parallel_are_refused_for_several_learners():
     for name in ("ppo", "appo", "dqn", "sac"):
-        check_data_parallel(get_algo(name), 4)
+        get_algo(name).check_learners(4)
     for name in ("a2c", "td3", "crossq", "redq", "pqn", "bc", "iql"):
-        check_data_parallel(get_algo(name), 1)  # (one learner: any algorithm)
+        get_algo(name).check_learners(1)  # (one learner: any algorithm)
         with pytest.raises(ConfigError, match=f"^{name} cannot learn with 2 learners: .*does not declare "
                                               "data_parallel = True.*set learners=1, or train with ppo, appo, dqn or sac"):
-            check_data_parallel(get_algo(name), 2)
+            get_algo(name).check_learners(2)
     with pytest.raises(ConfigError, match="learners=0"):
-        check_data_parallel(get_algo("ppo"), 0)
+        get_algo("ppo").check_learners(0)
     a2c = build("a2c")
     with pytest.raises(ConfigError, match="A2C does not declare data_parallel = True"):
         a2c.bind_learners(Alone(0, 2))
