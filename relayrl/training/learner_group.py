@@ -171,10 +171,9 @@ class _Watch:
 def run_learners(config: RunConfig, supervisor: type[Supervisor] | None = None, **options: Any) -> dict[str, Any]:
     """Train with ``config.learners`` learners (the module docstring); the summary of learner 0. ``supervisor``:
     what places them (default ``Supervisor``: local processes; training/ray_learners.py's on Ray actors)."""
-    if os.environ.get("WORLD_SIZE") and os.environ.get("RANK"):  # started by torchrun: this is one of them
-        check_learners(config)
-        return join_group(config, **options)
     check_learners(config)
+    if os.environ.get("WORLD_SIZE") and os.environ.get("RANK"):  # started by torchrun: this is one of them
+        return join_group(config, **options)
     return (supervisor or Supervisor)(config, options).run()
 
 
@@ -312,6 +311,18 @@ class Supervisor:
         error.exit_code = code
         return LearnerFault(message, False, error)
 
+    def _reported_error(self, watch: _Watch, name: Callable[[int], str]) -> LearnerFault | None:
+        """The first learner's own error (its env, a non-finite loss, bad options), if one reported any."""
+        for rank, (kind, payload) in sorted(watch.reports.items()):
+            if kind in ("error", "crash"):
+                return self._error_fault(name(rank), kind, payload)
+        return None
+
+    def _stalled(self, who: str, since: str) -> LearnerFault:
+        """The fault of a learner that stopped making progress (``since``: what is known of its last round)."""
+        return LearnerFault(f"{who} stopped making progress ({since}); the others gave up waiting for it after "
+                            f"learner_timeout_s={self.config.learner_timeout_s:g} s", restartable=True)
+
     def _fault(self, watch: _Watch) -> LearnerFault:
         """The learner to blame for the group's end, in one message."""
         procs, n = watch.procs, len(watch.procs)
@@ -319,9 +330,9 @@ class Supervisor:
         def name(rank: int) -> str:
             return f"learner {rank} of {n} (pid {procs[rank].pid})"
 
-        for rank, (kind, payload) in sorted(watch.reports.items()):
-            if kind in ("error", "crash"):
-                return self._error_fault(name(rank), kind, payload)
+        error = self._reported_error(watch, name)
+        if error is not None:
+            return error
         for rank, proc in enumerate(procs):
             code = proc.exitcode
             if code is not None and code < 0:
@@ -334,9 +345,7 @@ class Supervisor:
         rank = min(quiet, key=lambda r: watch.heartbeat[r])
         beat = watch.heartbeat[rank]
         since = f"its last round began {now - beat:.0f} s ago" if beat > 0 else "it never joined the group"
-        state = _process_state(procs[rank].pid)
-        return LearnerFault(f"{name(rank)} stopped making progress ({since}{state}); the others gave up waiting for "
-                            f"it after learner_timeout_s={self.config.learner_timeout_s:g} s", restartable=True)
+        return self._stalled(name(rank), since + _process_state(procs[rank].pid))
 
 
 def stop_code(event: threading.Event) -> int:

@@ -139,9 +139,9 @@ class RaySupervisor(Supervisor):
         def name(rank: int) -> str:
             return f"learner {rank} of {n} (pid {pids[rank]})"
 
-        for rank, (kind, payload) in sorted(watch.reports.items()):
-            if kind in ("error", "crash"):
-                return self._error_fault(name(rank), kind, payload)
+        error = self._reported_error(watch, name)
+        if error is not None:
+            return error
         for rank, (kind, payload) in sorted(watch.reports.items()):
             if kind == "died":
                 return LearnerFault(f"{name(rank)} died: its Ray actor ended ({payload})", restartable=True)
@@ -155,8 +155,7 @@ class RaySupervisor(Supervisor):
         rank = max(ages, key=lambda r: ages[r])
         since = "it does not answer" if ages[rank] == float("inf") else (
             f"its last round began {ages[rank]:.0f} s ago" if ages[rank] >= 0 else "it never joined the group")
-        return LearnerFault(f"{name(rank)} stopped making progress ({since}); the others gave up waiting for it after "
-                            f"learner_timeout_s={self.config.learner_timeout_s:g} s", restartable=True)
+        return self._stalled(name(rank), since)
 
 
 def _init_ray(address: str | None) -> bool:
